@@ -1,0 +1,92 @@
+"""The two places where streams-sched reaches into Scrapy's engine.
+
+Scrapy has no public "request finished" hook (scrapy/scrapy#7978). The exact
+point is the engine slot's ``remove_request``: the engine calls it once per
+scheduled request after the download, the callback or errback, every request
+the callback yielded (already passed to ``enqueue_request``) and its items
+through the pipelines are done; also after a redirect or retry (the new
+request is scheduled first), an IgnoreRequest, a download error or a callback
+exception. ``ExecutionEngine._start_scheduled_request`` chains it with
+``addBoth`` after ``_handle_downloader_output``.
+
+The second is the slot's ``nextcall``, which the I/O thread schedules (through
+the reactor's thread-safe call) when prefetched requests arrive, so the engine
+does not wait for its 5-second heartbeat.
+
+Both are private. :class:`EngineHooks` checks them at start and raises
+:class:`~streams_sched.errors.ScrapyCompatError` if a Scrapy upgrade moved
+them; ``tests/test_engine_hook.py`` fails loudly too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from scrapy import Request
+
+from .errors import ScrapyCompatError
+
+__all__ = ["EngineHooks", "thread_safe_caller"]
+
+logger = logging.getLogger(__name__)
+
+
+def thread_safe_caller() -> Callable[..., Any]:
+    """Return a function that runs ``f(*args)`` on the reactor / event-loop thread."""
+    from scrapy.utils.reactor import is_reactor_installed
+
+    if is_reactor_installed():
+        from twisted.internet import reactor
+
+        return reactor.callFromThread  # type: ignore[attr-defined,no-any-return]
+    loop = asyncio.get_running_loop()
+    return loop.call_soon_threadsafe
+
+
+class EngineHooks:
+    """Hooks the engine slot of a running crawl for one scheduler."""
+
+    def __init__(self, crawler: Any, scheduler: Any, on_release: Callable[[Request], None]) -> None:
+        engine = getattr(crawler, "engine", None)
+        slot = getattr(engine, "_slot", None)
+        missing = [
+            name
+            for name in ("remove_request", "nextcall", "inprogress", "scheduler")
+            if not hasattr(slot, name)
+        ]
+        if slot is None or missing:
+            raise ScrapyCompatError(
+                "streams-sched needs the engine slot's remove_request/nextcall"
+                f" (missing: {missing or ['_slot']}); this Scrapy version moved them."
+                " Pin scrapy to a tested version (see README) and report it."
+            )
+        if slot.scheduler is not scheduler:
+            raise ScrapyCompatError(
+                "the engine slot belongs to another scheduler; open() was called out of order"
+            )
+        original = slot.remove_request
+
+        def remove_request(request: Request) -> None:
+            try:
+                original(request)
+            finally:
+                on_release(request)
+
+        slot.remove_request = remove_request
+        self._slot = slot
+        self._original = original
+        self._nextcall = slot.nextcall
+        self._call = thread_safe_caller()
+
+    def wake(self) -> None:
+        """From any thread: ask the engine to pull requests now."""
+        try:
+            self._call(self._nextcall.schedule)
+        except RuntimeError:  # reactor / loop already stopped
+            pass
+
+    def unhook(self) -> None:
+        self._slot.remove_request = self._original

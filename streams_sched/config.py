@@ -1,0 +1,285 @@
+"""Settings of the scheduler, read once and validated when the scheduler is built.
+
+Every setting is prefixed ``STREAMS_`` except ``REDIS_URL``. Defaults are
+documented here and in the README; a bad value fails at start with a
+:class:`~streams_sched.errors.ConfigError` naming the setting and the value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlparse
+
+from .errors import ConfigError
+from .keys import BANDS, TASK_TYPES, validate_crawl_name
+
+__all__ = ["StreamsConfig", "parse_band_ratio", "validate_redis_url"]
+
+#: Band weights used for "strict": high always first, low only when nothing else.
+STRICT_RATIO: tuple[int, int, int] = (1_000_000_000_000, 1_000_000, 1)
+
+DEDUPE_BACKENDS = ("auto", "redisbloom", "bitmap")
+
+
+def parse_band_ratio(value: Any, setting: str = "STREAMS_BAND_RATIO") -> tuple[int, int, int]:
+    """Parse "5:3:2" (or a 3-sequence, or "strict") into three positive weights."""
+    if isinstance(value, str) and value.strip().lower() == "strict":
+        return STRICT_RATIO
+    parts: list[Any]
+    if isinstance(value, str):
+        parts = value.split(":")
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    else:
+        raise ConfigError(setting, value, 'expected "high:default:low" weights like "8:3:1", or "strict"')
+    try:
+        weights = tuple(int(p) for p in parts)
+    except (TypeError, ValueError):
+        raise ConfigError(setting, value, "weights must be whole numbers, e.g. \"8:3:1\"") from None
+    if len(weights) != len(BANDS) or any(w < 1 for w in weights):
+        raise ConfigError(setting, value, "expected three weights of at least 1 (high:default:low)")
+    return weights  # type: ignore[return-value]
+
+
+def validate_redis_url(url: Any, setting: str = "REDIS_URL") -> str:
+    if not isinstance(url, str) or not url:
+        raise ConfigError(
+            setting,
+            url,
+            "set REDIS_URL (in the Scrapy settings or the environment) to the frontier's"
+            " Redis, e.g. redis://localhost:6379/0",
+        )
+    scheme = urlparse(url).scheme
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(setting, url, "expected a redis://, rediss:// or unix:// URL")
+    return url
+
+
+@dataclass(frozen=True)
+class StreamsConfig:
+    """Validated settings of one crawl's scheduler. Units are in the names."""
+
+    #: REDIS_URL: the frontier's Redis (redis://, rediss:// with TLS, or unix://).
+    redis_url: str
+    #: STREAMS_PREFIX: the crawl namespace; default the spider name.
+    crawl: str
+    #: STREAMS_LEASE_SECONDS: how long a leased request is reserved for its worker.
+    lease_seconds: float = 300.0
+    #: STREAMS_MAX_DELIVERIES: deliveries after which an entry goes to the dead-letter stream.
+    max_deliveries: int = 5
+    #: STREAMS_DEDUPE: "auto" (RedisBloom when the server has it, else bitmap),
+    #: "redisbloom" or "bitmap".
+    dedupe: str = "auto"
+    #: STREAMS_BLOOM_ERROR_RATE: false-positive rate of the seen filter (per site).
+    bloom_error_rate: float = 0.001
+    #: STREAMS_BLOOM_CAPACITY: fingerprints per site before the filter adds a layer
+    #: (about 1.8 bytes each at 0.1%, allocated when the site gets its first request).
+    bloom_capacity: int = 100_000
+    #: STREAMS_BLOOM_EXPANSION: growth factor of each new layer.
+    bloom_expansion: int = 2
+    #: STREAMS_HIGH_PRIORITY_MIN: Request.priority at or above this goes to the high band.
+    high_priority_min: int = 1
+    #: STREAMS_LOW_PRIORITY_MAX: Request.priority at or below this goes to the low band.
+    low_priority_max: int = -1
+    #: STREAMS_BAND_RATIO: how often each band is served when all have work.
+    band_ratio: tuple[int, int, int] = (8, 3, 1)
+    #: STREAMS_PREFETCH: requests leased ahead per worker; 0 = CONCURRENT_REQUESTS.
+    prefetch: int = 0
+    #: STREAMS_PREFETCH_PER_SITE: leased ahead per site; 0 = CONCURRENT_REQUESTS_PER_DOMAIN.
+    prefetch_per_site: int = 0
+    #: STREAMS_CLOSE_ON_DRAIN: close the worker once the whole crawl is drained.
+    close_on_drain: bool = True
+    #: STREAMS_IDLE_POLL_SECONDS: longest wait between looks for work when idle.
+    idle_poll_seconds: float = 1.0
+    #: STREAMS_FLUSH_INTERVAL_SECONDS: longest time follow-ups and acks wait to be batched.
+    flush_interval_seconds: float = 0.02
+    #: STREAMS_HEARTBEAT_SECONDS: interval of node heartbeats.
+    heartbeat_seconds: float = 5.0
+    #: STREAMS_NODE_ID: this worker's consumer name; "" = host-pid-random.
+    node_id: str = ""
+    #: STREAMS_RETRY_AFTER_MAX_SECONDS: cap on a Retry-After delay.
+    retry_after_max_seconds: float = 3600.0
+    #: STREAMS_LOCAL_SEEN_CACHE: fingerprints a worker remembers to skip sending known duplicates.
+    local_seen_cache: int = 200_000
+    #: STREAMS_CONNECT_TIMEOUT_SECONDS: how long a starting worker waits for Redis.
+    connect_timeout_seconds: float = 30.0
+    #: STREAMS_SOCKET_TIMEOUT_SECONDS: socket timeout of Redis calls (the I/O thread's, not the reactor's).
+    socket_timeout_seconds: float = 10.0
+    #: STREAMS_MAX_REQUEST_BYTES: largest encoded request accepted; 0 = no limit.
+    max_request_bytes: int = 1_000_000
+    #: STREAMS_REQUEST_CLASSES: import paths of extra Request subclasses allowed in entries.
+    request_classes: tuple[str, ...] = ()
+    #: STREAMS_CAPABILITIES: task types this worker leases.
+    capabilities: tuple[str, ...] = ("http",)
+    #: STREAMS_BROWSER_MAX: most browser requests leased at once by this worker.
+    browser_max: int = 4
+    #: STREAMS_SITES: per-site policy written to Redis at start, {site: {rate, burst, ...}}.
+    sites: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_redis_url(self.redis_url)
+        validate_crawl_name(self.crawl)
+        _positive("STREAMS_LEASE_SECONDS", self.lease_seconds)
+        _whole("STREAMS_MAX_DELIVERIES", self.max_deliveries, minimum=1)
+        if self.dedupe not in DEDUPE_BACKENDS:
+            raise ConfigError("STREAMS_DEDUPE", self.dedupe, f"expected one of {DEDUPE_BACKENDS}")
+        if not (0 < self.bloom_error_rate < 1):
+            raise ConfigError(
+                "STREAMS_BLOOM_ERROR_RATE", self.bloom_error_rate, "expected a rate between 0 and 1"
+            )
+        _whole("STREAMS_BLOOM_CAPACITY", self.bloom_capacity, minimum=1)
+        _whole("STREAMS_BLOOM_EXPANSION", self.bloom_expansion, minimum=1)
+        _whole("STREAMS_HIGH_PRIORITY_MIN", self.high_priority_min, minimum=None)
+        _whole("STREAMS_LOW_PRIORITY_MAX", self.low_priority_max, minimum=None)
+        if self.low_priority_max >= self.high_priority_min:
+            raise ConfigError(
+                "STREAMS_LOW_PRIORITY_MAX",
+                self.low_priority_max,
+                f"must be below STREAMS_HIGH_PRIORITY_MIN={self.high_priority_min}",
+            )
+        _whole("STREAMS_PREFETCH", self.prefetch, minimum=0)
+        _whole("STREAMS_PREFETCH_PER_SITE", self.prefetch_per_site, minimum=0)
+        _positive("STREAMS_IDLE_POLL_SECONDS", self.idle_poll_seconds)
+        _positive("STREAMS_FLUSH_INTERVAL_SECONDS", self.flush_interval_seconds)
+        _positive("STREAMS_HEARTBEAT_SECONDS", self.heartbeat_seconds)
+        _positive("STREAMS_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds)
+        _whole("STREAMS_LOCAL_SEEN_CACHE", self.local_seen_cache, minimum=0)
+        _positive("STREAMS_CONNECT_TIMEOUT_SECONDS", self.connect_timeout_seconds, zero_ok=True)
+        _positive("STREAMS_SOCKET_TIMEOUT_SECONDS", self.socket_timeout_seconds)
+        _whole("STREAMS_MAX_REQUEST_BYTES", self.max_request_bytes, minimum=0)
+        _whole("STREAMS_BROWSER_MAX", self.browser_max, minimum=0)
+        if self.node_id and not validate_node_id(self.node_id):
+            raise ConfigError(
+                "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
+            )
+        bad = [c for c in self.capabilities if c not in TASK_TYPES]
+        if bad or not self.capabilities:
+            raise ConfigError(
+                "STREAMS_CAPABILITIES", list(self.capabilities), f"expected a non-empty subset of {list(TASK_TYPES)}"
+            )
+        if not isinstance(self.sites, Mapping):
+            raise ConfigError("STREAMS_SITES", self.sites, "expected a dict of site -> policy dict")
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_seconds * 1000)
+
+    @classmethod
+    def from_settings(cls, settings: Any, spider_name: str | None = None) -> StreamsConfig:
+        """Build from Scrapy settings (or any mapping with ``get``)."""
+
+        def get(name: str, default: Any) -> Any:
+            value = settings.get(name)
+            return default if value is None else value
+
+        redis_url = get("REDIS_URL", os.environ.get("REDIS_URL", ""))
+        crawl = get("STREAMS_PREFIX", spider_name or "")
+        capabilities = get("STREAMS_CAPABILITIES", ["http"])
+        if isinstance(capabilities, str):
+            capabilities = [c.strip() for c in capabilities.split(",") if c.strip()]
+        classes = get("STREAMS_REQUEST_CLASSES", [])
+        if isinstance(classes, str):
+            classes = [c.strip() for c in classes.split(",") if c.strip()]
+        return cls(
+            redis_url=redis_url,
+            crawl=crawl,
+            lease_seconds=_num(settings, "STREAMS_LEASE_SECONDS", 300.0),
+            max_deliveries=_int(settings, "STREAMS_MAX_DELIVERIES", 5),
+            dedupe=str(get("STREAMS_DEDUPE", "auto")).lower(),
+            bloom_error_rate=_num(settings, "STREAMS_BLOOM_ERROR_RATE", 0.001),
+            bloom_capacity=_int(settings, "STREAMS_BLOOM_CAPACITY", 100_000),
+            bloom_expansion=_int(settings, "STREAMS_BLOOM_EXPANSION", 2),
+            high_priority_min=_int(settings, "STREAMS_HIGH_PRIORITY_MIN", 1),
+            low_priority_max=_int(settings, "STREAMS_LOW_PRIORITY_MAX", -1),
+            band_ratio=parse_band_ratio(get("STREAMS_BAND_RATIO", "8:3:1")),
+            prefetch=_int(settings, "STREAMS_PREFETCH", 0),
+            prefetch_per_site=_int(settings, "STREAMS_PREFETCH_PER_SITE", 0),
+            close_on_drain=_bool(settings, "STREAMS_CLOSE_ON_DRAIN", True),
+            idle_poll_seconds=_num(settings, "STREAMS_IDLE_POLL_SECONDS", 1.0),
+            flush_interval_seconds=_num(settings, "STREAMS_FLUSH_INTERVAL_SECONDS", 0.02),
+            heartbeat_seconds=_num(settings, "STREAMS_HEARTBEAT_SECONDS", 5.0),
+            node_id=str(get("STREAMS_NODE_ID", "")),
+            retry_after_max_seconds=_num(settings, "STREAMS_RETRY_AFTER_MAX_SECONDS", 3600.0),
+            local_seen_cache=_int(settings, "STREAMS_LOCAL_SEEN_CACHE", 200_000),
+            connect_timeout_seconds=_num(settings, "STREAMS_CONNECT_TIMEOUT_SECONDS", 30.0),
+            socket_timeout_seconds=_num(settings, "STREAMS_SOCKET_TIMEOUT_SECONDS", 10.0),
+            max_request_bytes=_int(settings, "STREAMS_MAX_REQUEST_BYTES", 1_000_000),
+            request_classes=tuple(classes),
+            capabilities=tuple(capabilities),
+            browser_max=_int(settings, "STREAMS_BROWSER_MAX", 4),
+            sites=get("STREAMS_SITES", {}),
+        )
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as a plain dict (for the start-up log line)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "redis_url"}
+
+
+def validate_node_id(node_id: str) -> bool:
+    return 0 < len(node_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in node_id)
+
+
+def _raw(settings: Any, name: str) -> Any:
+    return settings.get(name)
+
+
+def _num(settings: Any, name: str, default: float) -> float:
+    value = _raw(settings, name)
+    if value is None:
+        return default
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(name, value, "expected a number") from None
+    if isinstance(value, bool) or not math.isfinite(result):
+        raise ConfigError(name, value, "expected a finite number")
+    return result
+
+
+def _int(settings: Any, name: str, default: int) -> int:
+    value = _raw(settings, name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise ConfigError(name, value, "expected a whole number")
+    try:
+        result = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(name, value, "expected a whole number") from None
+    if isinstance(value, float) and value != result:
+        raise ConfigError(name, value, "expected a whole number")
+    return result
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _bool(settings: Any, name: str, default: bool) -> bool:
+    value = _raw(settings, name)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(name, value, "expected True or False")
+
+
+def _positive(name: str, value: float, zero_ok: bool = False) -> None:
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(name, value, "must be greater than 0" if not zero_ok else "must be 0 or more")
+
+
+def _whole(name: str, value: int, minimum: int | None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(name, value, "expected a whole number")
+    if minimum is not None and value < minimum:
+        raise ConfigError(name, value, f"must be at least {minimum}")
+

@@ -1,0 +1,65 @@
+"""A Scrapy download handler that serves :class:`~.web.SyntheticWeb` without a network.
+
+Settings: ``SYNTH_SITES``, ``SYNTH_PAGES``, ``SYNTH_EXTRA_LINKS``,
+``SYNTH_DELAY_SECONDS`` (per response, to slow a crawl down),
+``SYNTH_STATUS`` (a dict url -> status for tests: redirects, errors, 429).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from scrapy import Request
+from scrapy.core.downloader.handlers.base import BaseDownloadHandler
+from scrapy.http import HtmlResponse, Response
+
+from .web import SyntheticWeb
+
+__all__ = ["SyntheticHandler"]
+
+
+def web_from_settings(settings: Any) -> SyntheticWeb:
+    return SyntheticWeb(
+        sites=settings.getint("SYNTH_SITES", 10),
+        pages=settings.getint("SYNTH_PAGES", 2000),
+        extra_links=settings.getint("SYNTH_EXTRA_LINKS", 4),
+        padding=settings.getint("SYNTH_PADDING", 2000),
+    )
+
+
+class SyntheticHandler(BaseDownloadHandler):
+    lazy = False
+
+    def __init__(self, crawler: Any) -> None:
+        super().__init__(crawler)
+        settings = crawler.settings
+        self.web = web_from_settings(settings)
+        self.delay = settings.getfloat("SYNTH_DELAY_SECONDS", 0.0)
+        self.special: dict[str, Any] = dict(settings.getdict("SYNTH_SPECIAL"))
+
+    async def download_request(self, request: Request) -> Response:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        special = self.special.get(request.url)
+        if special is not None:
+            return self._special(request, special)
+        where = self.web.parse(request.url)
+        if where is None:
+            return HtmlResponse(request.url, status=404, body=b"<html>not found</html>", request=request)
+        return HtmlResponse(request.url, status=200, body=self.web.html(*where), request=request, encoding="utf-8")
+
+    def _special(self, request: Request, spec: Any) -> Response:
+        """spec: {"status": 302, "headers": {...}, "body": "...", "raise": "ConnectionRefusedError"}"""
+        if "raise" in spec:
+            import builtins
+
+            raise getattr(builtins, spec["raise"])("synthetic failure")
+        return HtmlResponse(
+            request.url,
+            status=int(spec.get("status", 200)),
+            headers=spec.get("headers") or {},
+            body=str(spec.get("body", "<html></html>")).encode(),
+            request=request,
+            encoding="utf-8",
+        )

@@ -1,0 +1,79 @@
+"""Exceptions raised by streams-sched.
+
+Every exception derives from :class:`StreamsSchedError`, so one ``except``
+catches them all::
+
+    StreamsSchedError
+    ├── ConfigError            a setting or option has an invalid value (also a ValueError)
+    ├── RedisUnavailable       Redis could not be reached within the configured time
+    ├── DedupeBackendError     the dedupe back-end asked for is not available or disagrees
+    ├── SerializationError     a request cannot be encoded for the shared queue
+    ├── EntryError             a stream entry cannot be turned back into a request
+    └── ScrapyCompatError      the installed Scrapy lacks an engine hook streams-sched needs
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DedupeBackendError",
+    "EntryError",
+    "RedisUnavailable",
+    "ScrapyCompatError",
+    "SerializationError",
+    "StreamsSchedError",
+]
+
+
+class StreamsSchedError(Exception):
+    """Root of every exception raised by streams-sched."""
+
+
+class ConfigError(StreamsSchedError, ValueError):
+    """Raised when a setting or option has an invalid value.
+
+    The message names the setting and the value it was given.
+    """
+
+    def __init__(self, setting: str, value: object, problem: str) -> None:
+        self.setting = setting
+        self.value = value
+        super().__init__(f"{setting}={value!r}: {problem}")
+
+
+class RedisUnavailable(StreamsSchedError):
+    """Raised when Redis cannot be reached within the configured time."""
+
+
+class DedupeBackendError(StreamsSchedError):
+    """Raised when the requested dedupe back-end cannot be used.
+
+    For example ``STREAMS_DEDUPE = "redisbloom"`` against a server without the
+    RedisBloom module, or a worker whose back-end differs from the one the
+    crawl was started with.
+    """
+
+
+class SerializationError(StreamsSchedError):
+    """Raised when a request cannot be encoded for the shared queue.
+
+    ``field`` names what could not be encoded, e.g. ``meta['page_obj']`` or
+    ``callback``.
+    """
+
+    def __init__(self, request_repr: str, field: str, problem: str) -> None:
+        self.request_repr = request_repr
+        self.field = field
+        super().__init__(f"cannot enqueue {request_repr}: {field}: {problem}")
+
+
+class EntryError(StreamsSchedError):
+    """Raised when a stream entry cannot be decoded into a request.
+
+    The entry goes to the dead-letter stream with this message as its reason.
+    """
+
+
+class ScrapyCompatError(StreamsSchedError):
+    """Raised when the installed Scrapy does not have the engine internals
+    streams-sched hooks (the per-request release point of the engine slot)."""

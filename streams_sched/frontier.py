@@ -1,0 +1,431 @@
+"""Thin Redis I/O for the frontier: one method per script or command.
+
+Every method takes ``pipe=``: pass a pipeline to batch many calls into one
+round trip, then turn each reply into data with the matching ``parse_*``
+function. Without ``pipe`` the call runs at once and returns the parsed reply.
+Workers, daemons and the CLI all go through this class, so the key layout and
+the scripts have one Python face.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import DedupeBackendError
+from .keys import GROUP, STREAMS, CrawlKeys, SiteKeys
+from .scripts import Scripts
+
+__all__ = [
+    "BloomParams",
+    "Frontier",
+    "LeaseReply",
+    "LeasedEntry",
+    "Outgoing",
+    "SiteStatus",
+    "detect_dedupe",
+    "parse_claim",
+    "parse_enqueue",
+    "parse_lease",
+    "parse_status",
+]
+
+NO_MASK = "111111"
+
+
+@dataclass(frozen=True)
+class BloomParams:
+    """Dedupe back-end ('bf' = RedisBloom, 'bitmap') and its sizing."""
+
+    mode: str = "bitmap"
+    error_rate: float = 0.001
+    capacity: int = 100_000
+    expansion: int = 2
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream index, delay, payload."""
+
+    fp: bytes
+    stream: int
+    delay_ms: int
+    payload: bytes
+
+
+@dataclass(slots=True)
+class LeasedEntry:
+    """An entry leased from a site's stream (stream is a 0-based index into STREAMS)."""
+
+    site: str
+    stream: int
+    id: bytes
+    payload: bytes | None
+    deliveries: int
+
+
+@dataclass(slots=True)
+class LeaseReply:
+    backlog_http: int
+    backlog_browser: int
+    pending: int
+    delayed: int
+    next_due_in_ms: int
+    wait_ms: int
+    entries: list[LeasedEntry] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamStatus:
+    backlog: int
+    pending: int
+    oldest_pending_ms: int
+
+
+@dataclass(slots=True)
+class SiteStatus:
+    site: str
+    now_ms: int
+    streams: dict[tuple[str, str], StreamStatus]
+    delayed: int
+    next_due_ms: int
+    dead_letters: int
+    stats: dict[str, int]
+    policy: dict[str, str]
+
+    @property
+    def backlog(self) -> int:
+        return sum(s.backlog for s in self.streams.values())
+
+    @property
+    def pending(self) -> int:
+        return sum(s.pending for s in self.streams.values())
+
+    @property
+    def oldest_pending_ms(self) -> int:
+        return max((s.oldest_pending_ms for s in self.streams.values()), default=-1)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.backlog == 0 and self.pending == 0 and self.delayed == 0
+
+    def band_backlog(self, band: str) -> int:
+        return sum(s.backlog for (t, b), s in self.streams.items() if b == band)
+
+
+def _int(v: Any) -> int:
+    return int(v) if v is not None else 0
+
+
+def parse_enqueue(reply: Sequence[Any]) -> tuple[int, int, int, bytes]:
+    """-> (added, duplicates, delayed, flags) where flags[i] is ord('1') if request i was added."""
+    return int(reply[0]), int(reply[1]), int(reply[2]), bytes(reply[3])
+
+
+def _entries(site: str, flat: Sequence[Any], start: int) -> list[LeasedEntry]:
+    return [
+        LeasedEntry(site, int(flat[i]) - 1, flat[i + 1], flat[i + 2] or None, int(flat[i + 3]))
+        for i in range(start, len(flat), 4)
+    ]
+
+
+def parse_lease(site: str, reply: Sequence[Any]) -> LeaseReply:
+    r = LeaseReply(
+        int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]), int(reply[5])
+    )
+    r.entries = _entries(site, reply, 6)
+    return r
+
+
+def parse_claim(site: str, reply: Sequence[Any]) -> tuple[int, int, list[LeasedEntry]]:
+    """-> (taken, dead-lettered, entries returned in claim mode)."""
+    return int(reply[0]), int(reply[1]), _entries(site, reply, 2)
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    return {
+        (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+        for k, v in zip(flat[::2], flat[1::2], strict=True)
+    }
+
+
+def parse_status(site: str, reply: Sequence[Any]) -> SiteStatus:
+    streams = {}
+    for n, key in enumerate(STREAMS):
+        base = 1 + 3 * n
+        streams[key] = StreamStatus(int(reply[base]), int(reply[base + 1]), int(reply[base + 2]))
+    tail = 1 + 3 * len(STREAMS)
+    stats = {k: int(float(v)) for k, v in _pairs(reply[tail + 3]).items() if _is_number(v)}
+    return SiteStatus(
+        site=site,
+        now_ms=int(reply[0]),
+        streams=streams,
+        delayed=int(reply[tail]),
+        next_due_ms=int(reply[tail + 1]),
+        dead_letters=int(reply[tail + 2]),
+        stats=stats,
+        policy=_pairs(reply[tail + 4]),
+    )
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def detect_dedupe(client: Any, crawl: str, wanted: str) -> str:
+    """Decide the dedupe back-end ('bf' or 'bitmap') for a crawl, once per crawl.
+
+    ``wanted`` is the STREAMS_DEDUPE setting: 'auto', 'redisbloom' or 'bitmap'.
+    The first worker records its choice in the crawl meta hash; later workers
+    follow it, so one crawl never mixes back-ends.
+    """
+    keys = CrawlKeys(crawl)
+    probe = f"{keys.meta}:bfprobe"
+    try:
+        client.execute_command("BF.EXISTS", probe, "x")
+        has_bf = True
+    except Exception as exc:  # unknown command
+        if "unknown command" not in str(exc).lower() and "err unknown" not in str(exc).lower():
+            raise
+        has_bf = False
+    if wanted == "redisbloom" and not has_bf:
+        raise DedupeBackendError(
+            'STREAMS_DEDUPE="redisbloom" but this Redis has no RedisBloom module (BF.* commands);'
+            ' use Redis 8 or Redis Stack, load redisbloom.so, or set STREAMS_DEDUPE="bitmap"'
+        )
+    choice = {"redisbloom": "bf", "bitmap": "bitmap"}.get(wanted, "bf" if has_bf else "bitmap")
+    client.hsetnx(keys.meta, "dedupe", choice)
+    recorded = client.hget(keys.meta, "dedupe")
+    recorded = recorded.decode() if isinstance(recorded, bytes) else recorded
+    if recorded != choice:
+        if wanted != "auto":
+            raise DedupeBackendError(
+                f"crawl {crawl!r} was started with dedupe back-end {recorded!r}, but"
+                f" STREAMS_DEDUPE={wanted!r}; a crawl cannot switch back-ends (purge it first)"
+            )
+        if recorded == "bf" and not has_bf:
+            raise DedupeBackendError(
+                f"crawl {crawl!r} uses RedisBloom for dedupe, but this Redis has no BF.* commands;"
+                " load the RedisBloom module or purge the crawl"
+            )
+        choice = str(recorded)
+    return choice
+
+
+class Frontier:
+    """The crawl frontier of one crawl in one Redis (or Redis Cluster)."""
+
+    def __init__(
+        self,
+        client: Any,
+        crawl: str,
+        bloom: BloomParams | None = None,
+        group: str = GROUP,
+    ) -> None:
+        self.client = client
+        self.crawl = crawl
+        self.keys = CrawlKeys(crawl)
+        self.bloom = bloom or BloomParams()
+        self.group = group
+        self.scripts = Scripts(client)
+        self._sites: dict[str, SiteKeys] = {}
+
+    def site(self, site: str) -> SiteKeys:
+        keys = self._sites.get(site)
+        if keys is None:
+            keys = self._sites[site] = SiteKeys(self.crawl, site)
+        return keys
+
+    def _target(self, pipe: Any) -> Any:
+        return self.client if pipe is None else pipe
+
+    # -- crawl-level ------------------------------------------------------
+
+    def register(self, pipe: Any = None) -> Any:
+        """Add the crawl to the global registry of crawls."""
+        return self._target(pipe).sadd(CrawlKeys.registry(), self.crawl)
+
+    def register_sites(self, sites: Iterable[str], pipe: Any = None) -> Any:
+        sites = list(sites)
+        if not sites:
+            return 0
+        return self._target(pipe).sadd(self.keys.sites, *sites)
+
+    def sites(self) -> list[str]:
+        return sorted(s.decode() if isinstance(s, bytes) else s for s in self.client.smembers(self.keys.sites))
+
+    @staticmethod
+    def crawls(client: Any) -> list[str]:
+        return sorted(
+            c.decode() if isinstance(c, bytes) else c for c in client.smembers(CrawlKeys.registry())
+        )
+
+    def publish(self, event: dict[str, Any], pipe: Any = None) -> Any:
+        return self._target(pipe).publish(self.keys.events, json.dumps(event, sort_keys=True))
+
+    def record_node(self, node: str, info: dict[str, Any], pipe: Any = None) -> Any:
+        return self._target(pipe).hset(self.keys.nodes, node, json.dumps(info, sort_keys=True))
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        raw = self.client.hgetall(self.keys.nodes)
+        out = {}
+        for k, v in raw.items():
+            try:
+                out[k.decode() if isinstance(k, bytes) else k] = json.loads(v)
+            except ValueError:
+                continue
+        return out
+
+    # -- per-site scripts ---------------------------------------------------
+
+    def enqueue(self, site: str, items: Sequence[Outgoing], pipe: Any = None) -> Any:
+        k = self.site(site)
+        b = self.bloom
+        args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion]
+        for it in items:
+            args += (it.fp, it.stream + 1, it.delay_ms, it.payload)
+        reply = self.scripts.call(
+            self.scripts.enqueue, [k.seen, k.seen_meta, k.delayed, k.stats, *k.streams], args, pipe
+        )
+        return reply if pipe is not None else parse_enqueue(reply)
+
+    def lease(
+        self,
+        site: str,
+        consumer: str,
+        total: int,
+        weights: Sequence[int],
+        max_http: int | None = None,
+        max_browser: int = 0,
+        promote_limit: int = 100,
+        pipe: Any = None,
+    ) -> Any:
+        """Lease up to ``total`` entries (at most ``max_http`` http, ``max_browser`` browser)."""
+        k = self.site(site)
+        max_http = total if max_http is None else max_http
+        reply = self.scripts.call(
+            self.scripts.lease,
+            [k.delayed, k.dlq, k.stats, k.policy, *k.streams],
+            [self.group, consumer, total, max_http, max_browser, *weights, promote_limit],
+            pipe,
+        )
+        return reply if pipe is not None else parse_lease(site, reply)
+
+    def claim(
+        self,
+        site: str,
+        consumer: str,
+        min_idle_ms: int,
+        count: int,
+        max_deliveries: int,
+        mode: str = "claim",
+        mask: str = NO_MASK,
+        pipe: Any = None,
+    ) -> Any:
+        k = self.site(site)
+        reply = self.scripts.call(
+            self.scripts.claim,
+            [k.dlq, k.stats, *k.streams],
+            [self.group, consumer, min_idle_ms, count, max_deliveries, mode, mask],
+            pipe,
+        )
+        return reply if pipe is not None else parse_claim(site, reply)
+
+    def ack(self, site: str, entries: Iterable[tuple[int, bytes]], pipe: Any = None) -> Any:
+        k = self.site(site)
+        args: list[Any] = [self.group]
+        for stream, entry_id in entries:
+            args += (stream + 1, entry_id)
+        return self.scripts.call(self.scripts.ack, [k.stats, *k.streams], args, pipe)
+
+    def dead_letter(
+        self, site: str, node: str, items: Iterable[tuple[int, bytes, str]], pipe: Any = None
+    ) -> Any:
+        k = self.site(site)
+        args: list[Any] = [self.group, node]
+        for stream, entry_id, reason in items:
+            args += (stream + 1, entry_id, reason)
+        return self.scripts.call(self.scripts.dead, [k.dlq, k.stats, *k.streams], args, pipe)
+
+    def release(
+        self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]], pipe: Any = None
+    ) -> Any:
+        k = self.site(site)
+        args: list[Any] = [self.group, consumer]
+        for stream, entry_id in entries:
+            args += (stream + 1, entry_id)
+        return self.scripts.call(self.scripts.release, [k.stats, *k.streams], args, pipe)
+
+    def extend(self, site: str, consumer: str, stream: int, entry_id: bytes, pipe: Any = None) -> Any:
+        """Reset the idle time of a lease this consumer holds (it lasts a full lease again)."""
+        k = self.site(site)
+        return self._target(pipe).xclaim(
+            k.streams[stream], self.group, consumer, 0, [entry_id], justid=True
+        )
+
+    def promote(self, site: str, limit: int = 1000, pipe: Any = None) -> Any:
+        k = self.site(site)
+        return self.scripts.call(
+            self.scripts.promote, [k.delayed, k.dlq, k.stats, *k.streams], [self.group, limit], pipe
+        )
+
+    def status(self, site: str, client: Any = None) -> SiteStatus:
+        """Read-only snapshot of a site (works for a read-only ACL user)."""
+        k = self.site(site)
+        reply = self.scripts.status_ro(
+            client or self.client, [k.delayed, k.dlq, k.stats, k.policy, *k.streams], [self.group]
+        )
+        return parse_status(site, reply)
+
+    def status_many(self, sites: Sequence[str]) -> list[SiteStatus]:
+        """Snapshots of many sites in one round trip (EVALSHA_RO in a pipeline)."""
+        if not sites:
+            return []
+        script = self.scripts._status
+        # Make sure the server knows the script before pipelining EVALSHA_RO.
+        try:
+            loaded = self.client.script_exists(script.sha)[0]
+        except Exception:
+            loaded = False
+        if not loaded:
+            return [self.status(s) for s in sites]
+        pipe = self.client.pipeline(transaction=False)
+        for s in sites:
+            k = self.site(s)
+            keys = [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
+            pipe.evalsha_ro(script.sha, len(keys), *keys, self.group)
+        return [parse_status(s, r) for s, r in zip(sites, pipe.execute(), strict=True)]
+
+    def dead_letters(self, site: str, count: int = 100, start: str = "-") -> list[dict[str, Any]]:
+        out = []
+        for entry_id, fields in self.client.xrange(self.site(site).dlq, start, "+", count=count):
+            d = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
+            d["dlq_id"] = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            d["site"] = site
+            out.append(d)
+        return out
+
+    def purge_site(self, site: str, pipe: Any = None) -> Any:
+        """Delete every key of a site (one DEL: all keys share the site's hash slot)."""
+        return self._target(pipe).delete(*self.site(site).all)
+
+    def purge(self) -> int:
+        """Delete the whole crawl: every site's keys, the registry, nodes and meta."""
+        sites = self.sites()
+        deleted = 0
+        for s in sites:
+            deleted += int(self.purge_site(s))
+        deleted += int(self.client.delete(self.keys.sites, self.keys.nodes, self.keys.meta))
+        self.client.srem(CrawlKeys.registry(), self.crawl)
+        return deleted
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

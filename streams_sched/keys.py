@@ -1,0 +1,180 @@
+"""Redis key names, in one place.
+
+Every key of one site of one crawl carries the same Redis Cluster hash tag,
+``{crawl/site}``, so every script that works on a site touches one slot and
+the same code runs on Redis Cluster. Crawl-level keys carry ``{crawl}``.
+
+Key layout (``C`` = crawl, ``S`` = site)::
+
+    ss:crawls                       SET     names of every crawl (daemons find crawls here)
+    ss:{C}:sites                    SET     the crawl's site registry (no KEYS/SCAN needed)
+    ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen, ...}
+    ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
+    ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
+    ss:{C/S}:q:<task>:<band>        STREAM  requests; consumer group "workers"; task in
+                                            (http, browser), band in (high, default, low)
+    ss:{C/S}:delayed                ZSET    requests that must wait, scored by due time (ms)
+    ss:{C/S}:seen                   Bloom   fingerprints (RedisBloom BF or a plain bitmap)
+    ss:{C/S}:seen:meta              HASH    bitmap Bloom layer counts (bitmap back-end only)
+    ss:{C/S}:dlq                    STREAM  dead letters: the entry, the reason, its origin
+    ss:{C/S}:stats                  HASH    counters kept in Redis (enqueued, acked, ...)
+    ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, ...)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from .errors import ConfigError
+
+__all__ = [
+    "BANDS",
+    "GROUP",
+    "ROOT",
+    "STREAMS",
+    "TASK_TYPES",
+    "CrawlKeys",
+    "SiteKeys",
+    "stream_index",
+    "validate_crawl_name",
+    "validate_site_name",
+]
+
+#: Root of every key name.
+ROOT = "ss"
+#: The one consumer group of every request stream.
+GROUP = "workers"
+#: Priority bands, most urgent first.
+BANDS: tuple[str, ...] = ("high", "default", "low")
+#: Task types; each has its own streams so only capable workers lease them.
+TASK_TYPES: tuple[str, ...] = ("http", "browser")
+#: Every (task, band) stream of a site, in the order scripts receive them in KEYS.
+STREAMS: tuple[tuple[str, str], ...] = tuple((t, b) for t in TASK_TYPES for b in BANDS)
+
+_CRAWL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")
+
+
+def stream_index(task: str, band: str) -> int:
+    """Zero-based position of the (task, band) stream in :data:`STREAMS`."""
+    return TASK_TYPES.index(task) * len(BANDS) + BANDS.index(band)
+
+
+def validate_crawl_name(name: str, setting: str = "STREAMS_PREFIX") -> str:
+    """Return ``name`` if it is usable as a crawl namespace, else raise ConfigError."""
+    if not isinstance(name, str) or not _CRAWL_RE.match(name):
+        raise ConfigError(
+            setting,
+            name,
+            "a crawl name is 1-128 characters of letters, digits and . _ : @ -,"
+            " starting with a letter or digit (no braces: they would break the"
+            " Redis Cluster hash tag)",
+        )
+    return name
+
+
+def validate_site_name(site: str) -> str:
+    """Return ``site`` if it is usable as a site name, else raise ValueError."""
+    if not isinstance(site, str) or not _SITE_RE.match(site):
+        raise ValueError(
+            f"invalid site name {site!r}: a site is a host name (letters, digits, . - _ :)"
+        )
+    return site
+
+
+@dataclass(frozen=True)
+class CrawlKeys:
+    """Key names of one crawl's crawl-level keys."""
+
+    crawl: str
+
+    @property
+    def tag(self) -> str:
+        return "{" + self.crawl + "}"
+
+    @cached_property
+    def sites(self) -> str:
+        return f"{ROOT}:{self.tag}:sites"
+
+    @cached_property
+    def nodes(self) -> str:
+        return f"{ROOT}:{self.tag}:nodes"
+
+    @cached_property
+    def meta(self) -> str:
+        return f"{ROOT}:{self.tag}:meta"
+
+    @cached_property
+    def events(self) -> str:
+        return f"{ROOT}:{self.tag}:events"
+
+    @staticmethod
+    def registry() -> str:
+        """The global SET of crawl names."""
+        return f"{ROOT}:crawls"
+
+    def site(self, site: str) -> SiteKeys:
+        return SiteKeys(self.crawl, site)
+
+
+@dataclass(frozen=True)
+class SiteKeys:
+    """Key names of one site of one crawl; all share the hash tag ``{crawl/site}``."""
+
+    crawl: str
+    site: str
+
+    @cached_property
+    def tag(self) -> str:
+        return "{" + self.crawl + "/" + self.site + "}"
+
+    @cached_property
+    def base(self) -> str:
+        return f"{ROOT}:{self.tag}"
+
+    def stream(self, task: str, band: str) -> str:
+        return f"{self.base}:q:{task}:{band}"
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """Every request stream of the site, in :data:`STREAMS` order."""
+        return tuple(self.stream(t, b) for t, b in STREAMS)
+
+    @cached_property
+    def delayed(self) -> str:
+        return f"{self.base}:delayed"
+
+    @cached_property
+    def seen(self) -> str:
+        return f"{self.base}:seen"
+
+    @cached_property
+    def seen_meta(self) -> str:
+        return f"{self.base}:seen:meta"
+
+    @cached_property
+    def dlq(self) -> str:
+        return f"{self.base}:dlq"
+
+    @cached_property
+    def stats(self) -> str:
+        return f"{self.base}:stats"
+
+    @cached_property
+    def policy(self) -> str:
+        return f"{self.base}:policy"
+
+    @cached_property
+    def all(self) -> tuple[str, ...]:
+        """Every key of the site (used by purge)."""
+        return (
+            *self.streams,
+            self.delayed,
+            self.seen,
+            self.seen_meta,
+            self.dlq,
+            self.stats,
+            self.policy,
+        )

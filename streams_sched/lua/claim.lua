@@ -1,0 +1,77 @@
+-- claim.lua: take over expired leases of ONE site with XAUTOCLAIM.
+-- An entry whose deliveries (prior requeues + deliveries in the pending list)
+-- exceed the limit goes to the dead-letter stream with the reason instead.
+-- mode 'claim'   (a worker with nothing else to do): the entries become this
+--                consumer's leases and are returned.
+-- mode 'requeue' (the reclaimer daemon): the entries go back to the end of their
+--                stream as new entries (field d keeps the delivery count), so
+--                any worker can lease them.
+--
+-- KEYS[1]      dlq       dead-letter stream
+-- KEYS[2]      stats     HASH of counters
+-- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
+-- ARGV[1]      consumer group
+-- ARGV[2]      consumer claiming (node id, or the reclaimer's name)
+-- ARGV[3]      minimum idle time in ms (the lease time)
+-- ARGV[4]      max entries to take
+-- ARGV[5]      max deliveries
+-- ARGV[6]      mode: 'claim' or 'requeue'
+-- ARGV[7]      stream mask: six chars, '1' = consider that stream
+-- Returns {taken, dead, then (claim mode) per entry: stream index, id, payload, prior deliveries}
+
+local group, consumer = ARGV[1], ARGV[2]
+local min_idle, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local max_deliveries, mode, mask = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local now = now_ms()
+local taken, dead = 0, 0
+local out = {}
+
+for s = 1, 6 do
+  if budget <= 0 then
+    break
+  end
+  local stream = KEYS[2 + s]
+  if string.sub(mask, s, s) == '1' and redis.call('EXISTS', stream) == 1 then
+    local res = redis.pcall('XAUTOCLAIM', stream, group, consumer, min_idle, '0-0', 'COUNT', budget)
+    if type(res) == 'table' and not res.err then
+      for _, e in ipairs(res[2]) do
+        local id = e[1]
+        local payload, d = entry_fields(e[2])
+        local p = redis.call('XPENDING', stream, group, id, id, 1)
+        local count = (p[1] and tonumber(p[1][4])) or 1
+        local total = count + d
+        if total > max_deliveries or not payload then
+          local reason = 'delivered ' .. total .. ' times (STREAMS_MAX_DELIVERIES=' .. max_deliveries .. ')'
+          if not payload then
+            reason = 'entry has no payload field r'
+          end
+          dead_letter(KEYS[1], KEYS[2], stream, id, payload, reason, total, consumer, now)
+          redis.call('XACK', stream, group, id)
+          redis.call('XDEL', stream, id)
+          dead = dead + 1
+        elseif mode == 'requeue' then
+          redis.call('XADD', stream, '*', 'r', payload, 'd', total - 1)
+          redis.call('XACK', stream, group, id)
+          redis.call('XDEL', stream, id)
+          taken = taken + 1
+        else
+          out[#out + 1] = s
+          out[#out + 1] = id
+          out[#out + 1] = payload
+          out[#out + 1] = d
+          taken = taken + 1
+        end
+        budget = budget - 1
+      end
+    end
+  end
+end
+
+if taken > 0 then
+  redis.call('HINCRBY', KEYS[2], 'reclaimed', taken)
+end
+local reply = { taken, dead }
+for _, v in ipairs(out) do
+  reply[#reply + 1] = v
+end
+return reply

@@ -1,0 +1,32 @@
+-- dead.lua: move leased entries of ONE site to the site's dead-letter stream
+-- with a reason (for example: the payload cannot be decoded), then ack and
+-- delete them.
+--
+-- KEYS[1]      dlq       dead-letter stream
+-- KEYS[2]      stats     HASH of counters
+-- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
+-- ARGV[1]      consumer group
+-- ARGV[2]      node id (recorded in the dead letter)
+-- ARGV[3..]    triples: stream index (1-6), entry id, reason
+-- Returns the number of entries moved.
+
+local group, node = ARGV[1], ARGV[2]
+local now = now_ms()
+local moved = 0
+for i = 3, #ARGV, 3 do
+  local stream = KEYS[2 + tonumber(ARGV[i])]
+  local id, reason = ARGV[i + 1], ARGV[i + 2]
+  if stream then
+    local found = redis.call('XRANGE', stream, id, id)
+    if #found > 0 then
+      local payload, d = entry_fields(found[1][2])
+      local p = redis.call('XPENDING', stream, group, id, id, 1)
+      local count = (p[1] and tonumber(p[1][4])) or 1
+      dead_letter(KEYS[1], KEYS[2], stream, id, payload, reason, count + d, node, now)
+      redis.call('XACK', stream, group, id)
+      redis.call('XDEL', stream, id)
+      moved = moved + 1
+    end
+  end
+end
+return moved

@@ -1,0 +1,141 @@
+-- lease.lua: lease up to N requests of ONE site for one consumer.
+-- First moves due delayed requests into their streams, then takes a token per
+-- request from the site's global token bucket (time from Redis, shared by all
+-- workers), then reads each priority band in proportion to the band weights
+-- (smooth weighted round robin, state kept in stats, so low never starves).
+--
+-- KEYS[1]      delayed   ZSET of waiting requests
+-- KEYS[2]      dlq       dead-letter stream (for malformed delayed members)
+-- KEYS[3]      stats     HASH of counters and band-rotation state
+-- KEYS[4]      policy    HASH: paused, rate (req/s, 0 = none), burst, tokens, tokens_ts
+-- KEYS[5..10]  streams   http:high http:default http:low browser:high browser:default browser:low
+-- ARGV[1]      consumer group
+-- ARGV[2]      consumer (node id)
+-- ARGV[3]      max entries to lease in all
+-- ARGV[4]      max http entries (0 if this worker does not do http)
+-- ARGV[5]      max browser entries (0 without the browser capability or room)
+-- ARGV[6..8]   band weights: high, default, low
+-- ARGV[9]      max delayed entries to promote
+-- Returns {backlog_http, backlog_browser, pending, delayed, ms until the next delayed
+--          request is due (-1 none),
+--          wait_ms (0 ok, >0 rate-limited for that long, -1 paused),
+--          then per entry: stream index, id, payload (false if missing), prior deliveries}
+
+local group, consumer = ARGV[1], ARGV[2]
+local want = { tonumber(ARGV[4]), tonumber(ARGV[5]) }
+local weights = { tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]) }
+local streams = { KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10] }
+local now = now_ms()
+
+promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, now, tonumber(ARGV[9]))
+
+local pol = redis.call('HMGET', KEYS[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts')
+local wait_ms = 0
+local budget = tonumber(ARGV[3])
+local rate = tonumber(pol[2]) or 0
+local tokens, burst
+if pol[1] == '1' then
+  budget = 0
+  wait_ms = -1
+elseif rate > 0 then
+  burst = math.max(tonumber(pol[3]) or rate, 1)
+  tokens = tonumber(pol[4])
+  local ts = tonumber(pol[5])
+  if tokens == nil or ts == nil then
+    tokens = burst
+  else
+    tokens = math.min(burst, tokens + math.max(now - ts, 0) * rate / 1000)
+  end
+  budget = math.min(budget, math.floor(tokens))
+end
+
+local backlog = { 0, 0 }
+local per_band = { {}, {} }
+local pending = 0
+local out = {}
+local leased = 0
+for t = 1, 2 do
+  for b = 1, 3 do
+    local n, p = backlog_of(streams[(t - 1) * 3 + b], group)
+    per_band[t][b] = n
+    pending = pending + p
+    backlog[t] = backlog[t] + n
+  end
+end
+-- browser first: its capacity per node is the scarcer one
+for _, t in ipairs({ 2, 1 }) do
+  local bl = per_band[t]
+  local n = math.min(want[t], budget - leased)
+  if n > 0 and backlog[t] > 0 then
+    local state_field = 'swrr' .. t
+    local cur = { 0, 0, 0 }
+    local saved = redis.call('HGET', KEYS[3], state_field)
+    if saved then
+      local i = 1
+      for v in string.gmatch(saved, '[^,]+') do
+        cur[i] = tonumber(v) or 0
+        i = i + 1
+      end
+    end
+    local take = { 0, 0, 0 }
+    for _ = 1, n do
+      local total, best = 0, nil
+      for b = 1, 3 do
+        if bl[b] - take[b] > 0 then
+          cur[b] = cur[b] + weights[b]
+          total = total + weights[b]
+          if best == nil or cur[b] > cur[best] then
+            best = b
+          end
+        end
+      end
+      if best == nil then
+        break
+      end
+      cur[best] = cur[best] - total
+      take[best] = take[best] + 1
+    end
+    redis.call('HSET', KEYS[3], state_field, table.concat(cur, ','))
+    for b = 1, 3 do
+      if take[b] > 0 then
+        local s = (t - 1) * 3 + b
+        local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', take[b],
+          'STREAMS', streams[s], '>')
+        if res then
+          for _, e in ipairs(res[1][2]) do
+            local payload, d = entry_fields(e[2])
+            out[#out + 1] = s
+            out[#out + 1] = e[1]
+            out[#out + 1] = payload
+            out[#out + 1] = d
+            leased = leased + 1
+            backlog[t] = backlog[t] - 1
+            pending = pending + 1
+          end
+        end
+      end
+    end
+  end
+end
+
+if tokens ~= nil then
+  tokens = tokens - leased
+  redis.call('HSET', KEYS[4], 'tokens', tostring(tokens), 'tokens_ts', now)
+  if leased < tonumber(ARGV[3]) and (backlog[1] + backlog[2]) > 0 and tokens < 1 then
+    wait_ms = math.ceil((1 - tokens) * 1000 / rate)
+  end
+end
+if leased > 0 then
+  redis.call('HINCRBY', KEYS[3], 'leased', leased)
+end
+
+local delayed = redis.call('ZCARD', KEYS[1])
+local next_due = -1
+if delayed > 0 then
+  next_due = math.max(0, tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now)
+end
+local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms }
+for _, v in ipairs(out) do
+  reply[#reply + 1] = v
+end
+return reply

@@ -1,0 +1,39 @@
+-- status.lua: a snapshot of ONE site, read in one atomic call. Read-only: it is
+-- run with EVALSHA_RO / EVAL_RO, so a read-only ACL user (the monitor) can run it.
+--
+-- KEYS[1]      delayed   ZSET of waiting requests
+-- KEYS[2]      dlq       dead-letter stream
+-- KEYS[3]      stats     HASH of counters
+-- KEYS[4]      policy    HASH of the site's policy
+-- KEYS[5..10]  streams   http:high http:default http:low browser:high browser:default browser:low
+-- ARGV[1]      consumer group
+-- Returns {now_ms, then per stream: backlog, pending, idle ms of the oldest pending
+--          entry (-1 none), then delayed, next due ms (-1 none), dead letters,
+--          stats as a flat field/value list, policy as a flat field/value list}
+
+local group = ARGV[1]
+local reply = { now_ms() }
+for s = 5, 10 do
+  local backlog, pending = backlog_of(KEYS[s], group, true)
+  local oldest = -1
+  if pending > 0 then
+    local p = redis.call('XPENDING', KEYS[s], group, '-', '+', 1)
+    if p[1] then
+      oldest = tonumber(p[1][3])
+    end
+  end
+  reply[#reply + 1] = backlog
+  reply[#reply + 1] = pending
+  reply[#reply + 1] = oldest
+end
+local delayed = redis.call('ZCARD', KEYS[1])
+local next_due = -1
+if delayed > 0 then
+  next_due = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
+end
+reply[#reply + 1] = delayed
+reply[#reply + 1] = next_due
+reply[#reply + 1] = redis.call('XLEN', KEYS[2])
+reply[#reply + 1] = redis.call('HGETALL', KEYS[3])
+reply[#reply + 1] = redis.call('HGETALL', KEYS[4])
+return reply

@@ -1,0 +1,84 @@
+"""Per-site policy: validation (pure) and writing it to the site's policy hash.
+
+A policy is a dict with any of::
+
+    rate        requests per second for the whole crawl, all workers together (0 = no limit)
+    burst       tokens the bucket holds (default: rate, at least 1)
+    weight      share of a worker's fetches when several sites have work (default 1)
+    task_type   "http" or "browser": the default task type of the site's requests
+    max_browser most browser requests of this site in flight on one node
+    paused      True to stop leasing the site (its backlog stays)
+
+``STREAMS_SITES`` maps site names to policies; the key ``"*"`` is the default
+for sites not listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ConfigError
+from .keys import TASK_TYPES, validate_site_name
+
+__all__ = ["POLICY_FIELDS", "apply_site_policies", "validate_policy"]
+
+POLICY_FIELDS: dict[str, type] = {
+    "rate": float,
+    "burst": float,
+    "weight": float,
+    "task_type": str,
+    "max_browser": int,
+    "paused": bool,
+}
+
+
+def validate_policy(site: str, policy: Mapping[str, Any], setting: str = "STREAMS_SITES") -> dict[str, str]:
+    """Check one site's policy; return it as the string fields stored in Redis."""
+    name = f"{setting}[{site!r}]"
+    if site != "*":
+        try:
+            validate_site_name(site)
+        except ValueError as exc:
+            raise ConfigError(setting, site, str(exc)) from None
+    if not isinstance(policy, Mapping):
+        raise ConfigError(name, policy, "expected a dict like {'rate': 5, 'burst': 10, 'weight': 2}")
+    out: dict[str, str] = {}
+    for key, value in policy.items():
+        kind = POLICY_FIELDS.get(key)
+        if kind is None:
+            raise ConfigError(name, dict(policy), f"unknown policy field {key!r}; known: {sorted(POLICY_FIELDS)}")
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}[{key!r}]", value, "expected True or False")
+            out[key] = "1" if value else "0"
+        elif kind is str:
+            if value not in TASK_TYPES:
+                raise ConfigError(f"{name}[{key!r}]", value, f"expected one of {list(TASK_TYPES)}")
+            out[key] = value
+        else:
+            try:
+                number = kind(value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{name}[{key!r}]", value, "expected a number") from None
+            if isinstance(value, bool) or number < 0:
+                raise ConfigError(f"{name}[{key!r}]", value, "expected a number of 0 or more")
+            if key == "weight" and number == 0:
+                raise ConfigError(f"{name}[{key!r}]", value, "a weight must be above 0 (pause the site instead)")
+            out[key] = repr(number) if kind is float else str(number)
+    return out
+
+
+def apply_site_policies(frontier: Any, sites: Mapping[str, Mapping[str, Any]]) -> None:
+    """Write every listed site's policy to Redis (the default "*" goes to the crawl meta)."""
+    pipe = frontier.client.pipeline(transaction=False)
+    for site, policy in sites.items():
+        fields = validate_policy(site, policy)
+        if not fields:
+            continue
+        if site == "*":
+            pipe.hset(frontier.keys.meta, mapping={f"default_{k}": v for k, v in fields.items()})
+        else:
+            pipe.hset(frontier.site(site).policy, mapping=fields)
+            frontier.register_sites([site], pipe)
+    pipe.execute()

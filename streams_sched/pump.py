@@ -1,0 +1,569 @@
+"""The worker's I/O thread: every Redis round trip of a worker happens here.
+
+The reactor thread never talks to Redis. It appends operations to
+:attr:`Pump.outbox` (enqueue, ack, dead-letter, release, extend) and takes
+prefetched requests from :attr:`Pump.arrivals`; both are ``deque``s, whose
+``append`` and ``popleft`` are atomic. The pump thread batches everything of
+one cycle into one pipeline:
+
+    registrations, enqueues, the acks of the previous cycle, leases, heartbeat
+
+Acks ride one cycle behind the enqueues: an ack is sent only once every
+enqueue queued before it has been confirmed by Redis, so a request's
+follow-up requests are in Redis before its ack, even on Redis Cluster where
+one pipeline spans several servers. A failed enqueue is retried (with
+back-off) and holds back every later ack until it succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .codec import RequestCodec
+from .config import StreamsConfig
+from .errors import EntryError
+from .frontier import Frontier, LeasedEntry, Outgoing, parse_claim, parse_enqueue, parse_lease, parse_status
+from .keys import BANDS
+from .selection import DrainDetector, SiteHint, plan_leases
+
+__all__ = ["Pump"]
+
+logger = logging.getLogger(__name__)
+
+#: Errors that mean "Redis is not answering": retry with back-off.
+TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+
+ENQUEUE_CHUNK = 256
+BROWSER_FIRST_STREAM = len(BANDS)
+
+
+class Pump(threading.Thread):
+    """Batches a worker's Redis traffic on a background thread."""
+
+    def __init__(
+        self,
+        frontier: Frontier,
+        config: StreamsConfig,
+        codec: RequestCodec,
+        node_id: str,
+        *,
+        concurrency: int,
+        per_site_concurrency: int,
+        wake: Callable[[], None] = lambda: None,
+        node_info: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(name=f"streams-sched-pump-{node_id}", daemon=True)
+        self.frontier = frontier
+        self.config = config
+        self.codec = codec
+        self.node_id = node_id
+        self.wake = wake
+        self.node_info = node_info or {}
+        # shared with the reactor thread
+        self.outbox: deque[tuple[Any, ...]] = deque()
+        self.arrivals: deque[tuple[Any, LeasedEntry]] = deque()
+        self.stats: deque[tuple[str, int]] = deque()
+        self.inflight = 0  # written by the reactor thread: requests handed to the engine
+        self.drained = False
+        self.fatal: BaseException | None = None
+        self._kick = threading.Event()
+        self._closing = False
+        self._stop_requested = False
+        self._cycles = 0
+        self._cycle_done = threading.Condition()
+        # pump-thread state
+        prefetch = config.prefetch or concurrency
+        self.capacity = concurrency + prefetch
+        self.low_water = max(1, prefetch // 2)
+        self.per_site_cap = per_site_concurrency + (config.prefetch_per_site or per_site_concurrency)
+        self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
+        self.http = "http" in config.capabilities
+        self.mask = "".join(
+            "1" if task in config.capabilities else "0" for task in ("http", "browser") for _ in BANDS
+        )
+        self.held: dict[str, int] = defaultdict(int)
+        self.held_total = 0
+        self.held_browser = 0
+        self.hints: dict[str, SiteHint] = {}
+        self.registered: set[str] = set()
+        self.unconfirmed: list[tuple[Any, ...]] = []
+        self.held_acks: list[tuple[Any, ...]] = []
+        self.own_dead: list[tuple[Any, ...]] = []
+        self.drain = DrainDetector()
+        now = time.monotonic()
+        self.next_registry = now
+        self.next_heartbeat = now
+        self.next_claim = now + min(config.lease_seconds, 5.0)
+        self.next_busy_claim = now + config.lease_seconds
+        self.next_drain_check = now
+        self.drain_interval = 0.05
+        self.backoff = 0.0
+        self.outage_since: float | None = None
+
+    # -- called from the reactor thread ------------------------------------
+
+    def kick(self) -> None:
+        self._kick.set()
+
+    def begin_close(self, timeout: float = 5.0) -> None:
+        """Stop leasing; return once no more arrivals can appear."""
+        with self._cycle_done:
+            self._closing = True
+            seen = self._cycles
+            self._kick.set()
+            if self.is_alive():
+                self._cycle_done.wait_for(lambda: self._cycles > seen + 1 or not self.is_alive(), timeout)
+
+    def finish(self, timeout: float) -> bool:
+        """Flush everything queued, then stop the thread. True if all was flushed."""
+        self._stop_requested = True
+        self._kick.set()
+        self.join(timeout)
+        return not self.is_alive() and not self._unsent()
+
+    # -- the thread ---------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # pragma: no cover - a bug; keep it visible
+            self.fatal = exc
+            logger.exception("streams-sched I/O thread crashed; the worker cannot lease or ack")
+            self.wake()
+
+    def _run(self) -> None:
+        deadline: float | None = None
+        while True:
+            if self._stop_requested:
+                if deadline is None:
+                    deadline = time.monotonic() + 30.0
+                if not self._unsent() and not self.outbox:
+                    break
+                if time.monotonic() > deadline:
+                    logger.error(
+                        "streams-sched stopping with %d unsent operations; their requests"
+                        " come back when their leases expire",
+                        len(self.outbox) + len(self.unconfirmed) + len(self.held_acks),
+                    )
+                    break
+            timeout = self._wait_time()
+            if timeout > 0:
+                self._kick.wait(timeout)
+            self._kick.clear()
+            try:
+                self._cycle()
+                if self.outage_since is not None:
+                    logger.warning(
+                        "Redis is reachable again after %.1fs", time.monotonic() - self.outage_since
+                    )
+                    self.outage_since = None
+                self.backoff = 0.0
+            except TRANSIENT as exc:
+                self._on_outage(exc)
+            except Exception:
+                logger.exception("streams-sched I/O cycle failed; retrying")
+                self.backoff = min(max(self.backoff * 2, 0.1), 5.0)
+            with self._cycle_done:
+                self._cycles += 1
+                self._cycle_done.notify_all()
+            if self.backoff:
+                time.sleep(self.backoff)
+        self._goodbye()
+
+    def _on_outage(self, exc: BaseException) -> None:
+        if self.outage_since is None:
+            self.outage_since = time.monotonic()
+            logger.warning("Redis unreachable (%s); retrying with back-off", exc)
+        self.backoff = min(max(self.backoff * 2, 0.1), 5.0)
+        self.stats.append(("streams/redis_errors", 1))
+
+    def _unsent(self) -> bool:
+        return bool(self.unconfirmed or self.held_acks or self.own_dead)
+
+    def _wait_time(self) -> float:
+        if self._stop_requested:
+            return 0.0 if (self.outbox or self._unsent()) else 0.01
+        if len(self.outbox) >= 512:
+            return 0.0
+        if self.outbox or self._unsent():
+            return self.config.flush_interval_seconds
+        now = time.monotonic()
+        poll = self.config.idle_poll_seconds
+        deadlines = [self.next_heartbeat, self.next_busy_claim]
+        if not self._closing and self.held_total - self.inflight <= self.low_water:
+            browser = self.browser_cap > 0
+            deadlines += [h.not_before for h in self.hints.values() if h.may_have_work(browser)]
+            deadlines.append(self.next_registry)
+            if any(h.pending for h in self.hints.values()):
+                deadlines.append(self.next_claim)
+            if self.held_total == 0:
+                deadlines.append(self.next_drain_check)
+        return min(max(min(deadlines) - now, 0.002), poll)
+
+    # -- one cycle ------------------------------------------------------------
+
+    def _cycle(self) -> None:
+        now = time.monotonic()
+        f = self.frontier
+        ops: list[tuple[Any, ...]] = []
+        outbox = self.outbox
+        while outbox:
+            ops.append(outbox.popleft())
+        new_enq = [op for op in ops if op[0] == "E"]
+        new_after = [op for op in ops if op[0] != "E"]
+        for op in new_after:
+            if op[0] in ("A", "D", "R"):
+                self._forget(op[1])
+        sendable: list[tuple[Any, ...]] = []
+        if not self.unconfirmed:
+            sendable, self.held_acks = self.held_acks, []
+        sendable += self.own_dead
+        self.own_dead = []
+        enq = self.unconfirmed + new_enq
+        self.unconfirmed = []
+        self.held_acks += new_after
+
+        pipe = f.client.pipeline(transaction=False)
+        handlers: list[tuple[Any, ...]] = []
+        arrived = 0
+        try:
+            self._queue_writes(pipe, handlers, enq, sendable)
+            planned = self._queue_leases(pipe, handlers, now)
+            self._queue_heartbeat(pipe, handlers, now)
+            replies = pipe.execute(raise_on_error=False) if handlers else []
+        except BaseException:
+            self.unconfirmed = enq + self.unconfirmed
+            self.held_acks = sendable + self.held_acks
+            raise
+        if handlers:
+            arrived = self._handle(handlers, replies)
+        self._maintenance(now, planned, arrived)
+
+    def _forget(self, entry: LeasedEntry) -> None:
+        """A lease this worker held is finished (acked, dead-lettered or handed back)."""
+        self.held[entry.site] -= 1
+        if self.held[entry.site] <= 0:
+            del self.held[entry.site]
+        self.held_total -= 1
+        if entry.stream >= BROWSER_FIRST_STREAM:
+            self.held_browser -= 1
+
+    def _queue_writes(
+        self,
+        pipe: Any,
+        handlers: list[tuple[Any, ...]],
+        enq: list[tuple[Any, ...]],
+        after: list[tuple[Any, ...]],
+    ) -> None:
+        f = self.frontier
+        if enq:
+            new_sites = {op[1] for op in enq} - self.registered
+            if new_sites:
+                f.register_sites(sorted(new_sites), pipe)
+                handlers.append(("reg", new_sites))
+            by_site: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+            for op in enq:
+                by_site[op[1]].append(op)
+            for site, site_ops in by_site.items():
+                for i in range(0, len(site_ops), ENQUEUE_CHUNK):
+                    chunk = site_ops[i : i + ENQUEUE_CHUNK]
+                    f.enqueue(site, [op[2] for op in chunk], pipe)
+                    handlers.append(("enq", site, chunk))
+        if after:
+            groups: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
+            for op in after:
+                groups[(op[0], op[1].site)].append(op)
+            for (kind, site), group in groups.items():
+                if kind == "A":
+                    f.ack(site, [(op[1].stream, op[1].id) for op in group], pipe)
+                elif kind == "D":
+                    f.dead_letter(site, self.node_id, [(op[1].stream, op[1].id, op[2]) for op in group], pipe)
+                elif kind == "R":
+                    f.release(site, self.node_id, [(op[1].stream, op[1].id) for op in group], pipe)
+                elif kind == "X":
+                    for op in group:
+                        f.extend(site, self.node_id, op[1].stream, op[1].id, pipe)
+                handlers.append(("after", kind, group))
+
+    def _queue_leases(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> bool:
+        """Queue lease calls; True if any site was asked."""
+        if self._closing or self._stop_requested:
+            return False
+        if now >= self.next_registry:
+            self._refresh_registry(now)
+        ready = self.held_total - self.inflight
+        room = self.capacity - self.held_total
+        if room <= 0 or (ready > self.low_water and room < self.low_water):
+            return False
+        plans = plan_leases(
+            now,
+            self.hints,
+            self.held,
+            total_room=room,
+            per_site_cap=self.per_site_cap,
+            browser_room=max(0, self.browser_cap - self.held_browser),
+            http=self.http,
+        )
+        weights = self.config.band_ratio
+        for plan in plans:
+            self.frontier.lease(
+                plan.site,
+                self.node_id,
+                plan.total,
+                weights,
+                max_http=plan.max_http,
+                max_browser=plan.max_browser,
+                pipe=pipe,
+            )
+            handlers.append(("lease", plan.site))
+        return bool(plans)
+
+    def _queue_heartbeat(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> None:
+        if now < self.next_heartbeat or self._stop_requested:
+            return
+        self.next_heartbeat = now + self.config.heartbeat_seconds
+        info = self._node_record("online")
+        self.frontier.record_node(self.node_id, info, pipe)
+        self.frontier.publish({"event": "heartbeat", **info}, pipe)
+        handlers.append(("hb",))
+        handlers.append(("hb",))
+
+    def _node_record(self, state: str) -> dict[str, Any]:
+        return {
+            **self.node_info,
+            "node": self.node_id,
+            "crawl": self.frontier.crawl,
+            "state": state,
+            "last_seen": time.time(),
+            "held": self.held_total,
+            "heartbeat_s": self.config.heartbeat_seconds,
+        }
+
+    # -- replies --------------------------------------------------------------
+
+    def _handle(self, handlers: list[tuple[Any, ...]], replies: list[Any]) -> int:
+        """Apply the replies of one pipeline; return how many requests arrived."""
+        arrived = 0
+        noscript = False
+        transient: BaseException | None = None
+        for h, reply in zip(handlers, replies, strict=True):
+            kind = h[0]
+            if isinstance(reply, Exception):
+                if isinstance(reply, NoScriptError):
+                    noscript = True
+                elif isinstance(reply, TRANSIENT):
+                    transient = reply
+                else:
+                    logger.error("Redis refused a %s: %s", kind, reply)
+                    self.stats.append(("streams/redis_errors", 1))
+                if kind == "enq":
+                    self.unconfirmed += h[2]
+                elif kind == "after":
+                    self.held_acks = h[2] + self.held_acks
+                elif kind == "reg":
+                    self.registered -= h[1]
+                continue
+            if kind == "enq":
+                self._on_enqueued(h[1], h[2], reply)
+            elif kind == "reg":
+                self.registered |= h[1]
+            elif kind == "after":
+                self._on_after(h[1], h[2], reply)
+            elif kind == "lease":
+                arrived += self._on_leased(h[1], reply)
+        if noscript:
+            self.frontier.scripts.load()
+        if arrived:
+            self.drained = False
+            self.wake()
+        if transient is not None:
+            raise transient
+        return arrived
+
+    def _on_enqueued(self, site: str, chunk: list[tuple[Any, ...]], reply: Any) -> None:
+        added, dups, delayed, _flags = parse_enqueue(reply)
+        st = self.stats
+        if added:
+            st.append(("streams/enqueued", added))
+            hint = self.hints.get(site)
+            if hint is None:
+                hint = self.hints[site] = SiteHint()
+            hint.backlog_http = hint.backlog_browser = -1
+            hint.not_before = 0.0
+            hint.empty_streak = 0
+            self.drained = False
+        if dups:
+            st.append(("dupefilter/filtered", dups))
+            st.append(("streams/duplicates_remote", dups))
+        if delayed:
+            st.append(("streams/delayed", delayed))
+
+    def _on_after(self, kind: str, group: list[tuple[Any, ...]], reply: Any) -> None:
+        n = int(reply) if not isinstance(reply, list) else len(group)
+        key = {"A": "streams/acked", "D": "streams/dead_lettered", "R": "streams/released", "X": "streams/extended"}[kind]
+        self.stats.append((key, n if kind != "X" else len(group)))
+
+    def _on_leased(self, site: str, reply: Any) -> int:
+        r = parse_lease(site, reply)
+        now = time.monotonic()
+        hint = self.hints.setdefault(site, SiteHint())
+        hint.backlog_http = r.backlog_http
+        hint.backlog_browser = r.backlog_browser
+        hint.pending = r.pending
+        hint.delayed = r.delayed
+        n = len(r.entries)
+        if n:
+            hint.empty_streak = 0
+            hint.not_before = 0.0
+            hint.served += n
+            self.stats.append(("streams/leased", n))
+        elif r.wait_ms == -1:
+            hint.not_before = now + self.config.idle_poll_seconds
+        elif r.wait_ms > 0:
+            hint.not_before = now + r.wait_ms / 1000.0
+        elif not hint.may_have_work(self.browser_cap > 0):
+            hint.empty_streak += 1
+            backoff = min(0.05 * (2 ** min(hint.empty_streak, 8)), self.config.idle_poll_seconds)
+            if r.next_due_in_ms >= 0:
+                backoff = min(backoff, r.next_due_in_ms / 1000.0)
+            hint.not_before = now + backoff
+        return self._accept(r.entries)
+
+    def _accept(self, entries: list[LeasedEntry]) -> int:
+        """Decode leased entries; good ones go to the reactor, bad ones to the dead-letter stream."""
+        arrived = 0
+        decode = self.codec.decode
+        for e in entries:
+            self.held[e.site] += 1
+            self.held_total += 1
+            if e.stream >= BROWSER_FIRST_STREAM:
+                self.held_browser += 1
+            try:
+                if e.payload is None:
+                    raise EntryError("entry has no payload field r")
+                request = decode(e.payload)
+            except EntryError as exc:
+                logger.error(
+                    "dead-lettering entry %s of site %s: %s", e.id.decode(), e.site, exc
+                )
+                self._forget(e)
+                self.own_dead.append(("D", e, str(exc)))
+                continue
+            e.payload = None
+            self.arrivals.append((request, e))
+            arrived += 1
+        return arrived
+
+    # -- idle work: registry, reclaim, drain ------------------------------------
+
+    def _refresh_registry(self, now: float) -> None:
+        busy = self.held_total > 0
+        self.next_registry = now + (10.0 if busy else 2.0)
+        for site in self.frontier.sites():
+            if site not in self.hints:
+                self.hints[site] = SiteHint()
+            self.registered.add(site)
+
+    def _maintenance(self, now: float, planned: bool, arrived: int) -> None:
+        """Take over expired leases when there is nothing else to do (and now and then
+        even when busy), and check whether the crawl is drained when idle."""
+        if self._closing or self._stop_requested:
+            return
+        room = self.capacity - self.held_total
+        if room > 0 and ((not planned and now >= self.next_claim) or now >= self.next_busy_claim):
+            self._claim_expired(now, room)
+        local_idle = self.held_total == 0 and not self.outbox and not self._unsent()
+        if not local_idle or arrived:
+            self.drain.reset()
+            self.drain_interval = 0.05
+            self.next_drain_check = now
+        elif not planned and now >= self.next_drain_check:
+            self._check_drain(now)
+
+    def _claim_expired(self, now: float, room: int) -> None:
+        self.next_claim = now + min(self.config.lease_seconds / 4, 2.0)
+        self.next_busy_claim = now + self.config.lease_seconds
+        sites = [s for s, h in self.hints.items() if h.pending > 0][:16]
+        if not sites:
+            return
+        pipe = self.frontier.client.pipeline(transaction=False)
+        for site in sites:
+            self.frontier.claim(
+                site, self.node_id, self.config.lease_ms, min(room, 64),
+                self.config.max_deliveries, "claim", self.mask, pipe,
+            )
+        arrived = 0
+        for site, reply in zip(sites, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, Exception):
+                if isinstance(reply, NoScriptError):
+                    self.frontier.scripts.load()
+                continue
+            taken, dead, entries = parse_claim(site, reply)
+            if taken:
+                logger.info("took over %d expired leases of site %s", taken, site)
+                self.stats.append(("streams/reclaimed", taken))
+            if dead:
+                logger.warning(
+                    "moved %d entries of site %s to the dead-letter stream (STREAMS_MAX_DELIVERIES)",
+                    dead, site,
+                )
+                self.stats.append(("streams/dead_lettered", dead))
+            arrived += self._accept(entries)
+        if arrived:
+            self.drained = False
+            self.wake()
+
+    def _check_drain(self, now: float) -> None:
+        f = self.frontier
+        sites = f.sites()
+        statuses = f.status_many(sites)
+        snapshot = {}
+        for st in statuses:
+            hint = self.hints.setdefault(st.site, SiteHint())
+            hint.pending = st.pending
+            hint.delayed = st.delayed
+            leasable = sum(
+                s.backlog for (task, _), s in st.streams.items() if task in self.config.capabilities
+            )
+            if leasable and hint.not_before > now:
+                hint.not_before = now
+            hint.backlog_http = sum(s.backlog for (t, _), s in st.streams.items() if t == "http")
+            hint.backlog_browser = sum(s.backlog for (t, _), s in st.streams.items() if t == "browser")
+            snapshot[st.site] = (st.is_empty, st.stats.get("enqueued", 0))
+        drained = self.drain.observe(snapshot)
+        if drained != self.drained:
+            self.drained = drained
+            if drained:
+                logger.info("crawl %s is drained: no backlog, lease or delayed request left", f.crawl)
+            self.wake()
+        # Confirm an empty-looking crawl quickly; otherwise look less and less often.
+        if not drained and all(empty for empty, _ in snapshot.values()):
+            self.drain_interval = 0.05
+        else:
+            self.drain_interval = min(max(self.drain_interval * 2, 0.1), self.config.idle_poll_seconds)
+        self.next_drain_check = time.monotonic() + self.drain_interval
+
+    def _goodbye(self) -> None:
+        try:
+            info = self._node_record("offline")
+            pipe = self.frontier.client.pipeline(transaction=False)
+            self.frontier.record_node(self.node_id, info, pipe)
+            self.frontier.publish({"event": "node_offline", **info}, pipe)
+            pipe.execute()
+        except Exception as exc:
+            logger.warning("could not publish node_offline: %s", exc)
+
+
+def make_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"

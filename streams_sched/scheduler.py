@@ -1,0 +1,426 @@
+"""The Scrapy scheduler: a shared crawl frontier on Redis Streams consumer groups.
+
+Enable it with two settings::
+
+    SCHEDULER = "streams_sched.scheduler.StreamsScheduler"
+    REDIS_URL = "redis://localhost:6379/0"
+
+How it behaves (implementation details, see the README for the guarantees):
+
+- ``enqueue_request`` fingerprints the request with ``crawler.request_fingerprinter``,
+  encodes it with msgpack and queues it for the I/O thread; it never touches
+  Redis. The I/O thread sends it through ``enqueue.lua``, which dedupes it
+  (Bloom filter) and adds it to the site's stream for its band in one atomic
+  step. A fingerprint this worker already sent is dropped locally.
+- ``next_request`` pops a prefetched request: the I/O thread leases small
+  batches with ``lease.lua`` (XREADGROUP) ahead of demand, so the reactor
+  never waits on Redis.
+- A request is acked (XACK + XDEL) once the engine is done with it: its
+  download, its callback or errback, every follow-up request it yielded
+  (already sent to Redis before the ack) and its items through the pipelines.
+- Leases that expire (a worker died) are taken over with XAUTOCLAIM by a
+  worker with nothing else to do, or by the reclaimer daemon; an entry
+  delivered more than STREAMS_MAX_DELIVERIES times goes to the dead-letter stream.
+- The worker closes only when the whole crawl is drained (no backlog, lease
+  or delayed request anywhere), unless STREAMS_CLOSE_ON_DRAIN is False.
+- Closing never deletes shared state; prefetched requests not started are
+  handed back at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Protocol
+
+from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.httpobj import urlparse_cached
+
+from . import __version__
+from ._engine import EngineHooks
+from .codec import RequestCodec
+from .config import StreamsConfig
+from .connection import connect, redact, wait_ready
+from .errors import SerializationError
+from .frontier import BloomParams, Frontier, LeasedEntry, Outgoing, detect_dedupe
+from .keys import BANDS, TASK_TYPES, validate_site_name
+from .pump import Pump, make_node_id
+from .retry_after import retry_after_seconds
+from .selection import band_for
+from .seen import SeenCache
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.statscollectors import StatsCollector
+
+__all__ = ["StreamsScheduler"]
+
+logger = logging.getLogger(__name__)
+
+
+class Fingerprinter(Protocol):
+    def fingerprint(self, request: Request) -> bytes: ...
+
+
+class StreamsScheduler(BaseScheduler):
+    """A Scrapy scheduler whose queue is a Redis Streams crawl frontier shared by many workers."""
+
+    def __init__(
+        self,
+        config: StreamsConfig,
+        *,
+        fingerprinter: Fingerprinter,
+        stats: StatsCollector | None = None,
+        crawler: Crawler | None = None,
+        concurrency: int = 16,
+        per_site_concurrency: int = 8,
+        dupefilter_debug: bool = False,
+    ) -> None:
+        self.config = config
+        self.fingerprinter = fingerprinter
+        self.stats = stats
+        self.crawler = crawler
+        self.concurrency = concurrency
+        self.per_site_concurrency = per_site_concurrency
+        self.dupefilter_debug = dupefilter_debug
+        self.node_id = config.node_id or make_node_id()
+        self.seen = SeenCache(config.local_seen_cache)
+        self.spider: Spider | None = None
+        self.frontier: Frontier | None = None
+        self.codec: RequestCodec | None = None
+        self._pump: Pump | None = None
+        self._hooks: EngineHooks | None = None
+        self._outbox: deque[tuple[Any, ...]] = deque()
+        self._ready: dict[str, deque[tuple[Request, LeasedEntry]]] = {}
+        self._order: deque[str] = deque()
+        self._nready = 0
+        self._leases: dict[Request, LeasedEntry] = {}
+        self._sites: dict[str, str] = {}
+        self._logged_dupe = False
+        self._fatal_reported = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> StreamsScheduler:
+        settings = crawler.settings
+        spider_name = crawler.spider.name if crawler.spider is not None else None
+        config = StreamsConfig.from_settings(settings, spider_name)
+        return cls(
+            config,
+            fingerprinter=crawler.request_fingerprinter,  # type: ignore[arg-type]
+            stats=crawler.stats,
+            crawler=crawler,
+            concurrency=settings.getint("CONCURRENT_REQUESTS"),
+            per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
+            dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
+        )
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def open(self, spider: Spider) -> None:
+        cfg = self.config
+        self.spider = spider
+        client = connect(
+            cfg.redis_url,
+            socket_timeout=cfg.socket_timeout_seconds,
+            connect_timeout=min(5.0, cfg.socket_timeout_seconds),
+        )
+        wait_ready(client, cfg.redis_url, cfg.connect_timeout_seconds)
+        mode = detect_dedupe(client, cfg.crawl, cfg.dedupe)
+        bloom = BloomParams(mode, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion)
+        self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
+        frontier.scripts.load()
+        frontier.register()
+        self._apply_site_policies()
+        self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes)
+        node_info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "capabilities": list(cfg.capabilities),
+            "version": __version__,
+        }
+        self._pump = Pump(
+            frontier,
+            cfg,
+            self.codec,
+            self.node_id,
+            concurrency=self.concurrency,
+            per_site_concurrency=self.per_site_concurrency,
+            node_info=node_info,
+        )
+        if self.crawler is not None:
+            self._hooks = EngineHooks(self.crawler, self, self.request_done)
+            self._pump.wake = self._hooks.wake
+            self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
+            if not cfg.close_on_drain:
+                self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
+        frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
+        frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
+        self._pump.start()
+        logger.info(
+            "streams-sched %s opened: crawl=%s node=%s redis=%s dedupe=%s lease_s=%g"
+            " max_deliveries=%d band_ratio=%s close_on_drain=%s",
+            __version__,
+            cfg.crawl,
+            self.node_id,
+            redact(cfg.redis_url),
+            "redisbloom" if mode == "bf" else "bitmap",
+            cfg.lease_seconds,
+            cfg.max_deliveries,
+            ":".join(map(str, cfg.band_ratio)),
+            cfg.close_on_drain,
+        )
+
+    def _apply_site_policies(self) -> None:
+        assert self.frontier is not None
+        sites = self.config.sites
+        if not sites:
+            return
+        from .policy import apply_site_policies
+
+        apply_site_policies(self.frontier, sites)
+
+    def close(self, reason: str) -> None:
+        pump = self._pump
+        if pump is None:
+            return
+        pump.begin_close()
+        self._absorb()
+        unstarted = 0
+        for queue in self._ready.values():
+            for _request, entry in queue:
+                self._outbox_put(("R", entry))
+                unstarted += 1
+        self._ready.clear()
+        self._order.clear()
+        self._nready = 0
+        for entry in self._leases.values():
+            self._outbox_put(("R", entry))
+            unstarted += 1
+        self._leases.clear()
+        flushed = pump.finish(timeout=30.0)
+        self._apply_stats()
+        if self._hooks is not None:
+            self._hooks.unhook()
+        logger.info(
+            "streams-sched closed (%s): node=%s handed back %d unstarted leases; all acks sent: %s",
+            reason, self.node_id, unstarted, flushed,
+        )
+
+    # -- Scrapy's scheduler interface ------------------------------------------
+
+    def has_pending_requests(self) -> bool:
+        pump = self._pump
+        if pump is None:
+            return False
+        if pump.fatal is not None:
+            self._report_fatal()
+            return False
+        if self._nready or pump.arrivals or self._outbox or self._leases:
+            return True
+        if pump.outbox or pump.unconfirmed or pump.held_acks:
+            return True
+        return not pump.drained
+
+    def enqueue_request(self, request: Request) -> bool:
+        codec = self.codec
+        if codec is None:
+            raise RuntimeError("StreamsScheduler.enqueue_request() called before open()")
+        if request.dont_filter:
+            fp = b""
+        else:
+            fp = self.fingerprinter.fingerprint(request)
+            if len(fp) != 20:
+                fp = _sha1(fp)
+            if fp in self.seen:
+                self._filtered(request)
+                return False
+        meta = request.meta
+        try:
+            site = self._site_of(request, meta)
+            task = meta.get("task_type") or "http"
+            if task not in TASK_TYPES:
+                raise SerializationError(repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}")
+            payload = codec.encode(request)
+        except SerializationError as exc:
+            logger.error("%s", exc, extra={"spider": self.spider})
+            self._inc("streams/unserializable")
+            return False
+        cfg = self.config
+        band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)
+        stream = (len(BANDS) if task == "browser" else 0) + band
+        delay_ms = 0
+        not_before = meta.get("not_before")
+        if not_before:
+            try:
+                delay_ms = max(0, int((float(not_before) - time.time()) * 1000))
+            except (TypeError, ValueError):
+                logger.error("ignoring meta['not_before']=%r of %s: not epoch seconds", not_before, request)
+        self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload)))
+        if fp:
+            self.seen.add(fp)
+        self._inc("scheduler/enqueued/redis")
+        self._inc("scheduler/enqueued")
+        return True
+
+    def next_request(self) -> Request | None:
+        pump = self._pump
+        if pump is None:
+            return None
+        if pump.stats:
+            self._apply_stats()
+        if pump.arrivals:
+            self._absorb()
+        if not self._order:
+            pump.kick()
+            return None
+        site = self._order.popleft()
+        queue = self._ready[site]
+        request, entry = queue.popleft()
+        if queue:
+            self._order.append(site)
+        else:
+            del self._ready[site]
+        self._nready -= 1
+        self._leases[request] = entry
+        pump.inflight = len(self._leases)
+        if self._nready <= pump.low_water:
+            pump.kick()
+        self._inc("scheduler/dequeued/redis")
+        self._inc("scheduler/dequeued")
+        return request
+
+    def __len__(self) -> int:
+        return self._nready + len(self._pump.arrivals if self._pump else ())
+
+    # -- acks and leases ---------------------------------------------------------
+
+    def request_done(self, request: Request) -> None:
+        """The engine is done with ``request``: ack its lease (after its follow-ups).
+
+        Called by the engine hook; call it yourself only when running the
+        scheduler without a crawler.
+        """
+        entry = self._leases.pop(request, None)
+        if entry is None:
+            return
+        self._outbox_put(("A", entry))
+        pump = self._pump
+        if pump is not None:
+            pump.inflight = len(self._leases)
+
+    def extend_lease(self, request: Request) -> bool:
+        """Give a long-running request a full lease again. False if it holds no lease."""
+        entry = self._leases.get(request)
+        if entry is None:
+            return False
+        self._outbox_put(("X", entry))
+        return True
+
+    def lease_of(self, request: Request) -> LeasedEntry | None:
+        """The lease a request holds (site, stream, entry id, prior deliveries), if any."""
+        return self._leases.get(request)
+
+    # -- internals -------------------------------------------------------------
+
+    def _outbox_put(self, op: tuple[Any, ...]) -> None:
+        pump = self._pump
+        if pump is None:
+            return
+        pump.outbox.append(op)
+        if len(pump.outbox) >= 512:
+            pump.kick()
+
+    def _absorb(self) -> None:
+        pump = self._pump
+        if pump is None:
+            return
+        arrivals = pump.arrivals
+        ready = self._ready
+        order = self._order
+        n = 0
+        while arrivals:
+            request, entry = arrivals.popleft()
+            queue = ready.get(entry.site)
+            if queue is None:
+                queue = ready[entry.site] = deque()
+                order.append(entry.site)
+            queue.append((request, entry))
+            n += 1
+        self._nready += n
+
+    def _site_of(self, request: Request, meta: dict[str, Any]) -> str:
+        site = meta.get("site")
+        if site is None:
+            return urlparse_cached(request).hostname or "_nohost"
+        known = self._sites.get(site)
+        if known is None:
+            try:
+                known = self._sites[site] = validate_site_name(site)
+            except ValueError as exc:
+                raise SerializationError(repr(request), "meta['site']", str(exc)) from None
+        return known
+
+    def _filtered(self, request: Request) -> None:
+        self._inc("dupefilter/filtered")
+        if self.dupefilter_debug:
+            logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
+        elif not self._logged_dupe:
+            logger.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be shown"
+                " (see DUPEFILTER_DEBUG to show all duplicates)",
+                {"request": request},
+                extra={"spider": self.spider},
+            )
+            self._logged_dupe = True
+
+    def _inc(self, key: str, n: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key, n)
+
+    def _apply_stats(self) -> None:
+        pump = self._pump
+        if pump is None:
+            return
+        stats = pump.stats
+        while stats:
+            key, n = stats.popleft()
+            self._inc(key, n)
+
+    def _on_spider_idle(self, spider: Spider) -> None:
+        raise DontCloseSpider
+
+    def _on_response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
+        if response.status not in (429, 503):
+            return
+        delay = retry_after_seconds(
+            response.headers.get(b"Retry-After"), time.time(), self.config.retry_after_max_seconds
+        )
+        if delay:
+            # RetryMiddleware copies the meta into the retry request, which then waits
+            # in the site's delay queue until Retry-After has passed.
+            request.meta["not_before"] = time.time() + delay
+            self._inc("streams/retry_after")
+
+    def _report_fatal(self) -> None:
+        if self._fatal_reported:
+            return
+        self._fatal_reported = True
+        logger.error("streams-sched I/O thread died: %r; closing the spider", self._pump.fatal if self._pump else None)
+        if self.crawler is not None and self.crawler.engine is not None:
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(self.crawler.engine.close_spider_async(reason="streams_sched_error"))
+
+
+def _sha1(data: bytes) -> bytes:
+    import hashlib
+
+    return hashlib.sha1(data).digest()
+

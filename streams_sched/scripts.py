@@ -1,0 +1,90 @@
+"""The server-side scripts, read once at import and registered once per client.
+
+Each ``lua/<name>.lua`` file starts with a header naming its KEYS and ARGV.
+``lua/_lib.lua`` holds helpers shared by all of them and is prepended to each
+script, so every call stays one atomic script that touches only its KEYS.
+Scripts are called through redis-py's ``register_script``, which reloads a
+script the server has forgotten (NOSCRIPT) transparently, also in pipelines.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+__all__ = ["SCRIPT_NAMES", "Scripts", "source"]
+
+SCRIPT_NAMES: tuple[str, ...] = (
+    "enqueue",
+    "lease",
+    "claim",
+    "ack",
+    "dead",
+    "release",
+    "promote",
+    "status",
+)
+
+
+def _read(name: str) -> str:
+    return resources.files("streams_sched").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+_LIB = _read("_lib.lua")
+_SOURCES: dict[str, str] = {name: _LIB + "\n" + _read(f"{name}.lua") for name in SCRIPT_NAMES}
+
+
+def source(name: str) -> str:
+    """The full text of script ``name`` as sent to Redis (helpers included)."""
+    return _SOURCES[name]
+
+
+class Scripts:
+    """The scripts registered on one client. Call them with ``client=pipeline`` to batch."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.enqueue: Script = client.register_script(_SOURCES["enqueue"])
+        self.lease: Script = client.register_script(_SOURCES["lease"])
+        self.claim: Script = client.register_script(_SOURCES["claim"])
+        self.ack: Script = client.register_script(_SOURCES["ack"])
+        self.dead: Script = client.register_script(_SOURCES["dead"])
+        self.release: Script = client.register_script(_SOURCES["release"])
+        self.promote: Script = client.register_script(_SOURCES["promote"])
+        self._status: Script = client.register_script(_SOURCES["status"])
+
+    def all(self) -> list[Script]:
+        return [self.enqueue, self.lease, self.claim, self.ack, self.dead, self.release,
+                self.promote, self._status]
+
+    def load(self, client: Any = None) -> None:
+        """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""
+        target = client or self.client
+        for script in self.all():
+            target.script_load(script.script)
+
+    def call(self, script: Script, keys: list[str], args: list[Any], pipe: Any = None) -> Any:
+        """Run ``script`` now (reloading it on NOSCRIPT), or queue it on ``pipe``.
+
+        In a pipeline this queues a bare EVALSHA: redis-py's own script support
+        would send SCRIPT EXISTS before every pipeline, doubling round trips.
+        A NOSCRIPT reply comes back as that command's error; the caller calls
+        :meth:`load` and retries.
+        """
+        if pipe is None:
+            return script(keys=keys, args=args, client=self.client)
+        return pipe.evalsha(script.sha, len(keys), *keys, *args)
+
+    def status_ro(self, client: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run the read-only status script with EVALSHA_RO, falling back to EVAL_RO.
+
+        Works for a read-only ACL user, which may not run SCRIPT LOAD.
+        """
+        script = self._status
+        try:
+            return client.evalsha_ro(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return client.eval_ro(script.script, len(keys), *keys, *args)

@@ -1,0 +1,148 @@
+"""Pure decision logic of a worker: no Redis, no Scrapy, no clocks of its own.
+
+- :func:`band_for` maps ``Request.priority`` to a priority band;
+- :class:`SiteHint` and :func:`plan_leases` decide which sites to lease from
+  and how many entries, given what this worker already holds;
+- :class:`DrainDetector` decides when the whole crawl is drained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["DrainDetector", "LeasePlan", "SiteHint", "band_for", "plan_leases"]
+
+
+def band_for(priority: int, high_min: int, low_max: int) -> int:
+    """Band index (0 high, 1 default, 2 low) of a request priority."""
+    if priority >= high_min:
+        return 0
+    if priority <= low_max:
+        return 2
+    return 1
+
+
+@dataclass(slots=True)
+class SiteHint:
+    """What a worker last learned about a site, and when to ask it again."""
+
+    #: entries not yet delivered, per task type, as of the last reply (-1 = unknown)
+    backlog_http: int = -1
+    backlog_browser: int = -1
+    #: leased by anyone and not acked, as of the last reply
+    pending: int = 0
+    delayed: int = 0
+    #: do not lease from this site before this time (monotonic seconds)
+    not_before: float = 0.0
+    #: consecutive empty replies (drives the back-off)
+    empty_streak: int = 0
+    #: site weight for fairness (issue: per-site policy)
+    weight: float = 1.0
+    #: service counter for weighted fairness (lower = served less relative to weight)
+    served: float = 0.0
+
+    def may_have_work(self, browser: bool) -> bool:
+        if self.backlog_http != 0:
+            return True
+        return browser and self.backlog_browser != 0
+
+
+@dataclass(slots=True)
+class LeasePlan:
+    site: str
+    total: int
+    max_http: int
+    max_browser: int
+
+
+def plan_leases(
+    now: float,
+    hints: Mapping[str, SiteHint],
+    held: Mapping[str, int],
+    *,
+    total_room: int,
+    per_site_cap: int,
+    browser_room: int,
+    http: bool = True,
+    max_sites: int = 32,
+) -> list[LeasePlan]:
+    """Split ``total_room`` free lease slots among the sites that may have work.
+
+    ``held`` counts what this worker already holds per site (prefetched or in
+    flight); a site never gets more than ``per_site_cap - held``, so one slow
+    site cannot fill the worker. ``browser_room`` is how many more browser
+    requests this worker may hold (0 without the capability); ``http`` says
+    whether it does plain http requests. Sites are served in order of ``served / weight``
+    (weighted fairness), asking at most ``max_sites`` sites per round.
+    """
+    if total_room <= 0:
+        return []
+    candidates = [
+        (hint.served / hint.weight if hint.weight > 0 else float("inf"), site)
+        for site, hint in hints.items()
+        if hint.not_before <= now
+        and ((http and hint.backlog_http != 0) or (browser_room > 0 and hint.backlog_browser != 0))
+        and held.get(site, 0) < per_site_cap
+        and hint.weight > 0
+    ]
+    if not candidates:
+        return []
+    candidates.sort()
+    chosen = [site for _, site in candidates[:max_sites]]
+    # Share the room by weight, at least one each, capped per site.
+    weights = {s: hints[s].weight for s in chosen}
+    total_weight = sum(weights.values())
+    plans: list[LeasePlan] = []
+    room = total_room
+    b_room = browser_room
+    for site in chosen:
+        if room <= 0:
+            break
+        cap = per_site_cap - held.get(site, 0)
+        share = max(1, round(total_room * weights[site] / total_weight))
+        n = min(cap, share, room)
+        hint = hints[site]
+        n_browser = min(n, b_room) if hint.backlog_browser != 0 else 0
+        n_http = n if http and hint.backlog_http != 0 else 0
+        if n_http == 0 and n_browser == 0:
+            continue
+        total = min(n, n_http + n_browser)
+        plans.append(LeasePlan(site, total, n_http, n_browser))
+        room -= total
+        b_room -= n_browser
+    return plans
+
+
+@dataclass
+class DrainDetector:
+    """Decides that a crawl is drained, from snapshots of every site.
+
+    A snapshot maps each site to ``(empty, enqueued)``: whether the site holds
+    no backlog, no pending lease and no delayed request, and its enqueue
+    counter. Reading many sites is not atomic (and cannot be on Redis Cluster),
+    so one empty-looking snapshot proves nothing: a worker may enqueue a child
+    at a site already read and ack its parent at a site read later. Two
+    consecutive snapshots that are both entirely empty, over the same sites,
+    with no enqueue in between, prove that every site was empty at every
+    moment between the end of the first and the start of the second: the crawl
+    was fully drained then, and work only comes from work (or from outside).
+    """
+
+    last: dict[str, tuple[bool, int]] | None = field(default=None)
+
+    def observe(self, snapshot: Mapping[str, tuple[bool, int]]) -> bool:
+        """Record a snapshot; return True when the crawl is proven drained."""
+        snap = dict(snapshot)
+        all_empty = all(empty for empty, _ in snap.values())
+        previous = self.last
+        self.last = snap if all_empty else None
+        return all_empty and previous is not None and previous == snap
+
+    def reset(self) -> None:
+        self.last = None
+
+
+def weighted_order(sites: Iterable[str], hints: Mapping[str, SiteHint]) -> list[str]:
+    """Sites ordered by how little they were served relative to their weight."""
+    return sorted(sites, key=lambda s: hints[s].served / max(hints[s].weight, 1e-9))
