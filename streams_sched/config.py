@@ -163,6 +163,10 @@ class StreamsConfig:
             )
         if not isinstance(self.sites, Mapping):
             raise ConfigError("STREAMS_SITES", self.sites, "expected a dict of site -> policy dict")
+        from .policy import validate_policy
+
+        for site, policy in self.sites.items():
+            validate_policy(site, policy)
 
     @property
     def lease_ms(self) -> int:

@@ -10,10 +10,13 @@ the scripts have one Python face.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 from .errors import DedupeBackendError
 from .keys import GROUP, STREAMS, CrawlKeys, SiteKeys
@@ -26,6 +29,7 @@ __all__ = [
     "LeasedEntry",
     "Outgoing",
     "SiteStatus",
+    "crawl_bloom",
     "detect_dedupe",
     "parse_claim",
     "parse_enqueue",
@@ -34,6 +38,8 @@ __all__ = [
 ]
 
 NO_MASK = "111111"
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,13 +64,19 @@ class Outgoing:
 
 @dataclass(slots=True)
 class LeasedEntry:
-    """An entry leased from a site's stream (stream is a 0-based index into STREAMS)."""
+    """An entry leased from a site's stream (stream is a 0-based index into STREAMS).
+
+    ``deliveries`` counts earlier deliveries that did not end in an ack; a
+    ``suspect`` entry had one (it was taken over or requeued after its lease
+    expired), so a worker holds at most one at a time.
+    """
 
     site: str
     stream: int
     id: bytes
     payload: bytes | None
     deliveries: int
+    suspect: bool = False
 
 
 @dataclass(slots=True)
@@ -75,6 +87,7 @@ class LeaseReply:
     delayed: int
     next_due_in_ms: int
     wait_ms: int
+    deferred: int = 0
     entries: list[LeasedEntry] = field(default_factory=list)
 
 
@@ -125,24 +138,23 @@ def parse_enqueue(reply: Sequence[Any]) -> tuple[int, int, int, bytes]:
     return int(reply[0]), int(reply[1]), int(reply[2]), bytes(reply[3])
 
 
-def _entries(site: str, flat: Sequence[Any], start: int) -> list[LeasedEntry]:
-    return [
-        LeasedEntry(site, int(flat[i]) - 1, flat[i + 1], flat[i + 2] or None, int(flat[i + 3]))
-        for i in range(start, len(flat), 4)
-    ]
+def _entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) -> list[LeasedEntry]:
+    out = []
+    for i in range(start, len(flat), 4):
+        d = int(flat[i + 3])
+        out.append(LeasedEntry(site, int(flat[i]) - 1, flat[i + 1], flat[i + 2] or None, d, claimed or d > 0))
+    return out
 
 
 def parse_lease(site: str, reply: Sequence[Any]) -> LeaseReply:
-    r = LeaseReply(
-        int(reply[0]), int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]), int(reply[5])
-    )
-    r.entries = _entries(site, reply, 6)
+    r = LeaseReply(*(int(v) for v in reply[:7]))
+    r.entries = _entries(site, reply, 7)
     return r
 
 
 def parse_claim(site: str, reply: Sequence[Any]) -> tuple[int, int, list[LeasedEntry]]:
     """-> (taken, dead-lettered, entries returned in claim mode)."""
-    return int(reply[0]), int(reply[1]), _entries(site, reply, 2)
+    return int(reply[0]), int(reply[1]), _entries(site, reply, 2, claimed=True)
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
@@ -187,14 +199,7 @@ def detect_dedupe(client: Any, crawl: str, wanted: str) -> str:
     follow it, so one crawl never mixes back-ends.
     """
     keys = CrawlKeys(crawl)
-    probe = f"{keys.meta}:bfprobe"
-    try:
-        client.execute_command("BF.EXISTS", probe, "x")
-        has_bf = True
-    except Exception as exc:  # unknown command
-        if "unknown command" not in str(exc).lower() and "err unknown" not in str(exc).lower():
-            raise
-        has_bf = False
+    has_bf = server_has_bloom(client, keys.meta + ":bfprobe")
     if wanted == "redisbloom" and not has_bf:
         raise DedupeBackendError(
             'STREAMS_DEDUPE="redisbloom" but this Redis has no RedisBloom module (BF.* commands);'
@@ -202,8 +207,7 @@ def detect_dedupe(client: Any, crawl: str, wanted: str) -> str:
         )
     choice = {"redisbloom": "bf", "bitmap": "bitmap"}.get(wanted, "bf" if has_bf else "bitmap")
     client.hsetnx(keys.meta, "dedupe", choice)
-    recorded = client.hget(keys.meta, "dedupe")
-    recorded = recorded.decode() if isinstance(recorded, bytes) else recorded
+    recorded = _text(client.hget(keys.meta, "dedupe"))
     if recorded != choice:
         if wanted != "auto":
             raise DedupeBackendError(
@@ -215,8 +219,60 @@ def detect_dedupe(client: Any, crawl: str, wanted: str) -> str:
                 f"crawl {crawl!r} uses RedisBloom for dedupe, but this Redis has no BF.* commands;"
                 " load the RedisBloom module or purge the crawl"
             )
-        choice = str(recorded)
+        choice = recorded
     return choice
+
+
+def server_has_bloom(client: Any, probe_key: str = "ss:bfprobe") -> bool:
+    """True if the server answers RedisBloom commands (BF.EXISTS on a missing key)."""
+    try:
+        client.execute_command("BF.EXISTS", probe_key, "x")
+        return True
+    except Exception as exc:  # unknown command
+        text = str(exc).lower()
+        if "unknown command" in text or "err unknown" in text:
+            return False
+        raise
+
+
+def crawl_bloom(
+    client: Any,
+    crawl: str,
+    wanted: str = "auto",
+    error_rate: float | None = None,
+    capacity: int | None = None,
+    expansion: int | None = None,
+) -> BloomParams:
+    """The crawl's Bloom parameters, fixed by its first worker and shared by every client.
+
+    The bitmap filter's layout depends on them, so a worker with other
+    settings uses the recorded ones and says so. ``None`` means "whatever the
+    crawl uses" (the defaults if nobody recorded any yet).
+    """
+    mode = detect_dedupe(client, crawl, wanted)
+    meta = CrawlKeys(crawl).meta
+    default = BloomParams()
+    asked = (error_rate, capacity, expansion)
+    mine = {
+        "bloom_error_rate": repr(default.error_rate if error_rate is None else error_rate),
+        "bloom_capacity": str(default.capacity if capacity is None else capacity),
+        "bloom_expansion": str(default.expansion if expansion is None else expansion),
+    }
+    for field_name, value in mine.items():
+        client.hsetnx(meta, field_name, value)
+    rec = [_text(v) for v in client.hmget(meta, list(mine))]
+    params = BloomParams(mode, float(rec[0]), int(rec[1]), int(rec[2]))
+    if None not in asked and (params.error_rate, params.capacity, params.expansion) != asked:
+        logger.warning(
+            "crawl %s keeps the Bloom parameters it started with (error_rate=%s capacity=%s"
+            " expansion=%s); the settings ask for %s/%s/%s",
+            crawl, params.error_rate, params.capacity, params.expansion, error_rate, capacity, expansion,
+        )
+    return params
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class Frontier:
@@ -305,15 +361,17 @@ class Frontier:
         max_http: int | None = None,
         max_browser: int = 0,
         promote_limit: int = 100,
+        max_suspects: int = 1,
         pipe: Any = None,
     ) -> Any:
-        """Lease up to ``total`` entries (at most ``max_http`` http, ``max_browser`` browser)."""
+        """Lease up to ``total`` entries (at most ``max_http`` http, ``max_browser`` browser,
+        ``max_suspects`` that failed a delivery before)."""
         k = self.site(site)
         max_http = total if max_http is None else max_http
         reply = self.scripts.call(
             self.scripts.lease,
             [k.delayed, k.dlq, k.stats, k.policy, *k.streams],
-            [self.group, consumer, total, max_http, max_browser, *weights, promote_limit],
+            [self.group, consumer, total, max_http, max_browser, *weights, promote_limit, max_suspects],
             pipe,
         )
         return reply if pipe is not None else parse_lease(site, reply)
@@ -388,20 +446,21 @@ class Frontier:
         """Snapshots of many sites in one round trip (EVALSHA_RO in a pipeline)."""
         if not sites:
             return []
-        script = self.scripts._status
-        # Make sure the server knows the script before pipelining EVALSHA_RO.
-        try:
-            loaded = self.client.script_exists(script.sha)[0]
-        except Exception:
-            loaded = False
-        if not loaded:
-            return [self.status(s) for s in sites]
+        sha = self.scripts._status.sha
         pipe = self.client.pipeline(transaction=False)
         for s in sites:
             k = self.site(s)
             keys = [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
-            pipe.evalsha_ro(script.sha, len(keys), *keys, self.group)
-        return [parse_status(s, r) for s, r in zip(sites, pipe.execute(), strict=True)]
+            pipe.evalsha_ro(sha, len(keys), *keys, self.group)
+        out = []
+        for s, reply in zip(sites, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, NoScriptError):
+                out.append(self.status(s))  # falls back to EVAL_RO, which loads nothing
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                out.append(parse_status(s, reply))
+        return out
 
     def dead_letters(self, site: str, count: int = 100, start: str = "-") -> list[dict[str, Any]]:
         out = []

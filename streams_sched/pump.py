@@ -33,7 +33,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .errors import EntryError
-from .frontier import Frontier, LeasedEntry, Outgoing, parse_claim, parse_enqueue, parse_lease, parse_status
+from .frontier import Frontier, LeasedEntry, Outgoing, parse_enqueue, parse_lease
 from .keys import BANDS
 from .selection import DrainDetector, SiteHint, plan_leases
 
@@ -95,6 +95,9 @@ class Pump(threading.Thread):
         self.held: dict[str, int] = defaultdict(int)
         self.held_total = 0
         self.held_browser = 0
+        self.suspects = 0  # held entries that failed a delivery before: at most one
+        self.recovering = False
+        self.claim_cursor = 0
         self.hints: dict[str, SiteHint] = {}
         self.registered: set[str] = set()
         self.unconfirmed: list[tuple[Any, ...]] = []
@@ -207,6 +210,8 @@ class Pump(threading.Thread):
             deadlines.append(self.next_registry)
             if any(h.pending for h in self.hints.values()):
                 deadlines.append(self.next_claim)
+            if self.recovering and self.suspects == 0:
+                deadlines.append(now)
             if self.held_total == 0:
                 deadlines.append(self.next_drain_check)
         return min(max(min(deadlines) - now, 0.002), poll)
@@ -258,6 +263,9 @@ class Pump(threading.Thread):
         self.held_total -= 1
         if entry.stream >= BROWSER_FIRST_STREAM:
             self.held_browser -= 1
+        if entry.suspect:
+            self.suspects -= 1
+            self.next_claim = time.monotonic()
 
     def _queue_writes(
         self,
@@ -316,6 +324,7 @@ class Pump(threading.Thread):
             http=self.http,
         )
         weights = self.config.band_ratio
+        suspects_ok = 1 if self.suspects == 0 else 0
         for plan in plans:
             self.frontier.lease(
                 plan.site,
@@ -324,8 +333,10 @@ class Pump(threading.Thread):
                 weights,
                 max_http=plan.max_http,
                 max_browser=plan.max_browser,
+                max_suspects=suspects_ok,
                 pipe=pipe,
             )
+            suspects_ok = 0
             handlers.append(("lease", plan.site))
         return bool(plans)
 
@@ -428,11 +439,14 @@ class Pump(threading.Thread):
             hint.not_before = 0.0
             hint.served += n
             self.stats.append(("streams/leased", n))
+        elif r.deferred:
+            # only requests that failed before, and this worker already holds one
+            hint.not_before = now + 0.25
         elif r.wait_ms == -1:
             hint.not_before = now + self.config.idle_poll_seconds
         elif r.wait_ms > 0:
             hint.not_before = now + r.wait_ms / 1000.0
-        elif not hint.may_have_work(self.browser_cap > 0):
+        elif not hint.may_have_work(self.browser_cap > 0, self.http) or r.delayed:
             hint.empty_streak += 1
             backoff = min(0.05 * (2 ** min(hint.empty_streak, 8)), self.config.idle_poll_seconds)
             if r.next_due_in_ms >= 0:
@@ -449,6 +463,8 @@ class Pump(threading.Thread):
             self.held_total += 1
             if e.stream >= BROWSER_FIRST_STREAM:
                 self.held_browser += 1
+            if e.suspect:
+                self.suspects += 1
             try:
                 if e.payload is None:
                     raise EntryError("entry has no payload field r")
@@ -481,8 +497,9 @@ class Pump(threading.Thread):
         if self._closing or self._stop_requested:
             return
         room = self.capacity - self.held_total
-        if room > 0 and ((not planned and now >= self.next_claim) or now >= self.next_busy_claim):
-            self._claim_expired(now, room)
+        wants_claim = (not planned and now >= self.next_claim) or now >= self.next_busy_claim or self.recovering
+        if room > 0 and self.suspects == 0 and wants_claim:
+            self._claim_expired(now)
         local_idle = self.held_total == 0 and not self.outbox and not self._unsent()
         if not local_idle or arrived:
             self.drain.reset()
@@ -491,38 +508,49 @@ class Pump(threading.Thread):
         elif not planned and now >= self.next_drain_check:
             self._check_drain(now)
 
-    def _claim_expired(self, now: float, room: int) -> None:
+    def _claim_expired(self, now: float) -> None:
+        """Take over ONE expired lease (XAUTOCLAIM), trying the sites with pending entries in turn.
+
+        One at a time: an expired lease may be the request that killed its
+        worker, and a worker holding two such requests could take an innocent
+        one down with the poison one. While there are more, the next is taken
+        as soon as this one is finished.
+        """
         self.next_claim = now + min(self.config.lease_seconds / 4, 2.0)
         self.next_busy_claim = now + self.config.lease_seconds
-        sites = [s for s, h in self.hints.items() if h.pending > 0][:16]
+        sites = [s for s, h in self.hints.items() if h.pending > 0]
+        self.recovering = False
         if not sites:
             return
-        pipe = self.frontier.client.pipeline(transaction=False)
-        for site in sites:
-            self.frontier.claim(
-                site, self.node_id, self.config.lease_ms, min(room, 64),
-                self.config.max_deliveries, "claim", self.mask, pipe,
-            )
-        arrived = 0
-        for site, reply in zip(sites, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(reply, Exception):
-                if isinstance(reply, NoScriptError):
-                    self.frontier.scripts.load()
-                continue
-            taken, dead, entries = parse_claim(site, reply)
-            if taken:
-                logger.info("took over %d expired leases of site %s", taken, site)
-                self.stats.append(("streams/reclaimed", taken))
+        f = self.frontier
+        for i in range(min(len(sites), 8)):
+            site = sites[(self.claim_cursor + i) % len(sites)]
+            try:
+                reply = f.claim(
+                    site, self.node_id, self.config.lease_ms, 1, self.config.max_deliveries, "claim", self.mask
+                )
+            except NoScriptError:
+                f.scripts.load()
+                return
+            taken, dead, entries = reply
             if dead:
                 logger.warning(
-                    "moved %d entries of site %s to the dead-letter stream (STREAMS_MAX_DELIVERIES)",
-                    dead, site,
+                    "moved %d entries of site %s to the dead-letter stream (STREAMS_MAX_DELIVERIES=%d)",
+                    dead, site, self.config.max_deliveries,
                 )
                 self.stats.append(("streams/dead_lettered", dead))
-            arrived += self._accept(entries)
-        if arrived:
-            self.drained = False
-            self.wake()
+            if taken:
+                self.claim_cursor = (self.claim_cursor + i) % len(sites)
+                logger.info("took over an expired lease of site %s (%s)", site, entries[0].id.decode())
+                self.stats.append(("streams/reclaimed", taken))
+                self.recovering = True
+                if self._accept(entries):
+                    self.drained = False
+                    self.wake()
+                return
+            if dead:
+                self.recovering = True
+                return
 
     def _check_drain(self, now: float) -> None:
         f = self.frontier

@@ -47,7 +47,7 @@ from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import connect, redact, wait_ready
 from .errors import SerializationError
-from .frontier import BloomParams, Frontier, LeasedEntry, Outgoing, detect_dedupe
+from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
 from .pump import Pump, make_node_id
 from .retry_after import retry_after_seconds
@@ -131,8 +131,10 @@ class StreamsScheduler(BaseScheduler):
             connect_timeout=min(5.0, cfg.socket_timeout_seconds),
         )
         wait_ready(client, cfg.redis_url, cfg.connect_timeout_seconds)
-        mode = detect_dedupe(client, cfg.crawl, cfg.dedupe)
-        bloom = BloomParams(mode, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion)
+        bloom = crawl_bloom(
+            client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion
+        )
+        mode = bloom.mode
         self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
         frontier.scripts.load()
         frontier.register()

@@ -42,8 +42,12 @@ class SiteHint:
     #: service counter for weighted fairness (lower = served less relative to weight)
     served: float = 0.0
 
-    def may_have_work(self, browser: bool) -> bool:
-        if self.backlog_http != 0:
+    def may_have_work(self, browser: bool, http: bool = True) -> bool:
+        """Worth a lease call: backlog this worker can take, or delayed requests (the
+        lease call moves due ones into their streams)."""
+        if self.delayed > 0:
+            return True
+        if http and self.backlog_http != 0:
             return True
         return browser and self.backlog_browser != 0
 
@@ -82,7 +86,7 @@ def plan_leases(
         (hint.served / hint.weight if hint.weight > 0 else float("inf"), site)
         for site, hint in hints.items()
         if hint.not_before <= now
-        and ((http and hint.backlog_http != 0) or (browser_room > 0 and hint.backlog_browser != 0))
+        and hint.may_have_work(browser_room > 0, http)
         and held.get(site, 0) < per_site_cap
         and hint.weight > 0
     ]
@@ -103,8 +107,8 @@ def plan_leases(
         share = max(1, round(total_room * weights[site] / total_weight))
         n = min(cap, share, room)
         hint = hints[site]
-        n_browser = min(n, b_room) if hint.backlog_browser != 0 else 0
-        n_http = n if http and hint.backlog_http != 0 else 0
+        n_browser = min(n, b_room) if hint.backlog_browser != 0 or hint.delayed else 0
+        n_http = n if http and (hint.backlog_http != 0 or hint.delayed) else 0
         if n_http == 0 and n_browser == 0:
             continue
         total = min(n, n_http + n_browser)

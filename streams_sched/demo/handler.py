@@ -2,7 +2,9 @@
 
 Settings: ``SYNTH_SITES``, ``SYNTH_PAGES``, ``SYNTH_EXTRA_LINKS``,
 ``SYNTH_DELAY_SECONDS`` (per response, to slow a crawl down),
-``SYNTH_STATUS`` (a dict url -> status for tests: redirects, errors, 429).
+``SYNTH_SPECIAL`` (a dict url -> spec for tests: a status, headers, a delay,
+an exception to raise, and ``times``: how many responses use the spec before
+the normal page is served).
 """
 
 from __future__ import annotations
@@ -37,13 +39,18 @@ class SyntheticHandler(BaseDownloadHandler):
         self.web = web_from_settings(settings)
         self.delay = settings.getfloat("SYNTH_DELAY_SECONDS", 0.0)
         self.special: dict[str, Any] = dict(settings.getdict("SYNTH_SPECIAL"))
+        self.served: dict[str, int] = {}
 
     async def download_request(self, request: Request) -> Response:
-        if self.delay:
-            await asyncio.sleep(self.delay)
         special = self.special.get(request.url)
         if special is not None:
-            return self._special(request, special)
+            n = self.served[request.url] = self.served.get(request.url, 0) + 1
+            if n <= special.get("times", 10**9):
+                if special.get("delay"):
+                    await asyncio.sleep(float(special["delay"]))
+                return self._special(request, special)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         where = self.web.parse(request.url)
         if where is None:
             return HtmlResponse(request.url, status=404, body=b"<html>not found</html>", request=request)
@@ -51,6 +58,10 @@ class SyntheticHandler(BaseDownloadHandler):
 
     def _special(self, request: Request, spec: Any) -> Response:
         """spec: {"status": 302, "headers": {...}, "body": "...", "raise": "ConnectionRefusedError"}"""
+        if "status" not in spec and "raise" not in spec:
+            where = self.web.parse(request.url)
+            if where is not None:
+                return HtmlResponse(request.url, body=self.web.html(*where), request=request, encoding="utf-8")
         if "raise" in spec:
             import builtins
 

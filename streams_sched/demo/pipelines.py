@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 __all__ = ["RecordPipeline"]
@@ -31,6 +32,6 @@ class RecordPipeline:
             self.fd = -1
 
     def process_item(self, item: Any, spider: Any = None) -> Any:
-        line = json.dumps({**dict(item), "worker": self.tag}, sort_keys=True) + "\n"
+        line = json.dumps({**dict(item), "worker": self.tag, "ts": time.time()}, sort_keys=True) + "\n"
         os.write(self.fd, line.encode())
         return item

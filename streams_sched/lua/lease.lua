@@ -3,6 +3,8 @@
 -- request from the site's global token bucket (time from Redis, shared by all
 -- workers), then reads each priority band in proportion to the band weights
 -- (smooth weighted round robin, state kept in stats, so low never starves).
+-- Entries that failed before (requeued after a lease expired) are handed out one
+-- at a time (ARGV[10]), so a poison request cannot take innocent ones down with it.
 --
 -- KEYS[1]      delayed   ZSET of waiting requests
 -- KEYS[2]      dlq       dead-letter stream (for malformed delayed members)
@@ -16,15 +18,20 @@
 -- ARGV[5]      max browser entries (0 without the browser capability or room)
 -- ARGV[6..8]   band weights: high, default, low
 -- ARGV[9]      max delayed entries to promote
+-- ARGV[10]     max entries with earlier failed deliveries (field d > 0) to hand out;
+--              extra ones go back to the end of their stream, so one worker never
+--              holds two requests that may have crashed a worker before
 -- Returns {backlog_http, backlog_browser, pending, delayed, ms until the next delayed
 --          request is due (-1 none),
 --          wait_ms (0 ok, >0 rate-limited for that long, -1 paused),
+--          entries put back because of ARGV[10],
 --          then per entry: stream index, id, payload (false if missing), prior deliveries}
 
 local group, consumer = ARGV[1], ARGV[2]
 local want = { tonumber(ARGV[4]), tonumber(ARGV[5]) }
 local weights = { tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]) }
 local streams = { KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10] }
+local suspects_left = tonumber(ARGV[10]) or 1
 local now = now_ms()
 
 promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, now, tonumber(ARGV[9]))
@@ -54,6 +61,7 @@ local per_band = { {}, {} }
 local pending = 0
 local out = {}
 local leased = 0
+local deferred = 0
 for t = 1, 2 do
   for b = 1, 3 do
     local n, p = backlog_of(streams[(t - 1) * 3 + b], group)
@@ -104,13 +112,24 @@ for _, t in ipairs({ 2, 1 }) do
         if res then
           for _, e in ipairs(res[1][2]) do
             local payload, d = entry_fields(e[2])
-            out[#out + 1] = s
-            out[#out + 1] = e[1]
-            out[#out + 1] = payload
-            out[#out + 1] = d
-            leased = leased + 1
-            backlog[t] = backlog[t] - 1
-            pending = pending + 1
+            if d > 0 and payload then
+              suspects_left = suspects_left - 1
+            end
+            if suspects_left < 0 and d > 0 and payload then
+              -- not now: back to the end of the stream, delivery count unchanged
+              redis.call('XADD', streams[s], '*', 'r', payload, 'd', d)
+              redis.call('XACK', streams[s], group, e[1])
+              redis.call('XDEL', streams[s], e[1])
+              deferred = deferred + 1
+            else
+              out[#out + 1] = s
+              out[#out + 1] = e[1]
+              out[#out + 1] = payload
+              out[#out + 1] = d
+              leased = leased + 1
+              backlog[t] = backlog[t] - 1
+              pending = pending + 1
+            end
           end
         end
       end
@@ -134,7 +153,7 @@ local next_due = -1
 if delayed > 0 then
   next_due = math.max(0, tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now)
 end
-local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms }
+local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred }
 for _, v in ipairs(out) do
   reply[#reply + 1] = v
 end

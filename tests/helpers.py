@@ -1,0 +1,115 @@
+"""Helpers shared by the tests: waiting on conditions, worker processes, reading results."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from streams_sched.frontier import BloomParams, Frontier
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "") -> Any:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(interval)
+
+
+def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Frontier:
+    mode = "bf" if dedupe == "redisbloom" else "bitmap"
+    return Frontier(redis.Redis.from_url(url), crawl, BloomParams(mode=mode, **bloom))
+
+
+def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "REDIS_URL": redis_url,
+        "STREAMS_PREFIX": crawl,
+        "STREAMS_DEDUPE": dedupe,
+        "STREAMS_IDLE_POLL_SECONDS": 0.2,
+        "STREAMS_HEARTBEAT_SECONDS": 0.5,
+        "DOWNLOAD_HANDLERS": {"http": "streams_sched.demo.handler.SyntheticHandler"},
+        "ITEM_PIPELINES": {"streams_sched.demo.pipelines.RecordPipeline": 100},
+        "RECORD_FILE": str(record),
+        "LOG_LEVEL": "INFO",
+        "ROBOTSTXT_OBEY": False,
+        "TELNETCONSOLE_ENABLED": False,
+        "EXTENSIONS": {"scrapy.extensions.remote_control.RemoteControl": None},
+        "SYNTH_SITES": 3,
+        "SYNTH_PAGES": 100,
+    }
+    settings.update(extra)
+    return settings
+
+
+class Worker:
+    """A Scrapy worker in its own process (tests/worker.py), killable with SIGKILL."""
+
+    def __init__(self, settings: dict[str, Any], log: Path, spider: str = "streams_sched.demo.spider.SyntheticSpider") -> None:
+        self.log_path = log
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
+        self.log_file = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "worker.py"), spider, json.dumps(settings)],
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def wait(self, timeout: float = 120.0) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"worker did not finish within {timeout}s; log:\n{self.log()}") from None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        if not self.log_file.closed:
+            self.log_file.flush()
+        return self.log_path.read_text(errors="replace")[-8000:]
+
+    def close(self) -> None:
+        if self.alive():
+            self.kill()
+        self.log_file.close()
+
+
+def read_items(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    items = []
+    for line in path.read_text().splitlines():
+        if line.endswith("}"):
+            items.append(json.loads(line))
+    return items
+
+
+def crawled_urls(path: Path) -> Counter[str]:
+    return Counter(item["url"] for item in read_items(path))

@@ -1,0 +1,113 @@
+"""Spiders and a scheduler subclass used by the end-to-end tests (run in worker processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+import scrapy
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
+
+from streams_sched.demo.spider import SyntheticSpider
+from streams_sched.scheduler import StreamsScheduler
+
+
+class AckLogScheduler(StreamsScheduler):
+    """Writes one line per lease it acks (entry id, url) to ACK_LOG, to count acks per entry."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> AckLogScheduler:
+        sched = super().from_crawler(crawler)
+        sched.ack_log = crawler.settings.get("ACK_LOG")  # type: ignore[attr-defined]
+        return sched  # type: ignore[return-value]
+
+    def request_done(self, request: scrapy.Request) -> None:
+        entry = self._leases.get(request)
+        if entry is not None and self.ack_log:  # type: ignore[attr-defined]
+            line = json.dumps({"id": entry.id.decode(), "stream": entry.stream, "site": entry.site, "url": request.url}) + "\n"
+            fd = os.open(self.ack_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # type: ignore[attr-defined]
+            os.write(fd, line.encode())
+            os.close(fd)
+        super().request_done(request)
+
+
+class IgnoreSomeMiddleware:
+    """Downloader middleware raising IgnoreRequest for URLs containing /ignore."""
+
+    def process_request(self, request: scrapy.Request, spider: Any = None) -> None:
+        if "/ignore" in request.url:
+            raise IgnoreRequest("ignored by test middleware")
+
+
+class OutcomesSpider(scrapy.Spider):
+    """One start request per way a request can end; each must be acked exactly once."""
+
+    name = "outcomes"
+    base = "http://site0.test"
+
+    async def start(self) -> Any:
+        b = self.base
+        yield scrapy.Request(f"{b}/p/1", callback=self.parse_page)  # plain page
+        yield scrapy.Request(f"{b}/redirect", callback=self.parse_page)  # 302 -> /p/2
+        yield scrapy.Request(f"{b}/p/8", callback=self.parse_page)  # 503 twice, then 200
+        yield scrapy.Request(f"{b}/down", callback=self.parse_page, errback=self.on_error)  # error, errback
+        yield scrapy.Request(f"{b}/down-noerrback", callback=self.parse_page)  # error, no errback
+        yield scrapy.Request(f"{b}/ignore/me", callback=self.parse_page, errback=self.on_error)
+        yield scrapy.Request(f"{b}/p/3", callback=self.parse_boom)  # callback raises
+        yield scrapy.Request(f"{b}/p/4", callback=self.parse_children)  # yields follow-ups
+        yield scrapy.Request(f"{b}/gone", callback=self.parse_page)  # 404, dropped by HttpError
+
+    def parse_page(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url, "via": "parse_page"}
+
+    def parse_boom(self, response: Response) -> Iterator[Any]:
+        raise RuntimeError("callback failed on purpose")
+
+    def parse_children(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url, "via": "parse_children"}
+        for n in (5, 6, 7):
+            yield response.follow(f"/p/{n}", callback=self.parse_page)
+
+    def on_error(self, failure: Any) -> Iterator[Any]:
+        yield {"url": failure.request.url, "via": "errback", "error": type(failure.value).__name__}
+
+
+OUTCOME_SPECIAL = {
+    "http://site0.test/redirect": {"status": 302, "headers": {"Location": "http://site0.test/p/2"}},
+    "http://site0.test/p/8": {"status": 503, "times": 2},
+    "http://site0.test/down": {"raise": "ConnectionRefusedError"},
+    "http://site0.test/down-noerrback": {"raise": "ConnectionRefusedError"},
+    "http://site0.test/gone": {"status": 404},
+}
+
+
+class CrashSpider(SyntheticSpider):
+    """Kills its own process (SIGKILL) when it parses a page with /crash in its URL."""
+
+    name = "crash"
+
+    async def start(self) -> Any:
+        yield scrapy.Request("http://site0.test/crash", callback=self.parse)
+        yield scrapy.Request("http://site0.test/p/1", callback=self.parse_leaf)
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        if "/crash" in response.url:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield {"url": response.url}
+
+    def parse_leaf(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}
+
+
+class SlowRootSpider(SyntheticSpider):
+    """Seeds only page 0 of site 0 (which the handler serves slowly): the other worker has
+    nothing to do while the first holds it, and must not close."""
+
+    name = "slowroot"
+
+    async def start(self) -> Any:
+        yield scrapy.Request("http://site0.test/p/0", callback=self.parse)

@@ -1,0 +1,75 @@
+"""Bad settings fail at start with the setting's name and value."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams_sched.config import STRICT_RATIO, StreamsConfig, parse_band_ratio
+from streams_sched.errors import ConfigError
+
+
+def build(**settings):
+    base = {"REDIS_URL": "redis://localhost:6379/0"}
+    base.update(settings)
+    return StreamsConfig.from_settings(base, "spider")
+
+
+def test_defaults_are_documented_values() -> None:
+    """With only REDIS_URL the documented defaults apply and the crawl is the spider name."""
+    cfg = build()
+    assert cfg.crawl == "spider" and cfg.lease_seconds == 300 and cfg.max_deliveries == 5
+    assert cfg.dedupe == "auto" and cfg.close_on_drain is True and cfg.band_ratio == (8, 3, 1)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("STREAMS_LEASE_SECONDS", -5, "greater than 0"),
+        ("STREAMS_LEASE_SECONDS", "soon", "expected a number"),
+        ("STREAMS_MAX_DELIVERIES", 0, "at least 1"),
+        ("STREAMS_MAX_DELIVERIES", 2.5, "whole number"),
+        ("STREAMS_DEDUPE", "cuckoo", "expected one of"),
+        ("STREAMS_BLOOM_ERROR_RATE", 1.5, "between 0 and 1"),
+        ("STREAMS_BAND_RATIO", "5:3", "three weights"),
+        ("STREAMS_BAND_RATIO", "5:0:1", "at least 1"),
+        ("STREAMS_BAND_RATIO", "a:b:c", "whole numbers"),
+        ("STREAMS_PREFIX", "has space", "crawl name"),
+        ("STREAMS_PREFIX", "{tag}", "braces"),
+        ("STREAMS_CLOSE_ON_DRAIN", "maybe", "True or False"),
+        ("STREAMS_CAPABILITIES", ["http", "gpu"], "subset"),
+        ("STREAMS_LOW_PRIORITY_MAX", 5, "below STREAMS_HIGH_PRIORITY_MIN"),
+        ("REDIS_URL", "http://localhost:6379", "redis://"),
+        ("STREAMS_NODE_ID", "bad id!", "letters"),
+        ("STREAMS_SITES", {"a.test": {"rate": -1}}, "0 or more"),
+        ("STREAMS_SITES", {"a.test": {"speed": 1}}, "unknown policy field"),
+        ("STREAMS_SITES", {"a b": {"rate": 1}}, "invalid site name"),
+    ],
+)
+def test_invalid_setting_names_setting_and_value(setting: str, value: object, message: str) -> None:
+    """Each invalid value raises ConfigError naming the setting and showing the value."""
+    with pytest.raises(ConfigError) as info:
+        build(**{setting: value})
+    text = str(info.value)
+    assert setting in text and message in text
+    if not isinstance(value, dict):
+        assert repr(value) in text
+
+
+def test_missing_redis_url_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without REDIS_URL anywhere the error says to set it."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with pytest.raises(ConfigError, match="set REDIS_URL"):
+        StreamsConfig.from_settings({}, "spider")
+
+
+def test_redis_url_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """REDIS_URL falls back to the environment variable."""
+    monkeypatch.setenv("REDIS_URL", "redis://envhost:6380/1")
+    assert StreamsConfig.from_settings({}, "s").redis_url == "redis://envhost:6380/1"
+
+
+def test_band_ratio_forms() -> None:
+    """Ratios parse from "5:3:2", a list, or "strict"."""
+    assert parse_band_ratio("5:3:2") == (5, 3, 2)
+    assert parse_band_ratio([1, 1, 1]) == (1, 1, 1)
+    assert parse_band_ratio("strict") == STRICT_RATIO

@@ -1,0 +1,292 @@
+"""End-to-end: real Scrapy workers in their own processes against a real Redis."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+
+from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
+from streams_sched.demo.web import SyntheticWeb
+from streams_sched.keys import CrawlKeys
+
+pytestmark = pytest.mark.e2e
+
+
+def expected(sites: int, pages: int) -> set[str]:
+    return SyntheticWeb(sites=sites, pages=pages).all_urls()
+
+
+def assert_frontier_empty(url: str, crawl: str, dedupe: str) -> None:
+    f = frontier(url, crawl, dedupe)
+    for site in f.sites():
+        st = f.status(site)
+        assert (st.backlog, st.pending, st.delayed) == (0, 0, 0), (site, st)
+        assert st.stats.get("enqueued", 0) == st.stats.get("acked", 0) + st.stats.get("dead", 0), (site, st.stats)
+
+
+def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """A single worker crawls the whole synthetic web exactly once, drains the frontier and exits."""
+    items = tmp_path / "items.jsonl"
+    w = Worker(base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True), tmp_path / "w.log")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    seen = crawled_urls(items)
+    assert set(seen) == expected(3, 100)
+    assert max(seen.values()) == 1
+    assert_frontier_empty(redis_url, crawl, dedupe)
+    assert "crawl %s is drained" % crawl in w.log()
+
+
+def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """SIGKILL a worker mid-crawl, start another: every page is crawled; repeats stay within the kill's leases."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items,
+        SYNTH_SEED=True, SYNTH_PAGES=150, SYNTH_DELAY_SECONDS=0.02,
+        STREAMS_LEASE_SECONDS=2, CONCURRENT_REQUESTS=8, CONCURRENT_REQUESTS_PER_DOMAIN=4,
+    )
+    first = Worker({**settings, "RECORD_TAG": "first"}, tmp_path / "first.log")
+    try:
+        wait_for(lambda: len(read_items(items)) >= 120, timeout=60, what="the first worker to crawl 120 pages")
+        first.kill()
+        killed_at = len(read_items(items))
+        second = Worker({**settings, "RECORD_TAG": "second"}, tmp_path / "second.log")
+        try:
+            assert second.wait(120) == 0, second.log()
+        finally:
+            second.close()
+    finally:
+        first.close()
+    seen = crawled_urls(items)
+    assert set(seen) == expected(3, 150)
+    repeats = sum(n - 1 for n in seen.values())
+    # only what the killed worker held (in flight + prefetched: at most 8 + 8) can be crawled twice
+    assert repeats <= 16, repeats
+    assert killed_at < 450
+    assert_frontier_empty(redis_url, crawl, dedupe)
+    assert "took over" in second.log()
+
+
+def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """While one worker holds the only request (slow page 0), the other must not close; both exit at the end."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items,
+        SYNTH_SITES=2, SYNTH_PAGES=60, SYNTH_DELAY_SECONDS=0.01,
+        SYNTH_SPECIAL={"http://site0.test/p/0": {"delay": 2.0, "times": 1}},
+    )
+    workers = [
+        Worker({**settings, "RECORD_TAG": f"w{i}"}, tmp_path / f"w{i}.log", spider="spiders.SlowRootSpider")
+        for i in range(2)
+    ]
+    exits: dict[int, float] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while len(exits) < 2 and time.monotonic() < deadline:
+            for i, w in enumerate(workers):
+                if i not in exits and not w.alive():
+                    exits[i] = time.time()
+            time.sleep(0.02)
+        for w in workers:
+            assert w.wait(5) == 0, w.log()
+    finally:
+        for w in workers:
+            w.close()
+    all_items = read_items(items)
+    assert {i["url"] for i in all_items} == expected(2, 60)
+    last_item = max(i["ts"] for i in all_items)
+    assert min(exits.values()) >= last_item, "a worker closed while another still had work"
+    assert {i["worker"] for i in all_items} == {"w0", "w1"}  # both took part
+    assert_frontier_empty(redis_url, crawl, dedupe)
+
+
+def test_every_outcome_is_acked_exactly_once(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """Redirect, retry, errback, download error, IgnoreRequest, callback exception, 404: one ack each."""
+    from spiders import OUTCOME_SPECIAL
+
+    items = tmp_path / "items.jsonl"
+    acks = tmp_path / "acks.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items,
+        SCHEDULER="spiders.AckLogScheduler", ACK_LOG=str(acks), SYNTH_SPECIAL=OUTCOME_SPECIAL,
+        RETRY_TIMES=3,
+        DOWNLOADER_MIDDLEWARES={"spiders.IgnoreSomeMiddleware": 50},
+    )
+    w = Worker(settings, tmp_path / "w.log", spider="spiders.OutcomesSpider")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    lines = [json.loads(line) for line in acks.read_text().splitlines()]
+    per_entry = Counter((line["site"], line["stream"], line["id"]) for line in lines)
+    assert max(per_entry.values()) == 1  # no entry acked twice
+    acked_urls = Counter(line["url"] for line in lines)
+    b = "http://site0.test"
+    # the original and its follow-ups: redirect and retries are new entries, each acked once
+    assert acked_urls[f"{b}/redirect"] == 1 and acked_urls[f"{b}/p/2"] == 1
+    assert acked_urls[f"{b}/p/8"] == 3  # first try + 2 retries (the third answers 200)
+    for url in ("/ignore/me", "/p/3", "/p/4", "/p/5", "/p/6", "/p/7", "/gone", "/p/1"):
+        assert acked_urls[b + url] == 1, url
+    # a connection error is retried 3 times (RETRY_TIMES), each try its own entry, then given up
+    assert acked_urls[f"{b}/down"] == 4 and acked_urls[f"{b}/down-noerrback"] == 4
+    got = {(i["url"], i.get("via")) for i in read_items(items)}
+    assert (f"{b}/down", "errback") in got and (f"{b}/ignore/me", "errback") in got
+    assert (f"{b}/p/2", "parse_page") in got and (f"{b}/p/8", "parse_page") in got
+    f = frontier(redis_url, crawl, dedupe)
+    st = f.status("site0.test")
+    assert (st.backlog, st.pending) == (0, 0)
+    assert st.stats["acked"] == len(lines) == st.stats["enqueued"]
+    assert "callback failed on purpose" in w.log()
+
+
+def test_garbage_entry_goes_to_dead_letters_and_crawl_goes_on(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """Random bytes and a foreign schema in a stream end in the dead-letter stream with reasons."""
+    f = frontier(redis_url, crawl, dedupe)
+    keys = f.site("site0.test")
+    f.client.xgroup_create(keys.stream("http", "default"), "workers", id="0", mkstream=True)
+    f.client.xadd(keys.stream("http", "default"), {"r": b"\xc1\xff not msgpack"})
+    f.client.xadd(keys.stream("http", "default"), {"something": "else"})
+    f.client.sadd(CrawlKeys(crawl).sites, "site0.test")
+    items = tmp_path / "items.jsonl"
+    w = Worker(base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=30), tmp_path / "w.log")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    letters = f.dead_letters("site0.test")
+    reasons = sorted(letter["reason"].decode() for letter in letters)
+    assert len(letters) == 2
+    assert any("not msgpack" in r for r in reasons) and any("no payload" in r for r in reasons)
+    assert set(crawled_urls(items)) == expected(1, 30)
+
+
+def test_entry_that_kills_every_worker_ends_in_dead_letters(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """A request whose processing kills the worker is retried up to the limit, then dead-lettered."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items, SYNTH_SITES=1, STREAMS_LEASE_SECONDS=1, STREAMS_MAX_DELIVERIES=2,
+        SYNTH_SPECIAL={"http://site0.test/crash": {"body": "<html>boom</html>"}},
+    )
+    codes = []
+    for n in range(6):
+        w = Worker(settings, tmp_path / f"w{n}.log", spider="spiders.CrashSpider")
+        try:
+            codes.append(w.wait(60))
+        finally:
+            w.close()
+        if codes[-1] == 0:
+            break
+    assert codes[:2] == [-9, -9] and codes[-1] == 0, codes
+    letters = frontier(redis_url, crawl, dedupe).dead_letters("site0.test")
+    assert len(letters) == 1 and b"delivered 3 times" in letters[0]["reason"]
+    assert json.loads(Path(tmp_path / "items.jsonl").read_text().splitlines()[0])["url"].endswith("/p/1")
+
+
+def test_retry_after_waits_in_the_delay_queue(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """A 429 with Retry-After is retried through the site's delay queue, not at once."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=5,
+        SYNTH_SPECIAL={"http://site0.test/p/0": {"status": 429, "headers": {"Retry-After": "2"}, "times": 1}},
+    )
+    started = time.time()
+    w = Worker(settings, tmp_path / "w.log")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    first = min(i["ts"] for i in read_items(items) if i["url"].endswith("/p/0"))
+    assert first - started >= 2.0
+    st = frontier(redis_url, crawl, dedupe).status("site0.test")
+    assert st.stats.get("delayed_in") == 1 and st.stats.get("promoted") == 1
+    assert set(crawled_urls(items)) == expected(1, 5)
+
+
+def test_stopped_worker_keeps_state_and_a_new_one_resumes(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """A worker that stops early deletes nothing; the next one resumes and finishes the crawl."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True)
+    w = Worker({**settings, "CLOSESPIDER_ITEMCOUNT": 40}, tmp_path / "a.log")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    first = len(read_items(items))
+    assert 40 <= first < 300
+    f = frontier(redis_url, crawl, dedupe)
+    assert sum(f.status(s).backlog for s in f.sites()) > 0
+    assert sum(f.status(s).pending for s in f.sites()) == 0  # unstarted leases were handed back
+    w2 = Worker({**settings, "SYNTH_SEED": False}, tmp_path / "b.log")
+    try:
+        assert w2.wait(120) == 0, w2.log()
+    finally:
+        w2.close()
+    seen = crawled_urls(items)
+    assert set(seen) == expected(3, 100)
+    assert max(seen.values()) == 1
+    assert_frontier_empty(redis_url, crawl, dedupe)
+
+
+def test_close_on_drain_false_waits_for_new_work(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """With STREAMS_CLOSE_ON_DRAIN=False a drained worker stays up and crawls what is pushed later."""
+    from streams_sched.cli import push_urls
+
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=3, STREAMS_CLOSE_ON_DRAIN=False)
+    w = Worker(settings, tmp_path / "w.log")
+    try:
+        push_urls(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/0"])
+        wait_for(lambda: len(read_items(items)) == 3, timeout=60, what="3 pages")
+        time.sleep(1.0)
+        assert w.alive()
+        push_urls(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/99"])
+        wait_for(lambda: any(i["url"].endswith("/p/99") for i in read_items(items)) or "p/99" in w.log(), timeout=30)
+        assert w.alive()
+    finally:
+        w.proc.terminate()
+        w.wait(60)
+        w.close()
+
+
+def test_node_events_are_published(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """A worker publishes node_online, heartbeats and node_offline on the crawl's channel."""
+    client = redis.Redis.from_url(plain_redis_url)
+    sub = client.pubsub()
+    sub.subscribe(CrawlKeys(crawl).events)
+    items = tmp_path / "items.jsonl"
+    w = Worker(base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SEED=True, SYNTH_DELAY_SECONDS=0.01), tmp_path / "w.log")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    events = []
+    while (msg := sub.get_message(timeout=0.5)) is not None:
+        if msg["type"] == "message":
+            events.append(json.loads(msg["data"])["event"])
+    assert events[0] == "node_online" and events[-1] == "node_offline" and "heartbeat" in events
+    nodes = client.hgetall(CrawlKeys(crawl).nodes)
+    assert len(nodes) == 1 and json.loads(next(iter(nodes.values())))["state"] == "offline"
+
+
+def test_two_crawls_in_one_redis_do_not_touch_each_other(plain_redis_url: str, tmp_path: Path) -> None:
+    """Two crawls with different prefixes run side by side in one Redis, each complete."""
+    workers = []
+    for name in ("crawl-a", "crawl-b"):
+        settings = base_settings(plain_redis_url, name, "bitmap", tmp_path / f"{name}.jsonl", SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=50)
+        workers.append(Worker(settings, tmp_path / f"{name}.log"))
+    try:
+        for w in workers:
+            assert w.wait(120) == 0, w.log()
+    finally:
+        for w in workers:
+            w.close()
+    for name in ("crawl-a", "crawl-b"):
+        seen = crawled_urls(tmp_path / f"{name}.jsonl")
+        assert set(seen) == expected(2, 50) and max(seen.values()) == 1

@@ -1,0 +1,276 @@
+"""The server-side scripts, through Frontier, against a real Redis (both dedupe back-ends)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+
+import pytest
+import redis
+
+from helpers import frontier, wait_for
+from streams_sched.frontier import Outgoing
+from streams_sched.keys import GROUP, STREAMS, SiteKeys
+
+
+def fp(i: int | str) -> bytes:
+    return hashlib.sha1(str(i).encode()).digest()
+
+
+def out(i: int | str, stream: int = 1, delay_ms: int = 0, dedupe: bool = True) -> Outgoing:
+    return Outgoing(fp(i) if dedupe else b"", stream, delay_ms, f"payload-{i}".encode())
+
+
+def test_enqueue_adds_each_fingerprint_once(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A fingerprint seen before is dropped, within a batch and across batches."""
+    f = frontier(redis_url, crawl, dedupe)
+    added, dups, delayed, flags = f.enqueue("a.test", [out(1), out(2), out(1)])
+    assert (added, dups, delayed, flags) == (2, 1, 0, b"110")
+    added, dups, _, flags = f.enqueue("a.test", [out(2), out(3)])
+    assert (added, dups, flags) == (1, 1, b"01")
+    assert f.client.xlen(SiteKeys(crawl, "a.test").stream("http", "default")) == 3
+
+
+def test_dont_filter_skips_dedupe(redis_url: str, dedupe: str, crawl: str) -> None:
+    """An empty fingerprint (dont_filter=True) is added every time."""
+    f = frontier(redis_url, crawl, dedupe)
+    assert f.enqueue("a.test", [out(1, dedupe=False), out(1, dedupe=False)])[0] == 2
+
+
+def test_sites_dedupe_independently(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Each site has its own seen filter (no script touches two sites)."""
+    f = frontier(redis_url, crawl, dedupe)
+    assert f.enqueue("a.test", [out(1)])[0] == 1
+    assert f.enqueue("b.test", [out(1)])[0] == 1
+
+
+def test_every_key_of_a_site_shares_one_cluster_slot(crawl: str) -> None:
+    """All keys of one site hash to the same Redis Cluster slot."""
+    from redis.crc import key_slot
+
+    keys = SiteKeys(crawl, "example.com").all
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+def test_bloom_false_positive_rate_is_within_the_setting(redis_url: str, dedupe: str, crawl: str) -> None:
+    """At capacity, new fingerprints are wrongly called duplicates at most at the configured rate."""
+    f = frontier(redis_url, crawl, dedupe, capacity=20_000, error_rate=0.01)
+    for i in range(0, 20_000, 1000):
+        f.enqueue("s.test", [Outgoing(fp(f"in{j}"), 1, 0, b"x") for j in range(i, i + 1000)])
+    # probe on copies (DUMP/RESTORE: RedisBloom keys do not support COPY), so the
+    # probes themselves do not fill the filter
+    false = 0
+    for i in range(0, 4000, 200):
+        for key in ("seen", "seen_meta"):
+            src, dst = getattr(f.site("s.test"), key), getattr(f.site("probe"), key)
+            dumped = f.client.dump(src)
+            f.client.delete(dst)
+            if dumped is not None:
+                f.client.restore(dst, 0, dumped)
+        false += f.enqueue("probe", [Outgoing(fp(f"out{j}"), 1, 0, b"x") for j in range(i, i + 200)])[1]
+    assert false / 4000 <= 0.01 * 1.5
+
+
+def test_bloom_grows_past_its_capacity(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Past the initial capacity the filter adds layers instead of filling up."""
+    f = frontier(redis_url, crawl, dedupe, capacity=500)
+    total = 0
+    for i in range(0, 5000, 500):
+        total += f.enqueue("s.test", [Outgoing(fp(j), 1, 0, b"x") for j in range(i, i + 500)])[0]
+    assert total >= 4990  # a handful of false positives at most
+    dups = sum(f.enqueue("s.test", [Outgoing(fp(j), 1, 0, b"x") for j in range(i, i + 500)])[1] for i in range(0, 5000, 500))
+    assert dups == 5000
+
+
+def test_lease_reads_bands_in_ratio_and_never_starves_low(redis_url: str, dedupe: str, crawl: str) -> None:
+    """With weights 5:3:2 and every band backlogged, each band is served in proportion."""
+    f = frontier(redis_url, crawl, dedupe)
+    items = [out(f"{band}-{i}", stream=band) for band in range(3) for i in range(100)]
+    f.enqueue("a.test", items)
+    counts = [0, 0, 0]
+    for _ in range(10):
+        reply = f.lease("a.test", "w1", 10, (5, 3, 2))
+        for e in reply.entries:
+            counts[e.stream] += 1
+    assert counts == [50, 30, 20]
+
+
+def test_lease_strict_weights_serve_high_first(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Huge weight ratios behave like strict priority: high, then default, then low."""
+    from streams_sched.config import STRICT_RATIO
+
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out("l", 2), out("d", 1), out("h", 0)])
+    got = [f.lease("a.test", "w1", 1, STRICT_RATIO).entries[0].payload for _ in range(3)]
+    assert got == [b"payload-h", b"payload-d", b"payload-l"]
+
+
+def test_ack_removes_entries_and_counts_once(redis_url: str, dedupe: str, crawl: str) -> None:
+    """An acked entry leaves the stream; acking it again counts nothing."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1), out(2)])
+    entries = f.lease("a.test", "w1", 10, (1, 1, 1)).entries
+    ids = [(e.stream, e.id) for e in entries]
+    assert f.ack("a.test", ids) == 2
+    assert f.ack("a.test", ids) == 0
+    st = f.status("a.test")
+    assert (st.backlog, st.pending, st.stats["acked"]) == (0, 0, 2)
+    assert f.client.xlen(f.site("a.test").stream("http", "default")) == 0
+
+
+def test_expired_lease_is_claimed_by_another_worker(redis_url: str, dedupe: str, crawl: str) -> None:
+    """An entry leased by a worker that never acks is taken over once its lease expires."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1)])
+    first = f.lease("a.test", "dead-worker", 1, (1, 1, 1)).entries[0]
+    taken, dead, entries = f.claim("a.test", "w2", 60_000, 10, 5)
+    assert (taken, entries) == (0, [])  # not expired yet
+    time.sleep(0.02)
+    taken, dead, entries = f.claim("a.test", "w2", 10, 10, 5)
+    assert (taken, dead) == (1, 0)
+    assert entries[0].id == first.id and entries[0].payload == b"payload-1"
+    pending = f.client.xpending_range(f.site("a.test").stream("http", "default"), GROUP, "-", "+", 10)
+    assert pending[0]["consumer"] == b"w2" and pending[0]["times_delivered"] == 2
+
+
+def test_entry_delivered_too_often_goes_to_dead_letters(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Past STREAMS_MAX_DELIVERIES an expired entry moves to the dead-letter stream with the reason."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out("poison")])
+    f.lease("a.test", "w0", 1, (1, 1, 1))
+    for n in range(2, 4):  # deliveries 2 and 3 are allowed with max 3
+        time.sleep(0.005)
+        taken, dead, _ = f.claim("a.test", f"w{n}", 1, 10, 3)
+        assert (taken, dead) == (1, 0)
+    time.sleep(0.005)
+    taken, dead, entries = f.claim("a.test", "w9", 1, 10, 3)
+    assert (taken, dead, entries) == (0, 1, [])
+    letters = f.dead_letters("a.test")
+    assert len(letters) == 1
+    assert letters[0]["r"] == b"payload-poison"
+    assert b"delivered 4 times" in letters[0]["reason"]
+    st = f.status("a.test")
+    assert (st.backlog, st.pending, st.dead_letters) == (0, 0, 1)
+
+
+def test_requeue_mode_puts_expired_leases_back_in_the_stream(redis_url: str, dedupe: str, crawl: str) -> None:
+    """The reclaimer's requeue puts an expired entry back as backlog, keeping its delivery count."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1)])
+    f.lease("a.test", "dead", 1, (1, 1, 1))
+    time.sleep(0.005)
+    taken, dead, entries = f.claim("a.test", "reclaimer", 1, 10, 5, mode="requeue")
+    assert (taken, dead, entries) == (1, 0, [])
+    st = f.status("a.test")
+    assert (st.backlog, st.pending) == (1, 0)
+    again = f.lease("a.test", "w2", 1, (1, 1, 1)).entries[0]
+    assert again.payload == b"payload-1" and again.deliveries == 1
+
+
+def test_release_hands_back_only_own_leases(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A stopping worker's unstarted leases go back to the backlog; others' leases are untouched."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1), out(2)])
+    mine = f.lease("a.test", "me", 1, (1, 1, 1)).entries[0]
+    theirs = f.lease("a.test", "other", 1, (1, 1, 1)).entries[0]
+    assert f.release("a.test", "me", [(mine.stream, mine.id), (theirs.stream, theirs.id)]) == 1
+    st = f.status("a.test")
+    assert (st.backlog, st.pending) == (1, 1)
+    back = f.lease("a.test", "w3", 5, (1, 1, 1)).entries
+    assert [e.payload for e in back] == [b"payload-1"] and back[0].deliveries == 0
+
+
+def test_dead_letter_records_reason_and_removes_entry(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A worker can dead-letter a leased entry it cannot decode; the reason is kept."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1)])
+    e = f.lease("a.test", "w1", 1, (1, 1, 1)).entries[0]
+    assert f.dead_letter("a.test", "w1", [(e.stream, e.id, "payload is not msgpack")]) == 1
+    letter = f.dead_letters("a.test")[0]
+    assert letter["reason"] == b"payload is not msgpack" and letter["node"] == b"w1"
+    assert f.status("a.test").pending == 0
+
+
+def test_delayed_request_waits_then_moves_to_its_stream(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A request with a delay is not leasable until due, then the lease moves it into its stream."""
+    f = frontier(redis_url, crawl, dedupe)
+    assert f.enqueue("a.test", [out(1, stream=0, delay_ms=300)])[2] == 1
+    reply = f.lease("a.test", "w1", 5, (1, 1, 1))
+    assert reply.entries == [] and reply.delayed == 1 and 0 <= reply.next_due_in_ms <= 300
+    entries = wait_for(lambda: f.lease("a.test", "w1", 5, (1, 1, 1)).entries, timeout=5)
+    assert entries[0].payload == b"payload-1" and entries[0].stream == 0
+    assert f.status("a.test").delayed == 0
+
+
+def test_many_movers_move_each_delayed_entry_once(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Several processes promoting due entries at once never move one twice or lose one."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(i, delay_ms=50) for i in range(300)])
+    time.sleep(0.1)
+    moved: list[int] = []
+
+    def mover() -> None:
+        local = frontier(redis_url, crawl, dedupe)
+        for _ in range(20):
+            moved.append(int(local.promote("a.test", limit=7)))
+
+    threads = [threading.Thread(target=mover) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(moved) == 300
+    stream = f.site("a.test").stream("http", "default")
+    payloads = [fields[b"r"] for _, fields in f.client.xrange(stream)]
+    assert sorted(payloads) == sorted(f"payload-{i}".encode() for i in range(300))
+
+
+def test_malformed_delayed_member_is_dead_lettered(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Garbage in the delay queue goes to the dead-letter stream instead of blocking it."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.client.zadd(f.site("a.test").delayed, {b"garbage": 0})
+    f.promote("a.test")
+    assert f.status("a.test").dead_letters == 1
+
+
+def test_status_is_read_only_and_reports_every_stream(redis_url: str, dedupe: str, crawl: str) -> None:
+    """status() gives backlog, pending and oldest lease age per stream, run as EVAL_RO."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1, 0), out(2, 1), out(3, 2), out(4, 4)])
+    f.lease("a.test", "w1", 1, (1, 1, 1))
+    st = f.status("a.test")
+    assert st.streams[("http", "high")].pending == 1
+    assert st.streams[("browser", "default")].backlog == 1
+    assert st.backlog == 3 and st.pending == 1 and st.oldest_pending_ms >= 0
+    assert set(st.streams) == set(STREAMS)
+
+
+def test_status_runs_as_a_read_only_acl_user(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A user allowed only read commands and EVALSHA_RO can read a site's status."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1)])
+    f.client.acl_setuser(
+        "reader", enabled=True, passwords=["+pw"], keys=["ss:*"],
+        commands=["+@read", "+evalsha_ro", "+eval_ro", "+time", "+ping"], reset_keys=True,
+    )
+    try:
+        host_port = redis_url.split("//", 1)[1]
+        ro = redis.Redis.from_url(f"redis://reader:pw@{host_port}")
+        st = f.status("a.test", client=ro)
+        assert st.backlog == 1
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            ro.xadd(f.site("a.test").stream("http", "high"), {"r": "x"})
+    finally:
+        f.client.acl_deluser("reader")
+
+
+def test_dedupe_backend_is_fixed_per_crawl(plain_redis_url: str, crawl: str) -> None:
+    """A crawl started with one back-end refuses a worker that insists on another."""
+    from streams_sched.errors import DedupeBackendError
+    from streams_sched.frontier import detect_dedupe
+
+    client = redis.Redis.from_url(plain_redis_url)
+    assert detect_dedupe(client, crawl, "auto") == "bitmap"
+    with pytest.raises(DedupeBackendError, match="no RedisBloom"):
+        detect_dedupe(client, crawl + "x", "redisbloom")

@@ -1,0 +1,75 @@
+"""The worker's pure decisions: bands, lease plans, drain detection, Retry-After, local seen cache."""
+
+from __future__ import annotations
+
+from streams_sched.retry_after import retry_after_seconds
+from streams_sched.seen import SeenCache
+from streams_sched.selection import DrainDetector, SiteHint, band_for, plan_leases
+
+
+def test_band_for_thresholds() -> None:
+    """Priority at/above the high threshold is high, at/below the low one is low."""
+    assert [band_for(p, 1, -1) for p in (5, 1, 0, -1, -9)] == [0, 0, 1, 2, 2]
+
+
+def test_plan_respects_per_site_cap_and_room() -> None:
+    """No site gets more than its cap minus what the worker holds; the total fits the room."""
+    hints = {"a": SiteHint(), "b": SiteHint(), "c": SiteHint(backlog_http=0)}
+    plans = plan_leases(0.0, hints, {"a": 7}, total_room=20, per_site_cap=8, browser_room=0)
+    by_site = {p.site: p.total for p in plans}
+    assert by_site == {"a": 1, "b": 8}
+    assert sum(by_site.values()) <= 20
+
+
+def test_plan_skips_sites_backing_off() -> None:
+    """A site told to wait (rate limit, empty, paused) is not asked before its time."""
+    hints = {"a": SiteHint(not_before=5.0), "b": SiteHint()}
+    assert [p.site for p in plan_leases(1.0, hints, {}, total_room=4, per_site_cap=8, browser_room=0)] == ["b"]
+
+
+def test_plan_serves_sites_in_proportion_to_weight() -> None:
+    """The least-served site relative to its weight is asked first and gets the larger share."""
+    hints = {"big": SiteHint(weight=3.0, served=30), "small": SiteHint(weight=1.0, served=5)}
+    plans = plan_leases(0.0, hints, {}, total_room=8, per_site_cap=100, browser_room=0)
+    assert plans[0].site == "small"
+    assert {p.site: p.total for p in plans} == {"small": 2, "big": 6}
+
+
+def test_plan_browser_only_with_room() -> None:
+    """Browser backlog is asked for only when the worker has browser room."""
+    hints = {"a": SiteHint(backlog_http=0, backlog_browser=5)}
+    assert plan_leases(0.0, hints, {}, total_room=4, per_site_cap=8, browser_room=0) == []
+    plan = plan_leases(0.0, hints, {}, total_room=4, per_site_cap=8, browser_room=2)[0]
+    assert (plan.max_browser, plan.max_http) == (2, 0)
+
+
+def test_drain_needs_two_identical_empty_snapshots() -> None:
+    """One empty snapshot is not proof; two equal ones are; any change starts over."""
+    d = DrainDetector()
+    assert not d.observe({"a": (True, 10)})
+    assert d.observe({"a": (True, 10)})
+    assert not d.observe({"a": (True, 11)})  # something was enqueued in between
+    assert not d.observe({"a": (False, 11)})
+    assert not d.observe({"a": (True, 11)})
+    assert not d.observe({"a": (True, 11), "b": (True, 1)})  # a new site appeared
+    assert d.observe({"a": (True, 11), "b": (True, 1)})
+
+
+def test_retry_after_forms() -> None:
+    """Retry-After in seconds or as an HTTP date; capped; junk ignored."""
+    now = 1_000_000_000.0
+    assert retry_after_seconds(b"120", now, 3600) == 120
+    assert retry_after_seconds(b"99999", now, 3600) == 3600
+    assert retry_after_seconds(b"Sun, 09 Sep 2001 01:47:00 GMT", now, 3600) == 20
+    assert retry_after_seconds(b"soon", now, 3600) is None
+    assert retry_after_seconds(None, now, 3600) is None
+    assert retry_after_seconds(b"0", now, 3600) is None
+
+
+def test_seen_cache_is_bounded() -> None:
+    """The local cache remembers recent fingerprints and never grows past its size."""
+    cache = SeenCache(10)
+    for i in range(100):
+        cache.add(bytes([i]))
+    assert len(cache) <= 10
+    assert bytes([99]) in cache and bytes([0]) not in cache
