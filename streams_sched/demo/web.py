@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 __all__ = ["SyntheticWeb"]
 
-_URL_RE = re.compile(r"^https?://site(\d+)\.test(?::\d+)?/p/(\d+)$")
+_SITE_RE = re.compile(r"^https?://site(\d+)\.test(?::\d+)?/p/(\d+)$")
+_IP_RE = re.compile(r"^https?://127\.0\.0\.(\d+)(?::\d+)?/p/(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class SyntheticWeb:
     sites: int = 10
     pages: int = 2000
     extra_links: int = 4
+    #: URL pattern: {site} (0-based), {ip} (site + 1, for 127.0.0.{ip}) and {page}
     base: str = "http://site{site}.test/p/{page}"
     padding: int = 2000
 
@@ -29,7 +31,7 @@ class SyntheticWeb:
         return f"site{site}.test"
 
     def url(self, site: int, page: int) -> str:
-        return self.base.format(site=site, page=page)
+        return self.base.format(site=site, ip=site + 1, page=page)
 
     def seeds(self) -> list[str]:
         return [self.url(s, 0) for s in range(self.sites)]
@@ -38,10 +40,15 @@ class SyntheticWeb:
         return {self.url(s, p) for s in range(self.sites) for p in range(self.pages)}
 
     def parse(self, url: str) -> tuple[int, int] | None:
-        m = _URL_RE.match(url.split("?", 1)[0])
-        if not m:
-            return None
-        site, page = int(m.group(1)), int(m.group(2))
+        url = url.split("?", 1)[0]
+        m = _SITE_RE.match(url)
+        if m:
+            site, page = int(m.group(1)), int(m.group(2))
+        else:
+            m = _IP_RE.match(url)
+            if not m:
+                return None
+            site, page = int(m.group(1)) - 1, int(m.group(2))
         if site >= self.sites or page >= self.pages:
             return None
         return site, page

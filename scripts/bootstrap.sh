@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Prepare this checkout on a fresh Debian machine (as root) or any machine with
+# Python >= 3.11: redis-server (Debian's package, if none is installed), a
+# virtualenv in .venv with the project and its test extras. Idempotent and quick
+# when nothing changed. Sourced by scripts/demo.sh and scripts/test.sh.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+APT_UPDATED=0
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    log "missing $*, and this is not a Debian-like system: install it by hand"
+    exit 1
+  fi
+  if [ "$(id -u)" != "0" ]; then
+    log "missing $*: run as root (or install it by hand)"
+    exit 1
+  fi
+  if [ "$APT_UPDATED" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    APT_UPDATED=1
+  fi
+  log "apt-get install $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+# redis-server: the tests and the demo start their own on a free port.
+if ! command -v redis-server >/dev/null 2>&1; then
+  apt_install redis-server
+fi
+
+# Python >= 3.11 with venv.
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+  for candidate in python3.13 python3.12 python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      PYTHON="$(command -v "$candidate")"
+      break
+    fi
+  done
+fi
+if [ -z "$PYTHON" ]; then
+  apt_install python3 python3-venv
+  PYTHON="$(command -v python3)"
+fi
+if ! "$PYTHON" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  apt_install python3-venv
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+STAMP="$VENV/.streams-sched-installed"
+WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-${EXTRAS:-test}"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+  log "installing streams-sched[${EXTRAS:-test}] into $VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS:-test}]" >&2
+  echo "$WANT" > "$STAMP"
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Run the test suite: installs what is missing (see scripts/bootstrap.sh), then
+# pytest against throwaway redis-servers (plain and with RedisBloom).
+# Extra arguments go to pytest, e.g. scripts/test.sh -k e2e -x
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$ROOT/scripts/bootstrap.sh"
+cd "$ROOT"
+exec "$VENV/bin/python" -m pytest "$@"
