@@ -77,6 +77,8 @@ class LeasedEntry:
     payload: bytes | None
     deliveries: int
     suspect: bool = False
+    #: time.monotonic() when this worker got the lease (for lease-to-ack latency)
+    leased_at: float = 0.0
 
 
 @dataclass(slots=True)

@@ -21,7 +21,15 @@ from typing import Any
 from .errors import ConfigError
 from .keys import TASK_TYPES, validate_site_name
 
-__all__ = ["POLICY_FIELDS", "apply_site_policies", "validate_policy"]
+__all__ = [
+    "POLICY_FIELDS",
+    "apply_site_policies",
+    "get_policy",
+    "pause_site",
+    "resume_site",
+    "set_policy",
+    "validate_policy",
+]
 
 POLICY_FIELDS: dict[str, type] = {
     "rate": float,
@@ -82,3 +90,39 @@ def apply_site_policies(frontier: Any, sites: Mapping[str, Mapping[str, Any]]) -
             pipe.hset(frontier.site(site).policy, mapping=fields)
             frontier.register_sites([site], pipe)
     pipe.execute()
+
+
+def set_policy(frontier: Any, site: str, policy: Mapping[str, Any]) -> dict[str, str]:
+    """Validate and store a site's policy fields (``"*"``: the crawl's default). Workers
+    see the change on their next lease of that site."""
+    fields = validate_policy(site, policy, setting="policy")
+    if fields:
+        if site == "*":
+            frontier.client.hset(frontier.keys.meta, mapping={f"default_{k}": v for k, v in fields.items()})
+        else:
+            frontier.client.hset(frontier.site(site).policy, mapping=fields)
+            frontier.register_sites([site])
+    return fields
+
+
+def get_policy(frontier: Any, site: str) -> dict[str, str]:
+    """A site's stored policy fields (without the token-bucket state)."""
+    if site == "*":
+        raw = frontier.client.hgetall(frontier.keys.meta)
+        prefix = "default_"
+        return {
+            k.decode()[len(prefix):]: v.decode()
+            for k, v in raw.items()
+            if k.decode().startswith(prefix)
+        }
+    raw = frontier.client.hgetall(frontier.site(site).policy)
+    return {k.decode(): v.decode() for k, v in raw.items() if k.decode() in POLICY_FIELDS}
+
+
+def pause_site(frontier: Any, site: str) -> None:
+    """Stop leasing a site; its backlog, leases and delayed requests stay."""
+    set_policy(frontier, site, {"paused": True})
+
+
+def resume_site(frontier: Any, site: str) -> None:
+    set_policy(frontier, site, {"paused": False})

@@ -458,7 +458,9 @@ class Pump(threading.Thread):
         """Decode leased entries; good ones go to the reactor, bad ones to the dead-letter stream."""
         arrived = 0
         decode = self.codec.decode
+        now = time.monotonic()
         for e in entries:
+            e.leased_at = now
             self.held[e.site] += 1
             self.held_total += 1
             if e.stream >= BROWSER_FIRST_STREAM:

@@ -34,6 +34,7 @@ import os
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import Request, Spider, signals
@@ -104,6 +105,8 @@ class StreamsScheduler(BaseScheduler):
         self._sites: dict[str, str] = {}
         self._logged_dupe = False
         self._fatal_reported = False
+        #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
+        self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> StreamsScheduler:
@@ -313,6 +316,10 @@ class StreamsScheduler(BaseScheduler):
         if entry is None:
             return
         self._outbox_put(("A", entry))
+        if self.ack_listeners:
+            latency = time.monotonic() - entry.leased_at
+            for listener in self.ack_listeners:
+                listener(entry, latency)
         pump = self._pump
         if pump is not None:
             pump.inflight = len(self._leases)
