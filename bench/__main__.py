@@ -1,0 +1,170 @@
+"""``python -m bench``: every benchmark of issue 5, side by side in one run.
+
+(a) one worker crawling the synthetic web: Scrapy's in-memory scheduler,
+    scrapy-redis 0.9.1 and streams-sched;
+(b) two workers on one crawl: scrapy-redis and streams-sched;
+(c) raw frontier operations per second;
+(d) Redis memory per seen fingerprint;
+(e) codec cost per request;
+(f) Redis round trips per crawled page (counted during (a) and (b)).
+
+Crawl configs are interleaved and repeated; the tables show medians and
+ratios within this run (absolute numbers on a shared machine mean little).
+Results go to stdout and to bench/results/ (JSON and markdown). Throwaway
+redis-servers on free ports only. ``--profile`` adds py-spy profiles of (a).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .report import median_runs, render
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SECTIONS = "abcdef"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one run each: well under a minute")
+    p.add_argument("--only", default=SECTIONS, help="sections to run, e.g. 'ab' or 'cde' (f comes with a/b; p = the profiles)")
+    p.add_argument("--repeat", type=int, help="runs per crawl config (default 3, quick 1)")
+    p.add_argument("--sites", type=int, help="synthetic sites (default 10, quick 3)")
+    p.add_argument("--pages", type=int, help="pages per site (default 2000, quick 150)")
+    p.add_argument("--kinds", help="comma-separated schedulers for (a); default memory,scrapy-redis,streams-sched"
+                   " (+ streams-sched/bitmap unless --quick)")
+    p.add_argument("--ops", type=int, help="requests for (c) (default 100000, quick 4000)")
+    p.add_argument("--mem-sizes", help="fingerprint counts for (d) (default 1000000,10000000, quick 20000)")
+    p.add_argument("--codec-loops", type=int, help="loops per codec timing (default 20000, quick 500)")
+    p.add_argument("--profile", action="store_true", help="also py-spy streams-sched and memory in (a) (both threads)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="where to write results (default bench/results/)")
+    args = p.parse_args(argv)
+    args.profile = args.profile or "p" in args.only
+    q = args.quick
+    args.repeat = args.repeat or (1 if q else 3)
+    args.sites = args.sites or (3 if q else 10)
+    args.pages = args.pages or (150 if q else 2000)
+    args.ops = args.ops or (4000 if q else 100_000)
+    args.mem_sizes = [int(float(x)) for x in (args.mem_sizes or ("20000" if q else "1e6,1e7")).split(",")]
+    args.codec_loops = args.codec_loops or (500 if q else 20000)
+    default_kinds = "memory,scrapy-redis,streams-sched" + ("" if q else ",streams-sched/bitmap")
+    args.kinds = (args.kinds or default_kinds).split(",")
+    return args
+
+
+def machine(redis_url: str | None) -> dict[str, Any]:
+    import hiredis
+    import redis
+    import scrapy
+    import scrapy_redis
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    version = "?"
+    if redis_url:
+        version = redis.Redis.from_url(redis_url).info("server")["redis_version"]
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "redis": version,
+        "scrapy": scrapy.__version__,
+        "scrapy_redis": getattr(scrapy_redis, "__version__", "?"),
+        "redis_py": redis.__version__,
+        "hiredis": getattr(hiredis, "__version__", "?"),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def say(text: str) -> None:
+    print(f"[bench] {text}", file=sys.stderr, flush=True)
+
+
+def run_crawls(args: argparse.Namespace, redis_url: str, res: dict[str, Any]) -> None:
+    from .crawl import CrawlSpec, run_crawl
+
+    configs: list[tuple[str, CrawlSpec]] = []
+    if "a" in args.only:
+        configs += [("a", CrawlSpec(k, 1, args.sites, args.pages)) for k in args.kinds]
+    if "b" in args.only:
+        configs += [("b", CrawlSpec(k, 2, args.sites, args.pages, seed="preseed"))
+                    for k in ("scrapy-redis", "streams-sched")]
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for i in range(args.repeat):
+        for section, spec in configs:
+            r = run_crawl(spec, None if spec.kind == "memory" else redis_url, f"bench{section}{i}")
+            runs.setdefault((section, spec.kind), []).append(r)
+            say(f"({section}) {spec.kind} x{spec.workers} run {i + 1}/{args.repeat}: {r['pages_per_s']:.0f} pages/s,"
+                f" {r['round_trips_per_page']:.3f} round trips/page, missing {r['missing']}, repeats {r['repeats']}")
+    for (section, kind), rs in runs.items():
+        res.setdefault(section, {})[kind] = median_runs(rs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from streams_sched.testing import RedisServer
+
+    started = time.time()
+    res: dict[str, Any] = {
+        "config": {
+            "command": "./scripts/bench.sh " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+            "sites": args.sites, "pages": args.pages, "repeat": args.repeat, "preseed_pages": 64,
+            "ops": args.ops, "mem_sizes": args.mem_sizes, "kinds": args.kinds,
+        },
+    }
+    with RedisServer(bloom=True) as server:
+        res["machine"] = machine(server.url)
+        if set("ab") & set(args.only):
+            run_crawls(args, server.url, res)
+        if "c" in args.only:
+            from .frontier_ops import run_frontier_ops
+
+            say(f"(c) frontier operations, {args.ops:,} requests")
+            res["c"] = run_frontier_ops(server.url, args.ops)
+    if "d" in args.only:
+        from .memory import run_memory
+
+        say(f"(d) memory per fingerprint at {args.mem_sizes}")
+        res["d"] = run_memory(args.mem_sizes)
+    if "e" in args.only:
+        from .codec_bench import run_codec
+
+        say("(e) codec cost")
+        res["e"] = run_codec(args.codec_loops)
+    if args.profile:
+        from .profile import run_profiles
+
+        say("profiling (a) with py-spy")
+        res["profile"] = run_profiles(args, args.out)
+    res["elapsed_s"] = time.time() - started
+    text = render(res)
+    if args.profile and res.get("profile"):
+        from .profile import render_profiles
+
+        text += "\n" + render_profiles(res["profile"])
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (args.out / f"bench-{stamp}.json").write_text(json.dumps(res, indent=1, default=str))
+    (args.out / f"bench-{stamp}.md").write_text(text)
+    (args.out / "latest.md").write_text(text)
+    say(f"done in {res['elapsed_s']:.0f} s; wrote {args.out}/bench-{stamp}.{{json,md}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

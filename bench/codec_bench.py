@@ -1,0 +1,105 @@
+"""(e) Codec cost per request: encode + decode, and payload size.
+
+- ``msgpack``: streams-sched's ``RequestCodec``;
+- ``pickle``: scrapy-redis' way, ``request.to_dict(spider=...)`` then
+  ``pickle.dumps(protocol=-1)``; ``pickle.loads`` then ``request_from_dict``;
+- ``json``: ``RequestCodec``'s own code with ``json`` in place of msgpack
+  (bytes as latin-1 text), so the row isolates the serializer.
+
+Two requests: a follow-up link as the synthetic spider yields it (url,
+callback, depth in meta), and a heavier one (a FormRequest with headers,
+cookies, meta, cb_kwargs and an errback).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import statistics
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+from scrapy import Request
+from scrapy.http import FormRequest
+from scrapy.utils.request import request_from_dict
+
+from streams_sched import codec as codec_module
+from streams_sched.codec import RequestCodec
+from streams_sched.demo.spider import SyntheticSpider
+
+__all__ = ["run_codec"]
+
+
+def _requests(spider: SyntheticSpider) -> dict[str, Request]:
+    link = Request("http://site3.test/p/1234", callback=spider.parse, meta={"depth": 7})
+    heavy = FormRequest(
+        "http://site3.test/search",
+        formdata={"q": "lorem ipsum", "page": "3"},
+        callback=spider.parse_other,
+        errback=spider.errback_record,
+        headers={"Referer": "http://site3.test/p/1", "Accept-Language": "en"},
+        cookies={"session": "abc123", "consent": "yes"},
+        meta={"depth": 3, "site": "site3.test", "trail": ["a", "b", "c"], "score": 0.5},
+        cb_kwargs={"page": 3, "category": "books"},
+        priority=5,
+    )
+    return {"link": link, "form": heavy}
+
+
+def _json_codec(spider: SyntheticSpider) -> RequestCodec:
+    """A RequestCodec whose encode/decode run unchanged but serialize with json."""
+
+    def dumps(d: Any) -> bytes:
+        return json.dumps(d, default=lambda b: b.decode("latin-1"), separators=(",", ":")).encode()
+
+    shim = types.SimpleNamespace(unpackb=lambda payload, **_: json.loads(payload))
+    g = {**vars(codec_module), "_packb": dumps, "msgpack": shim}
+    c = RequestCodec(spider)
+    c.encode = types.MethodType(types.FunctionType(RequestCodec.encode.__code__, g), c)  # type: ignore[method-assign]
+    c.decode = types.MethodType(types.FunctionType(RequestCodec.decode.__code__, g), c)  # type: ignore[method-assign]
+    return c
+
+
+def _codecs(spider: SyntheticSpider) -> dict[str, tuple[Callable[[Request], bytes], Callable[[bytes], Request]]]:
+    mp = RequestCodec(spider)
+    js = _json_codec(spider)
+
+    def pk_enc(r: Request) -> bytes:
+        return pickle.dumps(r.to_dict(spider=spider), protocol=-1)
+
+    def pk_dec(b: bytes) -> Request:
+        return request_from_dict(pickle.loads(b), spider=spider)
+
+    return {"msgpack": (mp.encode, mp.decode), "pickle": (pk_enc, pk_dec), "json": (js.encode, js.decode)}
+
+
+def _time_us(fn: Callable[[], Any], loops: int, repeats: int) -> float:
+    runs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(loops):
+            fn()
+        runs.append((time.perf_counter() - t) / loops)
+    return 1e6 * statistics.median(runs)
+
+
+def run_codec(loops: int = 5000, repeats: int = 5) -> list[dict[str, Any]]:
+    spider = SyntheticSpider()
+    out = []
+    for rname, request in _requests(spider).items():
+        for cname, (enc, dec) in _codecs(spider).items():
+            payload = enc(request)
+            back = dec(payload)
+            assert back.url == request.url and back.callback == request.callback, (cname, rname)
+            out.append({
+                "request": rname,
+                "codec": cname,
+                "bytes": len(payload),
+                "encode_us": _time_us(lambda: enc(request), loops, repeats),
+                "decode_us": _time_us(lambda: dec(payload), loops, repeats),
+            })
+    for row in out:
+        row["total_us"] = row["encode_us"] + row["decode_us"]
+    return out

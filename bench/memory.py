@@ -1,0 +1,162 @@
+"""(d) Redis memory per seen fingerprint.
+
+Three ways to remember N fingerprints, each in a fresh redis-server:
+
+- ``bf``: RedisBloom, ``BF.RESERVE key 0.001 N EXPANSION 2`` then ``BF.MADD``
+  of 20-byte SHA1 fingerprints, as ``enqueue.lua``'s ``bloom_bf`` does;
+- ``bitmap``: the Lua bitmap Bloom filter of ``enqueue.lua`` (``bloom_bitmap``
+  from ``lua/_lib.lua``) at error 0.001 and capacity N, driven by a purpose
+  script made of the same library and one line that calls it;
+- ``set``: a SET of 40-hex fingerprints, as scrapy-redis' RFPDupeFilter keeps them.
+
+Bytes are the growth of ``used_memory`` (INFO memory) and ``MEMORY USAGE``
+of the keys. The false-positive rate is measured with fingerprints that were
+never added (a read-only lookup for the bitmap, with the library's own
+layer and bit-position functions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from importlib import resources
+from typing import Any
+
+import redis
+
+from streams_sched.testing import RedisServer
+
+__all__ = ["run_memory"]
+
+ERROR_RATE = 0.001
+EXPANSION = 2
+BATCH = 2000
+
+_LIB = resources.files("streams_sched").joinpath("lua", "_lib.lua").read_text(encoding="utf-8")
+
+# KEYS: seen, meta; ARGV: err, cap, expansion, fp...
+_INSERT = _LIB + """
+local fps = {}
+for i = 4, #ARGV do fps[#fps + 1] = ARGV[i] end
+local r = bloom_bitmap(KEYS[1], KEYS[2], fps, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+if r.err then return r end
+local new = 0
+for _, v in ipairs(r) do new = new + v end
+return new
+"""
+
+# Read-only lookup with the library's layer layout: how many of ARGV[4..] look present.
+_CONTAINS = _LIB + """
+local err, cap, expansion = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local nlayers = tonumber(redis.call('HGET', KEYS[2], 'layers')) or 0
+local layers, offset = {}, 0
+for i = 0, nlayers - 1 do
+  layers[i + 1] = bitmap_layer(i, cap, err, expansion, offset)
+  offset = offset + layers[i + 1].size
+end
+local hits = 0
+for a = 4, #ARGV do
+  local fp = ARGV[a]
+  local h1 = u32(fp, 1)
+  for _, l in ipairs(layers) do
+    local pos = bit_positions(fp, l.k)
+    local start = l.off + (h1 % l.blocks) * 64
+    local block = redis.call('GETRANGE', KEYS[1], start, start + 63)
+    local all = true
+    for j = 1, l.k do
+      local p = pos[j]
+      if bit.band(string.byte(block, math.floor(p / 8) + 1) or 0, bit.lshift(1, 7 - p % 8)) == 0 then
+        all = false
+        break
+      end
+    end
+    if all then hits = hits + 1 break end
+  end
+end
+return hits
+"""
+
+
+def _fp(salt: bytes, i: int) -> bytes:
+    return hashlib.sha1(salt + i.to_bytes(8, "big")).digest()
+
+
+def _batches(n: int, salt: bytes, size: int = BATCH) -> Any:
+    for start in range(0, n, size):
+        yield [_fp(salt, i) for i in range(start, min(n, start + size))]
+
+
+def _used(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def _fill(client: redis.Redis, n: int, add: Any) -> float:
+    t = time.perf_counter()
+    pipe = client.pipeline(transaction=False)
+    queued = 0
+    for batch in _batches(n, b"in"):
+        add(pipe, batch)
+        queued += 1
+        if queued == 10:
+            pipe.execute()
+            queued = 0
+    if queued:
+        pipe.execute()
+    return time.perf_counter() - t
+
+
+def measure(kind: str, n: int, probes: int) -> dict[str, Any]:
+    with RedisServer(bloom=(kind == "bf")) as srv:
+        client = redis.Redis.from_url(srv.url)
+        base = _used(client)
+        fp_hits = 0
+        if kind == "bf":
+            client.execute_command("BF.RESERVE", "seen", ERROR_RATE, n, "EXPANSION", EXPANSION)
+            secs = _fill(client, n, lambda p, b: p.execute_command("BF.MADD", "seen", *b))
+            for batch in _batches(probes, b"out"):
+                fp_hits += sum(client.execute_command("BF.MEXISTS", "seen", *batch))
+            keys = ["seen"]
+            reply = client.execute_command("BF.INFO", "seen", "FILTERS")
+            layers = int(next(iter(reply.values())) if isinstance(reply, dict) else reply[0] if isinstance(reply, list) else reply)
+        elif kind == "bitmap":
+            insert = client.register_script(_INSERT)
+            contains = client.register_script(_CONTAINS)
+            insert(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, _fp(b"warm", 0)])
+            client.delete("seen", "meta")
+            base = _used(client)
+            secs = _fill(client, n, lambda p, b: insert(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, *b], client=p))
+            for batch in _batches(probes, b"out"):
+                fp_hits += int(contains(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, *batch]))
+            keys = ["seen", "meta"]
+            layers = int(client.hget("meta", "layers") or 0)
+        elif kind == "set":
+            secs = _fill(client, n, lambda p, b: p.sadd("dupefilter", *[fp.hex() for fp in b]))
+            for batch in _batches(probes, b"out"):
+                fp_hits += sum(client.smismember("dupefilter", [fp.hex() for fp in batch]))
+            keys = ["dupefilter"]
+            layers = 1
+        else:
+            raise ValueError(kind)
+        used = _used(client) - base
+        usage = sum(int(client.memory_usage(k, samples=0) or 0) for k in keys)
+        client.close()
+    return {
+        "kind": kind,
+        "n": n,
+        "used_memory_bytes": used,
+        "memory_usage_bytes": usage,
+        "bytes_per_fp": usage / n,
+        "used_bytes_per_fp": used / n,
+        "false_positive_rate": fp_hits / probes if probes else 0.0,
+        "probes": probes,
+        "layers": layers,
+        "fill_s": secs,
+    }
+
+
+def run_memory(sizes: list[int], probes: int = 100_000) -> list[dict[str, Any]]:
+    out = []
+    for n in sizes:
+        for kind in ("bf", "bitmap", "set"):
+            out.append(measure(kind, n, min(probes, max(n, 1000))))
+    return out

@@ -1,0 +1,171 @@
+"""What a benchmark worker measures about itself, as a Scrapy extension.
+
+- counts Redis round trips client-side: every ``send_packed_command`` of
+  redis-py is one request on the wire, and a pipeline sends all its commands
+  with one such call, so a pipeline counts 1 (the health-check PING and the
+  connection handshake count too, they are real round trips);
+- holds the crawl at ``spider_opened`` until the harness opens a start gate,
+  so several workers (and the harness's Redis counters) start together;
+- times the crawl from the gate to the last item, counts items and pages
+  crawled twice, and the process CPU time;
+- writes all of it as JSON to ``BENCH_RESULT_FILE`` when the spider closes.
+
+Not part of streams-sched: imported only by ``bench/worker.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from scrapy import signals
+
+__all__ = ["BenchProbe", "install_round_trip_counter", "round_trips"]
+
+#: thread name -> round trips sent by that thread
+_ROUND_TRIPS: dict[str, int] = {}
+
+
+def install_round_trip_counter() -> None:
+    """Count every request redis-py puts on the wire, per thread (idempotent)."""
+    from redis.connection import AbstractConnection
+
+    if getattr(AbstractConnection.send_packed_command, "_bench_counted", False):
+        return
+    original = AbstractConnection.send_packed_command
+
+    def send_packed_command(self: Any, command: Any, check_health: bool = True) -> Any:
+        name = threading.current_thread().name
+        _ROUND_TRIPS[name] = _ROUND_TRIPS.get(name, 0) + 1
+        return original(self, command, check_health)
+
+    send_packed_command._bench_counted = True  # type: ignore[attr-defined]
+    AbstractConnection.send_packed_command = send_packed_command  # type: ignore[method-assign]
+
+
+def round_trips() -> dict[str, int]:
+    """Round trips so far, by thread kind ('reactor' = the main thread, 'io' = any other)."""
+    out = {"reactor": 0, "io": 0}
+    for name, n in _ROUND_TRIPS.items():
+        out["reactor" if name == "MainThread" else "io"] += n
+    return out
+
+
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _rusage() -> dict[str, float]:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return {"user_s": ru.ru_utime, "sys_s": ru.ru_stime, "vol_ctx": ru.ru_nvcsw, "invol_ctx": ru.ru_nivcsw}
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu() -> dict[str, dict[str, float]]:
+    """CPU seconds (user, sys) of each live thread, by kind: 'reactor', 'pump', 'other'."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, dict[str, float]] = {}
+    for tid, name in names.items():
+        try:
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        kind = "reactor" if name == "MainThread" else "pump" if name.startswith("streams-sched-pump") else "other"
+        acc = out.setdefault(kind, {"user_s": 0.0, "sys_s": 0.0})
+        acc["user_s"] += int(fields[11]) / _TICK
+        acc["sys_s"] += int(fields[12]) / _TICK
+    return out
+
+
+class BenchProbe:
+    def __init__(self, crawler: Any) -> None:
+        s = crawler.settings
+        self.crawler = crawler
+        self.result_file = s.get("BENCH_RESULT_FILE")
+        self.ready_file = s.get("BENCH_READY_FILE")
+        self.gate_file = s.get("BENCH_GATE_FILE")
+        self.gate_timeout_s = s.getfloat("BENCH_GATE_TIMEOUT_SECONDS", 120.0)
+        self.items = 0
+        self.urls: Counter[str] = Counter()
+        self.t_go = 0.0
+        self.t_last = 0.0
+        self.cpu_go = 0.0
+        self.cpu_last = 0.0
+        self.rt_go: dict[str, int] = {}
+        self.rt_last: dict[str, int] = {}
+        self.ru_go: dict[str, float] = {}
+        self.ru_last: dict[str, float] = {}
+        self.threads_go: dict[str, dict[str, float]] = {}
+        self.threads_last: dict[str, dict[str, float]] = {}
+        crawler.signals.connect(self.spider_opened, signals.spider_opened)
+        crawler.signals.connect(self.item_scraped, signals.item_scraped)
+        crawler.signals.connect(self.spider_closed, signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> BenchProbe:
+        return cls(crawler)
+
+    def spider_opened(self, spider: Any) -> None:
+        # Blocking the reactor here is harmless: nothing is crawled before the gate.
+        if self.ready_file:
+            Path(self.ready_file).write_text(str(os.getpid()))
+        if self.gate_file:
+            deadline = time.monotonic() + self.gate_timeout_s
+            while not os.path.exists(self.gate_file):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"start gate {self.gate_file} never opened")
+                time.sleep(0.005)
+        self.t_go = self.t_last = time.time()
+        self.cpu_go = self.cpu_last = _cpu_seconds()
+        self.rt_go = self.rt_last = round_trips()
+        self.ru_go = self.ru_last = _rusage()
+        self.threads_go = self.threads_last = thread_cpu()
+
+    def item_scraped(self, item: Any, response: Any, spider: Any) -> None:
+        self.items += 1
+        self.urls[item["url"]] += 1
+        self.t_last = time.time()
+        # cheap enough per item (two syscalls-free reads); keeps the tail (drain, close) out
+        self.cpu_last = _cpu_seconds()
+        self.rt_last = round_trips()
+        if self.items % 256 == 0:
+            self.ru_last = _rusage()
+            self.threads_last = thread_cpu()
+
+    def spider_closed(self, spider: Any, reason: str) -> None:
+        t_closed = time.time()
+        stats = self.crawler.stats.get_stats()
+        rt_end = round_trips()
+        result = {
+            "reason": reason,
+            "pid": os.getpid(),
+            "items": self.items,
+            "unique_urls": len(self.urls),
+            "repeats": sum(n - 1 for n in self.urls.values()),
+            "urls": sorted(self.urls),
+            "t_go": self.t_go,
+            "t_last_item": self.t_last,
+            "t_closed": t_closed,
+            "cpu_s": self.cpu_last - self.cpu_go,
+            "cpu_total_s": _cpu_seconds() - self.cpu_go,
+            "round_trips": {k: self.rt_last.get(k, 0) - self.rt_go.get(k, 0) for k in rt_end},
+            "round_trips_total": {k: rt_end[k] - self.rt_go.get(k, 0) for k in rt_end},
+            "rusage": {k: self.ru_last[k] - self.ru_go[k] for k in self.ru_go},
+            "rusage_items": self.items - self.items % 256,
+            "thread_cpu": {
+                kind: {k: v - self.threads_go.get(kind, {}).get(k, 0.0) for k, v in acc.items()}
+                for kind, acc in self.threads_last.items()
+            },
+            "stats": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
+        }
+        if self.result_file:
+            Path(self.result_file).write_text(json.dumps(result))

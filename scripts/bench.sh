@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The benchmark suite of issue 5: every benchmark side by side in one run, with
+# ratios (see bench/__main__.py and README "Benchmarks"). Installs the bench
+# extra (scrapy-redis 0.9.1, py-spy, pyinstrument) into .venv if missing.
+#   scripts/bench.sh --quick          # tiny sizes, well under a minute
+#   scripts/bench.sh                  # the full run (about 15 minutes on 2 cores)
+#   scripts/bench.sh --only ab --repeat 5 --profile
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+EXTRAS="${EXTRAS:-test,bench}"
+source "$ROOT/scripts/bootstrap.sh"
+cd "$ROOT"
+exec "$VENV/bin/python" -m bench "$@"

