@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -112,6 +113,15 @@ def run_crawls(args: argparse.Namespace, redis_url: str, res: dict[str, Any]) ->
                 f" {r['round_trips_per_page']:.3f} round trips/page, missing {r['missing']}, repeats {r['repeats']}")
     for (section, kind), rs in runs.items():
         res.setdefault(section, {})[kind] = median_runs(rs)
+    # Paired ratios: each run against the baseline of the same round, then the median;
+    # steadier than a ratio of medians when the machine's load drifts during the run.
+    for (section, kind), rs in runs.items():
+        for base in ("memory", "scrapy-redis"):
+            base_runs = runs.get((section, base))
+            if base_runs:
+                ratios = [r["pages_per_s"] / b["pages_per_s"] for r, b in zip(rs, base_runs, strict=True)]
+                res[section][kind][f"paired_vs_{base}"] = statistics.median(ratios)
+                res[section][kind][f"paired_vs_{base}_all"] = ratios
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -241,8 +241,14 @@ def summarize(
         "user_ms_per_page": _per_item(results, lambda r: r["rusage"]["user_s"] * 1000),
         "sys_ms_per_page": _per_item(results, lambda r: r["rusage"]["sys_s"] * 1000),
         "ctx_switches_per_page": _per_item(results, lambda r: r["rusage"]["vol_ctx"] + r["rusage"]["invol_ctx"]),
-        "reactor_thread_ms_per_page": _per_item(results, lambda r: 1000 * sum(r["thread_cpu"].get("reactor", {}).values())),
-        "pump_thread_ms_per_page": _per_item(results, lambda r: 1000 * sum(r["thread_cpu"].get("pump", {}).values())),
+        # per thread, from /proc/self/task/*/schedstat: on a CPU, runnable but waiting for
+        # one (other processes), and the rest of the wall time: blocked (event loop idle,
+        # GIL waits, socket waits)
+        **{
+            f"{kind}_{what}_ms_per_page": _per_item(results, lambda r, kind=kind, what=what: 1000 * _thread(r, kind, what))
+            for kind in ("reactor", "pump")
+            for what in ("run", "runqueue", "blocked")
+        },
         "close_tail_s": max(r["t_closed"] for r in results) - t_end,
         "log_dir": str(wdir),
     }
@@ -253,6 +259,15 @@ def summarize(
         out["redis_calls_per_page"] = sum(calls.values()) / max(pages, 1)
         out["redis_calls"] = dict(sorted(calls.items(), key=lambda kv: -kv[1]))
     return out
+
+
+def _thread(r: dict[str, Any], kind: str, what: str) -> float:
+    t = r["thread_cpu"].get(kind)
+    if not t:
+        return 0.0
+    if what == "blocked":
+        return max(0.0, t["wall_s"] - t["run_s"] - t["runqueue_s"])
+    return float(t[f"{what}_s"])
 
 
 def _per_item(results: list[dict[str, Any]], value: Any) -> float:

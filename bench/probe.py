@@ -80,9 +80,15 @@ def thread_cpu() -> dict[str, dict[str, float]]:
         except (OSError, IndexError):
             continue
         kind = "reactor" if name == "MainThread" else "pump" if name.startswith("streams-sched-pump") else "other"
-        acc = out.setdefault(kind, {"user_s": 0.0, "sys_s": 0.0})
+        acc = out.setdefault(kind, {"user_s": 0.0, "sys_s": 0.0, "run_s": 0.0, "runqueue_s": 0.0})
         acc["user_s"] += int(fields[11]) / _TICK
         acc["sys_s"] += int(fields[12]) / _TICK
+        try:  # on the CPU, and runnable but waiting for a CPU (nanoseconds)
+            run_ns, wait_ns, _ = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+            acc["run_s"] += int(run_ns) / 1e9
+            acc["runqueue_s"] += int(wait_ns) / 1e9
+        except (OSError, ValueError):
+            pass
     return out
 
 
@@ -97,6 +103,7 @@ class BenchProbe:
         self.items = 0
         self.urls: Counter[str] = Counter()
         self.t_go = 0.0
+        self.t_last_sample = 0.0
         self.t_last = 0.0
         self.cpu_go = 0.0
         self.cpu_last = 0.0
@@ -124,7 +131,7 @@ class BenchProbe:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"start gate {self.gate_file} never opened")
                 time.sleep(0.005)
-        self.t_go = self.t_last = time.time()
+        self.t_go = self.t_last = self.t_last_sample = time.time()
         self.cpu_go = self.cpu_last = _cpu_seconds()
         self.rt_go = self.rt_last = round_trips()
         self.ru_go = self.ru_last = _rusage()
@@ -138,6 +145,7 @@ class BenchProbe:
         self.cpu_last = _cpu_seconds()
         self.rt_last = round_trips()
         if self.items % 256 == 0:
+            self.t_last_sample = self.t_last
             self.ru_last = _rusage()
             self.threads_last = thread_cpu()
 
@@ -163,9 +171,58 @@ class BenchProbe:
             "rusage_items": self.items - self.items % 256,
             "thread_cpu": {
                 kind: {k: v - self.threads_go.get(kind, {}).get(k, 0.0) for k, v in acc.items()}
+                | {"wall_s": self.t_last_sample - self.t_go}
                 for kind, acc in self.threads_last.items()
             },
+            "calls": dict(CALLS),
             "stats": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
         }
         if self.result_file:
             Path(self.result_file).write_text(json.dumps(result))
+
+
+#: name -> calls, for --count-calls (diagnostics; the wrappers cost time, so not in timed runs)
+CALLS: dict[str, int] = {}
+
+
+def _count(owner: Any, attr: str, label: str, none_label: str | None = None) -> None:
+    original = getattr(owner, attr)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        CALLS[label] = CALLS.get(label, 0) + 1
+        result = original(*args, **kwargs)
+        if none_label is not None and result is None:
+            CALLS[none_label] = CALLS.get(none_label, 0) + 1
+        return result
+
+    setattr(owner, attr, wrapper)
+
+
+def install_call_counters() -> None:
+    """Count calls of the engine loop, scheduler methods, event-loop turns and pump cycles."""
+    import asyncio.base_events
+
+    from scrapy.core.engine import ExecutionEngine
+    from scrapy.core.scheduler import Scheduler
+
+    from streams_sched._engine import EngineHooks
+    from streams_sched.pump import Pump
+    from streams_sched.scheduler import StreamsScheduler
+
+    _count(asyncio.base_events.BaseEventLoop, "_run_once", "event loop turns")
+    _count(ExecutionEngine, "_start_scheduled_requests", "engine loop runs")
+    _count(ExecutionEngine, "spider_is_idle", "engine spider_is_idle")
+    for cls, name in ((Scheduler, "memory"), (StreamsScheduler, "streams")):
+        _count(cls, "next_request", f"{name} next_request", f"{name} next_request -> None")
+        _count(cls, "enqueue_request", f"{name} enqueue_request")
+        _count(cls, "has_pending_requests", f"{name} has_pending_requests")
+    _count(EngineHooks, "wake", "pump wake -> reactor")
+    _count(Pump, "_cycle", "pump cycles")
+    _count(Pump, "kick", "pump kicks")
+    try:
+        from scrapy_redis.scheduler import Scheduler as SRScheduler
+
+        _count(SRScheduler, "next_request", "scrapy-redis next_request", "scrapy-redis next_request -> None")
+        _count(SRScheduler, "has_pending_requests", "scrapy-redis has_pending_requests")
+    except ImportError:
+        pass

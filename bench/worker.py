@@ -21,6 +21,12 @@ def main() -> None:
     from streams_sched.demo.spider import SyntheticSpider
 
     settings = json.loads(sys.argv[1])
+    if settings.get("BENCH_SWITCH_INTERVAL_S"):
+        sys.setswitchinterval(float(settings["BENCH_SWITCH_INTERVAL_S"]))
+    if settings.get("BENCH_COUNT_CALLS"):
+        from bench.probe import install_call_counters
+
+        install_call_counters()
     process = CrawlerProcess(settings)
     process.crawl(SyntheticSpider)
     process.start()
