@@ -84,6 +84,7 @@ class StreamsScheduler(BaseScheduler):
         per_site_concurrency: int = 8,
         dupefilter_debug: bool = False,
         url_shortcut: bool = True,
+        inline_pump: bool = False,
     ) -> None:
         self.config = config
         self.fingerprinter = fingerprinter
@@ -104,6 +105,8 @@ class StreamsScheduler(BaseScheduler):
         self.frontier: Frontier | None = None
         self.codec: RequestCodec | None = None
         self._pump: Pump | None = None
+        self.inline_pump = inline_pump  # PROTOTYPE: see _inline_pump.py
+        self._inline: Any = None
         self._hooks: EngineHooks | None = None
         self._outbox: deque[tuple[Any, ...]] = deque()
         self._ready: dict[str, deque[tuple[Request, LeasedEntry]]] = {}
@@ -130,6 +133,7 @@ class StreamsScheduler(BaseScheduler):
             per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
             url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", True),
+            inline_pump=settings.getbool("STREAMS_INLINE_PUMP", False),
         )
 
     # -- lifecycle ------------------------------------------------------------
@@ -176,7 +180,13 @@ class StreamsScheduler(BaseScheduler):
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
-        self._pump.start()
+        if self.inline_pump and self._hooks is not None:
+            from ._inline_pump import InlinePump
+
+            self._inline = InlinePump(self._pump, self._hooks._nextcall.schedule)
+            self._inline.start()
+        else:
+            self._pump.start()
         logger.info(
             "streams-sched %s opened: crawl=%s node=%s redis=%s dedupe=%s lease_s=%g"
             " max_deliveries=%d band_ratio=%s close_on_drain=%s",
@@ -218,7 +228,7 @@ class StreamsScheduler(BaseScheduler):
             self._outbox_put(("R", entry))
             unstarted += 1
         self._leases.clear()
-        flushed = pump.finish(timeout=30.0)
+        flushed = self._inline.finish(30.0) if self._inline is not None else pump.finish(timeout=30.0)
         self._apply_stats()
         if self._hooks is not None:
             self._hooks.unhook()
