@@ -83,7 +83,7 @@ class StreamsScheduler(BaseScheduler):
         concurrency: int = 16,
         per_site_concurrency: int = 8,
         dupefilter_debug: bool = False,
-        url_shortcut: bool = True,
+        url_shortcut: bool = False,
         inline_pump: bool = False,
     ) -> None:
         self.config = config
@@ -132,7 +132,7 @@ class StreamsScheduler(BaseScheduler):
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
             per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
-            url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", True),
+            url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", False),
             inline_pump=settings.getbool("STREAMS_INLINE_PUMP", False),
         )
 
