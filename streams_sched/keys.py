@@ -7,6 +7,7 @@ the same code runs on Redis Cluster. Crawl-level keys carry ``{crawl}``.
 Key layout (``C`` = crawl, ``S`` = site)::
 
     ss:crawls                       SET     names of every crawl (daemons find crawls here)
+    ss:health:<daemon>:<name>       STRING  a daemon's last pass (JSON), expires when it stops
     ss:{C}:sites                    SET     the crawl's site registry (no KEYS/SCAN needed)
     ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen, ...}
     ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
@@ -35,6 +36,7 @@ __all__ = [
     "ROOT",
     "STREAMS",
     "TASK_TYPES",
+    "health_key",
     "CrawlKeys",
     "SiteKeys",
     "stream_index",
@@ -60,6 +62,11 @@ _SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")
 def stream_index(task: str, band: str) -> int:
     """Zero-based position of the (task, band) stream in :data:`STREAMS`."""
     return TASK_TYPES.index(task) * len(BANDS) + BANDS.index(band)
+
+
+def health_key(daemon: str, name: str) -> str:
+    """Key of a daemon's health record (``daemon`` is e.g. "reclaimer")."""
+    return f"{ROOT}:health:{daemon}:{name}"
 
 
 def validate_crawl_name(name: str, setting: str = "STREAMS_PREFIX") -> str:

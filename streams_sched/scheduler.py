@@ -113,7 +113,7 @@ class StreamsScheduler(BaseScheduler):
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider is not None else None
         config = StreamsConfig.from_settings(settings, spider_name)
-        return cls(
+        scheduler = cls(
             config,
             fingerprinter=crawler.request_fingerprinter,  # type: ignore[arg-type]
             stats=crawler.stats,
@@ -122,6 +122,10 @@ class StreamsScheduler(BaseScheduler):
             per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
+        from .metrics import attach_worker_metrics
+
+        attach_worker_metrics(crawler, scheduler)  # only when STREAMS_METRICS_PORT is set
+        return scheduler
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -149,6 +153,9 @@ class StreamsScheduler(BaseScheduler):
             "started": time.time(),
             "capabilities": list(cfg.capabilities),
             "version": __version__,
+            # the reclaimer requeues a lease only after the longest lease of the live workers
+            "lease_s": cfg.lease_seconds,
+            "max_deliveries": cfg.max_deliveries,
         }
         self._pump = Pump(
             frontier,
