@@ -34,19 +34,19 @@ class EventListener(threading.Thread):
         self.crawls = crawls
         self.max_backoff_s = max_backoff_s
         self.lock = threading.Lock()
-        #: crawl -> node -> (time.monotonic() when heard, event name)
-        self.heard: dict[str, dict[str, tuple[float, str]]] = {}
+        #: crawl -> node -> (time.monotonic() when heard, event name, heartbeat_s it gave)
+        self.heard: dict[str, dict[str, tuple[float, str, float | None]]] = {}
         self.disabled = False
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
-    def ages(self, crawl: str, now: float | None = None) -> dict[str, tuple[float, str]]:
-        """node -> (seconds since heard, event) for one crawl."""
+    def ages(self, crawl: str, now: float | None = None) -> dict[str, tuple[float, str, float | None]]:
+        """node -> (seconds since heard, event, heartbeat_s) for one crawl."""
         now = time.monotonic() if now is None else now
         with self.lock:
-            return {node: (now - t, ev) for node, (t, ev) in self.heard.get(crawl, {}).items()}
+            return {node: (now - t, ev, hb) for node, (t, ev, hb) in self.heard.get(crawl, {}).items()}
 
     def forget(self, crawl: str, nodes: set[str]) -> None:
         with self.lock:
@@ -65,17 +65,20 @@ class EventListener(threading.Thread):
         crawl = event.get("crawl") or _crawl_of(channel)
         if not isinstance(node, str) or not isinstance(name, str) or not crawl:
             return
+        hb = event.get("heartbeat_s")
         with self.lock:
-            self.heard.setdefault(crawl, {})[node] = (time.monotonic(), name)
+            self.heard.setdefault(crawl, {})[node] = (
+                time.monotonic(), name, float(hb) if isinstance(hb, (int, float)) else None,
+            )
 
     def run(self) -> None:
         backoff = Backoff(max_s=self.max_backoff_s)
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             pubsub = self.client.pubsub(ignore_subscribe_messages=True)
             subscribed: set[str] = set()
             next_look = 0.0
             try:
-                while not self._stop.is_set():
+                while not self._halt.is_set():
                     now = time.monotonic()
                     if now >= next_look:
                         want = {CrawlKeys(c).events for c in self.crawls()}
@@ -85,7 +88,7 @@ class EventListener(threading.Thread):
                             subscribed |= new
                         next_look = now + 2.0
                     if not subscribed:
-                        self._stop.wait(0.5)
+                        self._halt.wait(0.5)
                         continue
                     msg = pubsub.get_message(timeout=0.5)
                     if msg and msg.get("type") == "message":
@@ -104,11 +107,11 @@ class EventListener(threading.Thread):
                     return
                 delay = backoff.next()
                 log.warning("events_error", error=str(exc), retry_in_s=delay)
-                self._stop.wait(delay)
+                self._halt.wait(delay)
             except TRANSIENT as exc:
                 delay = backoff.next()
                 log.warning("events_unreachable", error=str(exc), retry_in_s=delay)
-                self._stop.wait(delay)
+                self._halt.wait(delay)
             finally:
                 try:
                     pubsub.close()

@@ -61,17 +61,19 @@ def classify(
     node: str,
     info: Mapping[str, Any] | None,
     now_s: float,
-    heard: tuple[float, str] | None = None,
+    heard: tuple[float, str] | tuple[float, str, float | None] | None = None,
     dead_after_heartbeats: float = 3.0,
 ) -> NodeState:
     """State of one node.
 
     ``info`` is its record from the nodes hash (or None), ``now_s`` the Redis
     time in epoch seconds, ``heard`` (seconds since the last pub/sub message
-    from it, that message's event name) if the observer listens to events.
+    from it, that message's event name, optionally the heartbeat interval it
+    gave) if the observer listens to events.
     """
     info = info or {}
-    hb = _float(info.get("heartbeat_s"), DEFAULT_HEARTBEAT_S) or DEFAULT_HEARTBEAT_S
+    told = heard[2] if heard is not None and len(heard) > 2 else None
+    hb = _float(info.get("heartbeat_s", told), DEFAULT_HEARTBEAT_S) or DEFAULT_HEARTBEAT_S
     silent = float("inf")
     offline = False
     if info:
@@ -92,7 +94,7 @@ def classify(
 def node_states(
     records: Mapping[str, Mapping[str, Any]],
     now_s: float,
-    heard: Mapping[str, tuple[float, str]] | None = None,
+    heard: Mapping[str, tuple[float, str] | tuple[float, str, float | None]] | None = None,
     dead_after_heartbeats: float = 3.0,
 ) -> dict[str, NodeState]:
     """States of every node known from the hash or from events."""
