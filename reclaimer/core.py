@@ -36,7 +36,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from streams_sched.daemon import TRANSIENT, Backoff, MetricsServer, StopFlag, connect_at_start
 from streams_sched.frontier import NO_MASK, Frontier, parse_claim
 from streams_sched.keys import GROUP, health_key
-from streams_sched.liveness import DEFAULT_HEARTBEAT_S, node_states
+from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
 
 from .logic import crawl_limits, nodes_to_forget, prune_candidates
 from .settings import DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES, ReclaimerSettings
@@ -274,8 +274,10 @@ class Reclaimer:
         s = self.settings
         f = self._frontier(crawl)
         records = f.nodes()
+        states = node_states(records, _server_time(f.client), dead_after_heartbeats=s.dead_after_heartbeats)
         lease_s, max_deliveries = crawl_limits(
-            records, s.lease_s, s.max_deliveries, DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES
+            records, s.lease_s, s.max_deliveries, DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES,
+            alive=[n for n, st in states.items() if st.state == ALIVE],
         )
         out = CrawlPass(crawl, lease_s=lease_s, max_deliveries=max_deliveries)
         sites = f.sites()
@@ -284,7 +286,7 @@ class Reclaimer:
         for i in range(0, len(sites), s.sites_per_round_trip):
             self._reclaim(f, sites[i : i + s.sites_per_round_trip], lease_ms, max_deliveries, out)
         if prune and sites:
-            self._prune(f, sites, records, out)
+            self._prune(f, sites, states, out)
         return out
 
     def _reclaim(self, f: Frontier, sites: list[str], lease_ms: int, max_deliveries: int, out: CrawlPass) -> None:
@@ -323,10 +325,8 @@ class Reclaimer:
             todo = again
             calls += 1
 
-    def _prune(self, f: Frontier, sites: list[str], records: dict[str, dict[str, Any]], out: CrawlPass) -> None:
+    def _prune(self, f: Frontier, sites: list[str], states: dict[str, NodeState], out: CrawlPass) -> None:
         s = self.settings
-        now_s = _server_time(f.client)
-        states = node_states(records, now_s, dead_after_heartbeats=s.dead_after_heartbeats)
         heartbeat_s = max((st.heartbeat_s for st in states.values()), default=DEFAULT_HEARTBEAT_S)
         gone_after_ms = int(s.dead_after_heartbeats * heartbeat_s * 1000)
         owners: set[str] = set()

@@ -16,23 +16,30 @@ def crawl_limits(
     max_deliveries: int | None,
     default_lease_s: float,
     default_max_deliveries: int,
+    alive: Iterable[str] | None = None,
 ) -> tuple[float, int]:
     """The lease time and delivery limit to apply to one crawl.
 
     An explicit setting wins. Otherwise the longest lease and the largest
-    limit any of the crawl's known workers advertise (alive or not: a dead
-    worker's leases are the ones to requeue, and they last as long as *its*
-    setting said), so the reclaimer never takes a lease a worker still holds
-    legitimately, nor dead-letters what a worker would still retry.
+    limit that the crawl's live workers (``alive``) advertise in their node
+    records, so the reclaimer never requeues a lease a live worker still holds
+    by its own setting, nor dead-letters what it would still retry. With no
+    live worker advertising one, every known record counts (the dead workers'
+    own settings), then the defaults. Workers of one crawl should share
+    STREAMS_LEASE_SECONDS; with mixed values the longest live one applies.
     """
-    leases = [_num(n.get("lease_s")) for n in nodes.values()]
-    limits = [_num(n.get("max_deliveries")) for n in nodes.values()]
-    lease = lease_s if lease_s is not None else max([v for v in leases if v > 0], default=default_lease_s)
-    limit = (
-        max_deliveries
-        if max_deliveries is not None
-        else int(max([v for v in limits if v >= 1], default=default_max_deliveries))
-    )
+    alive = set(nodes) if alive is None else set(alive)
+    live = [n for name, n in nodes.items() if name in alive]
+
+    def pick(key: str, floor: float) -> float | None:
+        for group in (live, list(nodes.values())):
+            values = [v for v in (_num(n.get(key)) for n in group) if v >= floor]
+            if values:
+                return max(values)
+        return None
+
+    lease = lease_s if lease_s is not None else (pick("lease_s", 1e-9) or default_lease_s)
+    limit = max_deliveries if max_deliveries is not None else int(pick("max_deliveries", 1) or default_max_deliveries)
     return lease, limit
 
 

@@ -71,9 +71,11 @@ def test_fresh_event_beats_a_stale_record() -> None:
 
 
 def test_lease_and_limit_come_from_the_workers_unless_set() -> None:
-    """The longest advertised lease and the largest delivery limit apply; an explicit setting wins."""
+    """The longest lease and largest limit of the live workers apply, else of any record; a setting wins."""
     nodes = {"a": {"lease_s": 60, "max_deliveries": 3}, "b": {"lease_s": 120}, "c": {}}
     assert crawl_limits(nodes, None, None, 300, 5) == (120, 3)
+    assert crawl_limits(nodes, None, None, 300, 5, alive=["a", "c"]) == (60, 3)
+    assert crawl_limits(nodes, None, None, 300, 5, alive=["c"]) == (120, 3)  # no live one says
     assert crawl_limits({}, None, None, 300, 5) == (300, 5)
     assert crawl_limits(nodes, 10, 9, 300, 5) == (10, 9)
 
