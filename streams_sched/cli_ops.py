@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -157,7 +158,7 @@ def dlq() -> None:
     """Dead letters: list them, requeue them, or purge them."""
 
 
-DLQ_COLUMNS = [
+DLQ_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("site", "SITE", str),
     ("id", "ID", str),
     ("age", "AGE", str),
@@ -306,7 +307,7 @@ def resume(redis_url: str, crawl: str, sites: tuple[str, ...], force: bool) -> N
 # -- nodes, crawls ----------------------------------------------------------------
 
 
-NODE_COLUMNS = [
+NODE_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("node", "NODE", str),
     ("host", "HOST", str),
     ("pid", "PID", str),
@@ -361,7 +362,7 @@ def crawls(redis_url: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
-    columns = [
+    columns: list[tuple[str, str, Callable[[Any], str]]] = [
         ("crawl", "CRAWL", str), ("sites", "SITES", str), ("backlog", "BACKLOG", str),
         ("pending", "PENDING", str), ("delayed", "DELAYED", str), ("dead", "DEAD", str),
         ("acked", "ACKED", str), ("enqueued", "ENQUEUED", str), ("rate_per_s", "RATE 1M", _rate),
