@@ -210,9 +210,11 @@ class StreamsScheduler(BaseScheduler):
             unstarted += 1
         self._leases.clear()
         flushed = pump.finish(timeout=30.0)
-        self._apply_stats()
+        self._apply_stats(pump)
+        self._pump = None
         if self._hooks is not None:
             self._hooks.unhook()
+            self._hooks = None
         logger.info(
             "streams-sched closed (%s): node=%s handed back %d unstarted leases; all acks sent: %s",
             reason, self.node_id, unstarted, flushed,
@@ -393,8 +395,8 @@ class StreamsScheduler(BaseScheduler):
         if self.stats is not None:
             self.stats.inc_value(key, n)
 
-    def _apply_stats(self) -> None:
-        pump = self._pump
+    def _apply_stats(self, pump: Pump | None = None) -> None:
+        pump = pump or self._pump
         if pump is None:
             return
         stats = pump.stats
