@@ -64,6 +64,9 @@ __all__ = ["StreamsScheduler"]
 
 logger = logging.getLogger(__name__)
 
+#: Outgoing.stream offset meaning "band N, task type from the site's policy" (see enqueue.lua).
+SITE_TASK = 10
+
 
 class Fingerprinter(Protocol):
     def fingerprint(self, request: Request) -> bytes: ...
@@ -99,7 +102,8 @@ class StreamsScheduler(BaseScheduler):
         self._hooks: EngineHooks | None = None
         self._outbox: deque[tuple[Any, ...]] = deque()
         self._ready: dict[str, deque[tuple[Request, LeasedEntry]]] = {}
-        self._order: deque[str] = deque()
+        self._served: dict[str, float] = {}
+        self._downloader: Any = None
         self._nready = 0
         self._leases: dict[Request, LeasedEntry] = {}
         self._sites: dict[str, str] = {}
@@ -135,7 +139,8 @@ class StreamsScheduler(BaseScheduler):
         )
         wait_ready(client, cfg.redis_url, cfg.connect_timeout_seconds)
         bloom = crawl_bloom(
-            client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion
+            client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion,
+            cfg.revisit_after_seconds, cfg.revisit_buckets,
         )
         mode = bloom.mode
         self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
@@ -161,12 +166,14 @@ class StreamsScheduler(BaseScheduler):
         )
         if self.crawler is not None:
             self._hooks = EngineHooks(self.crawler, self, self.request_done)
+            self._downloader = getattr(self.crawler.engine, "downloader", None)
             self._pump.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
             if not cfg.close_on_drain:
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
+        self._pump.refresh_policy()
         self._pump.start()
         logger.info(
             "streams-sched %s opened: crawl=%s node=%s redis=%s dedupe=%s lease_s=%g"
@@ -203,7 +210,6 @@ class StreamsScheduler(BaseScheduler):
                 self._outbox_put(("R", entry))
                 unstarted += 1
         self._ready.clear()
-        self._order.clear()
         self._nready = 0
         for entry in self._leases.values():
             self._outbox_put(("R", entry))
@@ -251,8 +257,8 @@ class StreamsScheduler(BaseScheduler):
         meta = request.meta
         try:
             site = self._site_of(request, meta)
-            task = meta.get("task_type") or "http"
-            if task not in TASK_TYPES:
+            task = meta.get("task_type")
+            if task is not None and task not in TASK_TYPES:
                 raise SerializationError(repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}")
             payload = codec.encode(request)
         except SerializationError as exc:
@@ -261,7 +267,10 @@ class StreamsScheduler(BaseScheduler):
             return False
         cfg = self.config
         band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)
-        stream = (len(BANDS) if task == "browser" else 0) + band
+        if task is None:
+            stream = SITE_TASK + band  # the site's policy decides http or browser
+        else:
+            stream = (len(BANDS) if task == "browser" else 0) + band
         delay_ms = 0
         not_before = meta.get("not_before")
         if not_before:
@@ -284,16 +293,17 @@ class StreamsScheduler(BaseScheduler):
             self._apply_stats()
         if pump.arrivals:
             self._absorb()
-        if not self._order:
+        if not self._ready:
             pump.kick()
             return None
-        site = self._order.popleft()
+        site = self._pick_site(pump)
+        if site is None:
+            return None  # every site with requests has a full downloader slot
         queue = self._ready[site]
         request, entry = queue.popleft()
-        if queue:
-            self._order.append(site)
-        else:
+        if not queue:
             del self._ready[site]
+        self._served[site] = self._served.get(site, 0.0) + 1.0
         self._nready -= 1
         self._leases[request] = entry
         pump.inflight = len(self._leases)
@@ -302,6 +312,30 @@ class StreamsScheduler(BaseScheduler):
         self._inc("scheduler/dequeued/redis")
         self._inc("scheduler/dequeued")
         return request
+
+    def _pick_site(self, pump: Pump) -> str | None:
+        """The site to serve next: the least served relative to its weight among the
+        sites whose downloader slot can take a request now (so one slow site never
+        fills the downloader, and weights hold when the worker is the bottleneck)."""
+        ready = self._ready
+        if len(ready) == 1 and self._downloader is None:
+            return next(iter(ready))
+        hints = pump.hints
+        served = self._served
+        slots = self._downloader.slots if self._downloader is not None else None
+        best: str | None = None
+        best_key = 0.0
+        for site, queue in ready.items():
+            if slots:
+                slot = slots.get(self._downloader.get_slot_key(queue[0][0]))
+                if slot is not None and len(slot.active) >= slot.concurrency:
+                    continue
+            hint = hints.get(site)
+            weight = hint.weight if hint is not None and hint.weight > 0 else 1.0
+            key = served.get(site, 0.0) / weight
+            if best is None or key < best_key:
+                best, best_key = site, key
+        return best
 
     def __len__(self) -> int:
         return self._nready + len(self._pump.arrivals if self._pump else ())
@@ -354,14 +388,17 @@ class StreamsScheduler(BaseScheduler):
             return
         arrivals = pump.arrivals
         ready = self._ready
-        order = self._order
+        served = self._served
         n = 0
         while arrivals:
             request, entry = arrivals.popleft()
             queue = ready.get(entry.site)
             if queue is None:
                 queue = ready[entry.site] = deque()
-                order.append(entry.site)
+                others = [served.get(s, 0.0) for s in ready if s != entry.site]
+                if others:
+                    # a site coming back starts level with the least served, not far behind
+                    served[entry.site] = max(served.get(entry.site, 0.0), min(others))
             queue.append((request, entry))
             n += 1
         self._nready += n
