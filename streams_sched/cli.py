@@ -12,7 +12,7 @@ import functools
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
@@ -186,7 +186,7 @@ def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
     return rows
 
 
-def render_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, Callable[[Any], str]]]) -> str:
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, Callable[[Any], str]]]) -> str:
     header = [title for _, title, _ in columns]
     body = [[fmt(row[key]) for key, _, fmt in columns] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]

@@ -174,7 +174,8 @@ def _entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) 
 
 
 def parse_lease(site: str, reply: Sequence[Any]) -> LeaseReply:
-    r = LeaseReply(*(int(v) for v in reply[:7]))
+    head = [int(v) for v in reply[:7]]
+    r = LeaseReply(head[0], head[1], head[2], head[3], head[4], head[5], head[6])
     try:
         r.weight = float(reply[7]) if reply[7] else 1.0
     except ValueError:

@@ -18,6 +18,7 @@ back-off) and holds back every later ack until it succeeds.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -27,13 +28,13 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .errors import EntryError
-from .frontier import Frontier, LeasedEntry, Outgoing, parse_enqueue, parse_lease
+from .frontier import Frontier, LeasedEntry, parse_enqueue, parse_lease
 from .keys import BANDS
 from .selection import DrainDetector, SiteHint, plan_leases
 
@@ -60,6 +61,7 @@ class Pump(threading.Thread):
         *,
         concurrency: int,
         per_site_concurrency: int,
+        download_delay: float = 0.0,
         wake: Callable[[], None] = lambda: None,
         node_info: dict[str, Any] | None = None,
     ) -> None:
@@ -86,7 +88,12 @@ class Pump(threading.Thread):
         prefetch = config.prefetch or concurrency
         self.capacity = concurrency + prefetch
         self.low_water = max(1, prefetch // 2)
-        self.per_site_cap = per_site_concurrency + (config.prefetch_per_site or per_site_concurrency)
+        # Prefetch per site: what its downloader slot takes, and with a download delay
+        # no more than about two seconds of it, so leases do not age in the buffer.
+        site_prefetch = config.prefetch_per_site or per_site_concurrency
+        if download_delay > 0 and not config.prefetch_per_site:
+            site_prefetch = max(1, min(site_prefetch, math.ceil(2.0 / download_delay)))
+        self.per_site_cap = per_site_concurrency + site_prefetch
         self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
         self.http = "http" in config.capabilities
         self.mask = "".join(

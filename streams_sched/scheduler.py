@@ -52,8 +52,8 @@ from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
 from .pump import Pump, make_node_id
 from .retry_after import retry_after_seconds
-from .selection import band_for
 from .seen import SeenCache
+from .selection import band_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -84,6 +84,7 @@ class StreamsScheduler(BaseScheduler):
         crawler: Crawler | None = None,
         concurrency: int = 16,
         per_site_concurrency: int = 8,
+        download_delay: float = 0.0,
         dupefilter_debug: bool = False,
     ) -> None:
         self.config = config
@@ -92,6 +93,7 @@ class StreamsScheduler(BaseScheduler):
         self.crawler = crawler
         self.concurrency = concurrency
         self.per_site_concurrency = per_site_concurrency
+        self.download_delay = download_delay
         self.dupefilter_debug = dupefilter_debug
         self.node_id = config.node_id or make_node_id()
         self.seen = SeenCache(config.local_seen_cache)
@@ -119,11 +121,12 @@ class StreamsScheduler(BaseScheduler):
         config = StreamsConfig.from_settings(settings, spider_name)
         return cls(
             config,
-            fingerprinter=crawler.request_fingerprinter,  # type: ignore[arg-type]
+            fingerprinter=crawler.request_fingerprinter,
             stats=crawler.stats,
             crawler=crawler,
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
             per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
+            download_delay=settings.getfloat("DOWNLOAD_DELAY"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
 
@@ -162,6 +165,7 @@ class StreamsScheduler(BaseScheduler):
             self.node_id,
             concurrency=self.concurrency,
             per_site_concurrency=self.per_site_concurrency,
+            download_delay=self.download_delay,
             node_info=node_info,
         )
         if self.crawler is not None:

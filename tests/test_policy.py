@@ -4,7 +4,6 @@ browser routing and caps, live changes, pause/resume, revisits."""
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -13,10 +12,11 @@ from typing import Any
 import pytest
 import redis
 
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 from streams_sched.cli import push_urls
 from streams_sched.frontier import BloomParams, Frontier, Outgoing
-from streams_sched.policy import get_policy, pause_site, resume_site, set_policy
+from streams_sched.policy import get_policy, pause_site, resume_site
+
+from helpers import Worker, base_settings, crawled_urls, read_items, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -10,10 +10,11 @@ import redis
 import scrapy
 from scrapy.utils.request import RequestFingerprinter
 
-from helpers import wait_for
 from streams_sched.config import StreamsConfig
 from streams_sched.keys import GROUP, SiteKeys
 from streams_sched.scheduler import StreamsScheduler
+
+from helpers import wait_for
 
 
 class Spider(scrapy.Spider):
