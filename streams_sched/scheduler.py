@@ -111,6 +111,8 @@ class StreamsScheduler(BaseScheduler):
         self._sites: dict[str, str] = {}
         self._logged_dupe = False
         self._fatal_reported = False
+        self._n_enqueued = self._n_dequeued = self._n_filtered = 0
+        self._applied: dict[str, int] = {}
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
 
@@ -285,8 +287,7 @@ class StreamsScheduler(BaseScheduler):
         self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload)))
         if fp:
             self.seen.add(fp)
-        self._inc("scheduler/enqueued/redis")
-        self._inc("scheduler/enqueued")
+        self._n_enqueued += 1
         return True
 
     def next_request(self) -> Request | None:
@@ -313,8 +314,9 @@ class StreamsScheduler(BaseScheduler):
         pump.inflight = len(self._leases)
         if self._nready <= pump.low_water:
             pump.kick()
-        self._inc("scheduler/dequeued/redis")
-        self._inc("scheduler/dequeued")
+        self._n_dequeued += 1
+        if self._n_dequeued & 255 == 0:
+            self._apply_stats()
         return request
 
     def _pick_site(self, pump: Pump) -> str | None:
@@ -420,7 +422,7 @@ class StreamsScheduler(BaseScheduler):
         return known
 
     def _filtered(self, request: Request) -> None:
-        self._inc("dupefilter/filtered")
+        self._n_filtered += 1
         if self.dupefilter_debug:
             logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
         elif not self._logged_dupe:
@@ -437,6 +439,19 @@ class StreamsScheduler(BaseScheduler):
             self.stats.inc_value(key, n)
 
     def _apply_stats(self, pump: Pump | None = None) -> None:
+        """Move the hot-path counters (kept as plain ints: Scrapy's stats calls are not
+        cheap) and the I/O thread's counters into the crawl stats."""
+        for key, n in (
+            ("scheduler/enqueued/redis", self._n_enqueued),
+            ("scheduler/enqueued", self._n_enqueued),
+            ("scheduler/dequeued/redis", self._n_dequeued),
+            ("scheduler/dequeued", self._n_dequeued),
+            ("dupefilter/filtered", self._n_filtered),
+        ):
+            done = self._applied.get(key, 0)
+            if n > done:
+                self._inc(key, n - done)
+                self._applied[key] = n
         pump = pump or self._pump
         if pump is None:
             return
