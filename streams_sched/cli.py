@@ -19,7 +19,7 @@ import json
 import os
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
@@ -256,7 +256,7 @@ def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
     return rows
 
 
-def render_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, Callable[[Any], str]]]) -> str:
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, Callable[[Any], str]]]) -> str:
     header = [title for _, title, _ in columns]
     body = [[fmt(row[key]) for key, _, fmt in columns] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
@@ -361,6 +361,59 @@ def purge(redis_url: str, crawl: str, site: str | None, yes: bool) -> None:
     else:
         deleted = frontier.purge()
     click.echo(f"purged {what} ({deleted} key(s) deleted)")
+
+
+@main.group()
+def site() -> None:
+    """Per-site policy: rate limit, weight, task type, browser cap, pause."""
+
+
+@site.command("set")
+@shared_options
+@click.argument("name")
+@click.option("--rate", type=float, help="Requests per second for the whole crawl (all workers); 0 = no limit.")
+@click.option("--burst", type=float, help="Tokens the bucket holds (default: the rate).")
+@click.option("--weight", type=float, help="Share of fetches when several sites have work (default 1).")
+@click.option("--task-type", type=click.Choice(["http", "browser"]), help="Default task type of the site's requests.")
+@click.option("--max-browser", type=int, help="Most browser requests of this site in flight on one node.")
+@click.option("--paused/--resumed", default=None, help="Stop or restart leasing the site.")
+def site_set(redis_url: str, crawl: str, name: str, rate: float | None, burst: float | None, weight: float | None,
+             task_type: str | None, max_browser: int | None, paused: bool | None) -> None:
+    """Change a site's policy (NAME "*" = the default for sites without their own).
+
+    Workers pick it up within STREAMS_POLICY_REFRESH_SECONDS (the site's own policy on
+    their next lease of it, at once)."""
+    from .policy import set_policy
+
+    fields = {k: v for k, v in {"rate": rate, "burst": burst, "weight": weight, "task_type": task_type,
+                                "max_browser": max_browser, "paused": paused}.items() if v is not None}
+    if not fields:
+        raise click.UsageError("give at least one of --rate --burst --weight --task-type --max-browser --paused/--resumed")
+    frontier = Frontier(_client(redis_url), crawl)
+    try:
+        stored = set_policy(frontier, name, fields)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    click.echo(f"{name}: " + " ".join(f"{k}={v}" for k, v in sorted(stored.items())))
+
+
+@site.command("show")
+@shared_options
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def site_show(redis_url: str, crawl: str, name: str | None, as_json: bool) -> None:
+    """Show the policy of one site, or of every site with one, and the default ("*")."""
+    from .policy import POLICY_FIELDS, get_policy
+
+    frontier = Frontier(_client(redis_url), crawl)
+    names = [name] if name else ["*", *frontier.sites()]
+    policies = {n: get_policy(frontier, n) for n in names}
+    if as_json:
+        click.echo(json.dumps(policies, indent=2, sort_keys=True))
+        return
+    columns = [("site", "SITE", str)] + [(f, f.upper(), str) for f in POLICY_FIELDS]
+    rows = [{"site": n, **{f: p.get(f, "-") for f in POLICY_FIELDS}} for n, p in policies.items() if p or n == "*" or name]
+    click.echo(render_table(rows, columns))
 
 
 from . import cli_ops  # noqa: E402,F401  (registers watch, dlq, pause, resume, nodes, crawls)

@@ -17,6 +17,8 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C/S}:delayed                ZSET    requests that must wait, scored by due time (ms)
     ss:{C/S}:seen                   Bloom   fingerprints (RedisBloom BF or a plain bitmap)
     ss:{C/S}:seen:meta              HASH    bitmap Bloom layer counts (bitmap back-end only)
+    ss:{C/S}:seen:<n>[:meta]        Bloom   with STREAMS_REVISIT_AFTER_SECONDS: one filter per time
+                                            bucket n, expiring on its own (TTL)
     ss:{C/S}:dlq                    STREAM  dead letters: the entry, the reason, its origin
     ss:{C/S}:stats                  HASH    counters kept in Redis (enqueued, acked, ...)
     ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, ...)
@@ -160,6 +162,10 @@ class SiteKeys:
     @cached_property
     def seen_meta(self) -> str:
         return f"{self.base}:seen:meta"
+
+    def seen_bucket(self, bucket: int) -> tuple[str, str]:
+        """The seen filter (and its meta) of one revisit time bucket."""
+        return f"{self.base}:seen:{bucket}", f"{self.base}:seen:{bucket}:meta"
 
     @cached_property
     def dlq(self) -> str:

