@@ -16,7 +16,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from streams_sched.frontier import Frontier, SiteStatus
+from streams_sched.frontier import BloomParams, Frontier, SiteStatus
 
 __all__ = ["CrawlSnapshot", "bitmap_items", "read_crawl"]
 
@@ -68,8 +68,21 @@ def read_statuses(frontier: Frontier, sites: list[str], chunk: int = 500) -> lis
     return out
 
 
-def read_seen(frontier: Frontier, sites: list[str], meta: dict[str, str], chunk: int = 500) -> int | None:
-    """Fingerprints recorded in the crawl's seen filters, or None if this user or back-end cannot tell."""
+def seen_keys(frontier: Frontier, site: str, meta: dict[str, str], now_s: float) -> list[tuple[str, str]]:
+    """(filter, layer state) keys of a site's seen filters: one, or one per live revisit bucket."""
+    keys = frontier.site(site)
+    revisit_s = float(meta.get("revisit_seconds", 0) or 0)
+    if revisit_s <= 0:
+        return [(keys.seen, keys.seen_meta)]
+    params = BloomParams(revisit_seconds=revisit_s, revisit_buckets=int(float(meta.get("revisit_buckets", 4))))
+    return [keys.seen_bucket(b) for b in params.buckets(now_s)]
+
+
+def read_seen(
+    frontier: Frontier, sites: list[str], meta: dict[str, str], now_s: float = 0.0, chunk: int = 500
+) -> int | None:
+    """Fingerprints recorded in the crawl's seen filters (summed over the live revisit
+    buckets, if any), or None if this user or back-end cannot tell."""
     mode = meta.get("dedupe")
     if mode not in ("bf", "bitmap"):
         return None
@@ -79,11 +92,11 @@ def read_seen(frontier: Frontier, sites: list[str], meta: dict[str, str], chunk:
     for i in range(0, len(sites), chunk):
         pipe = frontier.client.pipeline(transaction=False)
         for site in sites[i : i + chunk]:
-            keys = frontier.site(site)
-            if mode == "bf":
-                pipe.execute_command("BF.CARD", keys.seen)
-            else:
-                pipe.hmget(keys.seen_meta, ["layers", "count"])
+            for seen, seen_meta in seen_keys(frontier, site, meta, now_s):
+                if mode == "bf":
+                    pipe.execute_command("BF.CARD", seen)
+                else:
+                    pipe.hmget(seen_meta, ["layers", "count"])
         for reply in pipe.execute(raise_on_error=False):
             if isinstance(reply, ResponseError):
                 text = str(reply)
@@ -121,5 +134,5 @@ def read_crawl(frontier: Frontier, *, seen: bool = True, chunk: int = 500) -> Cr
     meta = {_text(k): _text(v) for k, v in raw_meta.items()}
     snap = CrawlSnapshot(frontier.crawl, int(sec) + int(usec) / 1e6, read_statuses(frontier, sites, chunk), nodes)
     if seen:
-        snap.seen_estimate = read_seen(frontier, sites, meta, chunk)
+        snap.seen_estimate = read_seen(frontier, sites, meta, snap.now_s, chunk)
     return snap

@@ -106,7 +106,7 @@ def test_reclaimer_hands_a_killed_workers_leases_to_another(plain_redis_url: str
         handed_after = max(i["ts"] for i in crawled) - leased_at
         print(f"\nhandover: leases requeued {requeued_after:.2f}s after A leased them"
               f" (lease {lease_s:g}s + interval {interval_s:g}s); B finished them {handed_after:.2f}s after")
-        assert lease_s <= requeued_after <= lease_s + interval_s + 0.5
+        assert lease_s - 0.05 <= requeued_after <= lease_s + interval_s + 1.0  # + slack for a loaded machine
         assert handed_after <= lease_s + interval_s + 10  # B takes requeued entries one at a time
         assert set(crawled_urls(items)) == web.all_urls() and len(crawled) == 6
         assert "took over" not in b.log()

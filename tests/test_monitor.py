@@ -192,3 +192,16 @@ def test_burst_prints_the_metrics_once(plain_redis_url: str, crawl: str) -> None
     assert res.returncode == 0, res.stderr
     assert f'streams_sched_enqueued_total{{crawl="{crawl}",site="a.test"}} 1.0' in res.stdout
     assert [json.loads(line)["event"] for line in res.stderr.splitlines()].count("pass") == 1
+
+
+def test_seen_estimate_sums_the_live_revisit_buckets(redis_url: str, dedupe: str, crawl: str) -> None:
+    """With revisits on, the seen estimate counts the fingerprints of every live time bucket."""
+    from monitor.snapshot import read_crawl
+    from streams_sched.frontier import Frontier, crawl_bloom
+
+    client = redis.Redis.from_url(redis_url)
+    params = crawl_bloom(client, crawl, dedupe, revisit_seconds=1000, revisit_buckets=4)
+    f = Frontier(client, crawl, params)
+    f.register_sites(["a.test"])
+    f.enqueue("a.test", [out(i) for i in range(5)])
+    assert read_crawl(Frontier(client, crawl)).seen_estimate == 5
