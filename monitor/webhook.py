@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
@@ -38,7 +38,7 @@ log = structlog.get_logger("monitor.webhook")
 def render(alert: Alert, status: str, fmt: str, now_s: float | None = None) -> dict[str, Any]:
     """The JSON body for one notification."""
     ts = time.time() if now_s is None else now_s
-    when = datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     body = {
         "status": status,
         "kind": alert.kind,

@@ -9,10 +9,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from helpers import frontier
 from streams_sched.cli import main, push_urls
 from streams_sched.frontier import Outgoing
 from streams_sched.testing import free_port
+
+from helpers import frontier
 
 
 @pytest.fixture

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from daemons import Daemon, scrape, try_scrape, value
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 from streams_sched.cli import push_urls
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.keys import GROUP
 from streams_sched.testing import free_port
+
+from daemons import Daemon, scrape, try_scrape, value
+from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 
 pytestmark = pytest.mark.e2e
 

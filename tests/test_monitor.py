@@ -11,11 +11,12 @@ from pathlib import Path
 
 import redis
 
-from daemons import Daemon, WebhookSink, scrape, try_scrape, value
-from helpers import frontier, wait_for
 from monitor import Monitor, MonitorSettings, metric_names
 from streams_sched.frontier import Outgoing
 from streams_sched.testing import free_port
+
+from daemons import Daemon, WebhookSink, scrape, try_scrape, value
+from helpers import frontier, wait_for
 
 
 def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:

@@ -11,12 +11,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from daemons import Daemon, try_scrape, value
-from helpers import frontier, wait_for
 from reclaimer import Reclaimer, ReclaimerSettings
 from streams_sched.frontier import Frontier, Outgoing
 from streams_sched.keys import GROUP, health_key
 from streams_sched.testing import RedisServer, free_port
+
+from daemons import Daemon, try_scrape, value
+from helpers import frontier, wait_for
 
 
 def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:

@@ -2,8 +2,8 @@
 
 import os
 
-from streams_sched.connection import connect, wait_ready
 from streams_sched.cli import push_urls
+from streams_sched.connection import connect, wait_ready
 from streams_sched.demo.web import SyntheticWeb
 
 
