@@ -41,7 +41,7 @@ def thread_safe_caller() -> Callable[..., Any]:
     if is_reactor_installed():
         from twisted.internet import reactor
 
-        return reactor.callFromThread  # type: ignore[attr-defined,no-any-return]
+        return reactor.callFromThread  # type: ignore[no-any-return]
     loop = asyncio.get_running_loop()
     return loop.call_soon_threadsafe
 

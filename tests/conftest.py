@@ -104,26 +104,24 @@ def dedupe(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _flushed(url: str) -> str:
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.script_flush()
+    client.close()
+    return url
+
+
 @pytest.fixture
-def redis_url(redis_source: _Source, dedupe: str) -> Iterator[str]:
+def redis_url(redis_source: _Source, dedupe: str) -> str:
     """URL of a flushed Redis for the back-end under test."""
-    url = redis_source.url(dedupe)
-    client = redis.Redis.from_url(url)
-    client.flushall()
-    client.script_flush()
-    client.close()
-    yield url
+    return _flushed(redis_source.url(dedupe))
 
 
 @pytest.fixture
-def plain_redis_url(redis_source: _Source) -> Iterator[str]:
+def plain_redis_url(redis_source: _Source) -> str:
     """URL of a flushed Redis without the Bloom module (for tests where the back-end does not matter)."""
-    url = redis_source.url("bitmap")
-    client = redis.Redis.from_url(url)
-    client.flushall()
-    client.script_flush()
-    client.close()
-    yield url
+    return _flushed(redis_source.url("bitmap"))
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import time
 import pytest
 import redis
 
-from helpers import frontier, wait_for
 from streams_sched.frontier import Outgoing
 from streams_sched.keys import GROUP, STREAMS, SiteKeys
+
+from helpers import frontier, wait_for
 
 
 def fp(i: int | str) -> bytes:
