@@ -46,6 +46,23 @@ KINDS: dict[str, dict[str, Any]] = {
         "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "bitmap",
     },
+    # prototypes on the bench branch (see README "Where the time goes")
+    "streams-sched+url": {
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "STREAMS_DEDUPE": "redisbloom",
+        "STREAMS_URL_SHORTCUT": True,
+    },
+    "streams-sched+inline": {
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "STREAMS_DEDUPE": "redisbloom",
+        "STREAMS_INLINE_PUMP": True,
+    },
+    "streams-sched+url+inline": {
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "STREAMS_DEDUPE": "redisbloom",
+        "STREAMS_URL_SHORTCUT": True,
+        "STREAMS_INLINE_PUMP": True,
+    },
 }
 
 

@@ -6,13 +6,12 @@ Three ways to remember N fingerprints, each in a fresh redis-server:
   of 20-byte SHA1 fingerprints, as ``enqueue.lua``'s ``bloom_bf`` does;
 - ``bitmap``: the Lua bitmap Bloom filter of ``enqueue.lua`` (``bloom_bitmap``
   from ``lua/_lib.lua``) at error 0.001 and capacity N, driven by a purpose
-  script made of the same library and one line that calls it;
+  script made of the same library and a few lines that call it;
 - ``set``: a SET of 40-hex fingerprints, as scrapy-redis' RFPDupeFilter keeps them.
 
 Bytes are the growth of ``used_memory`` (INFO memory) and ``MEMORY USAGE``
 of the keys. The false-positive rate is measured with fingerprints that were
-never added (a read-only lookup for the bitmap, with the library's own
-layer and bit-position functions).
+never added (``BF.MEXISTS``; ``bloom_bitmap`` with ``add`` false).
 """
 
 from __future__ import annotations
@@ -34,46 +33,16 @@ BATCH = 2000
 
 _LIB = resources.files("streams_sched").joinpath("lua", "_lib.lua").read_text(encoding="utf-8")
 
-# KEYS: seen, meta; ARGV: err, cap, expansion, fp...
-_INSERT = _LIB + """
+# KEYS: seen, meta; ARGV: err, cap, expansion, add (1 insert / 0 look only), fp...
+# Returns how many fingerprints were new (add) or are absent (look only).
+_BITMAP = _LIB + """
 local fps = {}
-for i = 4, #ARGV do fps[#fps + 1] = ARGV[i] end
-local r = bloom_bitmap(KEYS[1], KEYS[2], fps, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+for i = 5, #ARGV do fps[#fps + 1] = ARGV[i] end
+local r = bloom_bitmap(KEYS[1], KEYS[2], fps, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1')
 if r.err then return r end
-local new = 0
-for _, v in ipairs(r) do new = new + v end
-return new
-"""
-
-# Read-only lookup with the library's layer layout: how many of ARGV[4..] look present.
-_CONTAINS = _LIB + """
-local err, cap, expansion = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local nlayers = tonumber(redis.call('HGET', KEYS[2], 'layers')) or 0
-local layers, offset = {}, 0
-for i = 0, nlayers - 1 do
-  layers[i + 1] = bitmap_layer(i, cap, err, expansion, offset)
-  offset = offset + layers[i + 1].size
-end
-local hits = 0
-for a = 4, #ARGV do
-  local fp = ARGV[a]
-  local h1 = u32(fp, 1)
-  for _, l in ipairs(layers) do
-    local pos = bit_positions(fp, l.k)
-    local start = l.off + (h1 % l.blocks) * 64
-    local block = redis.call('GETRANGE', KEYS[1], start, start + 63)
-    local all = true
-    for j = 1, l.k do
-      local p = pos[j]
-      if bit.band(string.byte(block, math.floor(p / 8) + 1) or 0, bit.lshift(1, 7 - p % 8)) == 0 then
-        all = false
-        break
-      end
-    end
-    if all then hits = hits + 1 break end
-  end
-end
-return hits
+local n = 0
+for _, v in ipairs(r) do n = n + v end
+return n
 """
 
 
@@ -119,14 +88,13 @@ def measure(kind: str, n: int, probes: int) -> dict[str, Any]:
             reply = client.execute_command("BF.INFO", "seen", "FILTERS")
             layers = int(next(iter(reply.values())) if isinstance(reply, dict) else reply[0] if isinstance(reply, list) else reply)
         elif kind == "bitmap":
-            insert = client.register_script(_INSERT)
-            contains = client.register_script(_CONTAINS)
-            insert(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, _fp(b"warm", 0)])
+            script = client.register_script(_BITMAP)
+            script(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, 1, _fp(b"warm", 0)])
             client.delete("seen", "meta")
             base = _used(client)
-            secs = _fill(client, n, lambda p, b: insert(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, *b], client=p))
+            secs = _fill(client, n, lambda p, b: script(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, 1, *b], client=p))
             for batch in _batches(probes, b"out"):
-                fp_hits += int(contains(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, *batch]))
+                fp_hits += len(batch) - int(script(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, 0, *batch]))
             keys = ["seen", "meta"]
             layers = int(client.hget("meta", "layers") or 0)
         elif kind == "set":
