@@ -23,7 +23,7 @@ class InlinePump:
         from twisted.internet import reactor
 
         self.pump = pump
-        self.reactor = reactor
+        self.reactor: Any = reactor
         self._call: Any = None
         pump.kick = self.kick  # type: ignore[method-assign]
         pump.wake = wake

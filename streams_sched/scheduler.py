@@ -282,7 +282,7 @@ class StreamsScheduler(BaseScheduler):
             fp = b""
         else:
             if self.url_shortcut and request.method == "GET" and not request.body and not request.meta.get("verbatim_url"):
-                url_key = request.url
+                url_key = request.url.encode()
                 if url_key in self.seen_urls:
                     self._filtered(request)
                     return False
