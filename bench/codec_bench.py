@@ -97,8 +97,8 @@ def run_codec(loops: int = 5000, repeats: int = 5) -> list[dict[str, Any]]:
                 "request": rname,
                 "codec": cname,
                 "bytes": len(payload),
-                "encode_us": _time_us(lambda: enc(request), loops, repeats),
-                "decode_us": _time_us(lambda: dec(payload), loops, repeats),
+                "encode_us": _time_us(lambda enc=enc, request=request: enc(request), loops, repeats),
+                "decode_us": _time_us(lambda dec=dec, payload=payload: dec(payload), loops, repeats),
             })
     for row in out:
         row["total_us"] = row["encode_us"] + row["decode_us"]

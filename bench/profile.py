@@ -127,8 +127,9 @@ def summarize_profile(path: Path, pages: int, rate_hz: int = RATE_HZ) -> dict[st
 
 
 def run_profiles(args: Any, out_dir: Path) -> dict[str, Any]:
-    from .crawl import CrawlSpec, run_crawl
     from streams_sched.testing import RedisServer
+
+    from .crawl import CrawlSpec, run_crawl
 
     pdir = Path(tempfile.mkdtemp(prefix="bench-profile-"))
     res: dict[str, Any] = {"dir": str(pdir), "rate_hz": RATE_HZ}
