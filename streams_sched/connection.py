@@ -22,7 +22,7 @@ from redis.retry import Retry
 from .config import validate_redis_url
 from .errors import RedisUnavailable
 
-__all__ = ["connect", "is_cluster_url", "redact", "wait_ready"]
+__all__ = ["connect", "is_cluster_client", "is_cluster_url", "redact", "wait_ready"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,13 @@ def is_cluster_url(url: str) -> bool:
     query = parse_qs(urlparse(url).query)
     flag = (query.get("cluster") or [os.environ.get("REDIS_CLUSTER", "")])[0]
     return flag.strip().lower() in _TRUE
+
+
+def is_cluster_client(client: Any) -> bool:
+    """True if ``client`` (or the client of a pipeline) talks to a Redis Cluster."""
+    from redis.cluster import ClusterPipeline, RedisCluster
+
+    return isinstance(client, (RedisCluster, ClusterPipeline))
 
 
 def _strip_cluster(url: str) -> str:

