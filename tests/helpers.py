@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import redis
 
@@ -37,6 +38,12 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
 def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Frontier:
     mode = "bf" if dedupe == "redisbloom" else "bitmap"
     return Frontier(connect(url), crawl, BloomParams(mode=mode, **bloom))
+
+
+def with_user(url: str, user: str, password: str) -> str:
+    """``url`` with ``user:password@`` in it (the form REDIS_URL takes for ACL users)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest.split('@', 1)[-1]}"
 
 
 def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:

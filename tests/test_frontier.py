@@ -13,6 +13,8 @@ from helpers import frontier, wait_for
 from streams_sched.frontier import Outgoing
 from streams_sched.keys import GROUP, STREAMS, SiteKeys
 
+pytestmark = pytest.mark.cluster
+
 
 def fp(i: int | str) -> bytes:
     return hashlib.sha1(str(i).encode()).digest()
