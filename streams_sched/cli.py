@@ -22,7 +22,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
 
 from .codec import RequestCodec
-from .connection import connect, redact, wait_ready
+from .connection import connect_ready, redact
 from .errors import StreamsSchedError
 from .frontier import Frontier, Outgoing, SiteStatus, crawl_bloom
 from .keys import BANDS, validate_crawl_name, validate_site_name
@@ -32,9 +32,7 @@ __all__ = ["main", "push_urls"]
 
 
 def _client(url: str) -> Any:
-    client = connect(url, setting="--redis-url")
-    wait_ready(client, url, 5.0)
-    return client
+    return connect_ready(url, 5.0, setting="--redis-url")
 
 
 def shared_options(func: Callable[..., Any]) -> Callable[..., Any]:

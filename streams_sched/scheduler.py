@@ -46,7 +46,7 @@ from . import __version__
 from ._engine import EngineHooks
 from .codec import RequestCodec
 from .config import StreamsConfig
-from .connection import connect, redact, wait_ready
+from .connection import connect_ready, redact
 from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
@@ -54,6 +54,7 @@ from .pump import Pump, make_node_id
 from .retry_after import retry_after_seconds
 from .selection import band_for
 from .seen import SeenCache
+from .startup import fail_clearly
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -109,6 +110,7 @@ class StreamsScheduler(BaseScheduler):
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
 
     @classmethod
+    @fail_clearly
     def from_crawler(cls, crawler: Crawler) -> StreamsScheduler:
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider is not None else None
@@ -125,15 +127,16 @@ class StreamsScheduler(BaseScheduler):
 
     # -- lifecycle ------------------------------------------------------------
 
+    @fail_clearly
     def open(self, spider: Spider) -> None:
         cfg = self.config
         self.spider = spider
-        client = connect(
+        client = connect_ready(
             cfg.redis_url,
+            cfg.connect_timeout_seconds,
             socket_timeout=cfg.socket_timeout_seconds,
             connect_timeout=min(5.0, cfg.socket_timeout_seconds),
         )
-        wait_ready(client, cfg.redis_url, cfg.connect_timeout_seconds)
         bloom = crawl_bloom(
             client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion
         )

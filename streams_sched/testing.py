@@ -14,13 +14,23 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LocalCluster", "RedisServer", "find_redisbloom", "free_port", "redis_server_binary"]
+__all__ = [
+    "LocalCluster",
+    "RedisServer",
+    "TlsFiles",
+    "find_redisbloom",
+    "free_port",
+    "make_tls_files",
+    "redis_server_binary",
+]
 
 _SYSTEM_MODULE_PATHS = (
     "/opt/redis-stack/lib/redisbloom.so",
@@ -57,6 +67,109 @@ def find_redisbloom() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of a throwaway CA, a server certificate for 127.0.0.1 / localhost,
+    and a client certificate (for mutual TLS), all signed by that CA."""
+
+    ca: str
+    server_cert: str
+    server_key: str
+    client_cert: str
+    client_key: str
+
+
+def make_tls_files(directory: str, days: int = 2) -> TlsFiles:
+    """Generate a CA and server and client certificates signed by it into ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def write_key(key: Any, file: str) -> str:
+        target = path / file
+        target.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        target.chmod(0o600)
+        return str(target)
+
+    def write_cert(cert: Any, file: str) -> str:
+        target = path / file
+        target.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return str(target)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("streams-sched test CA"))
+        .issuer_name(name("streams-sched test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                crl_sign=True, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def leaf(cn: str, usage: Any, san: list[Any]) -> tuple[Any, Any]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn))
+            .issuer_name(ca_cert.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+            )
+        )
+        if san:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return key, builder.sign(ca_key, hashes.SHA256())
+
+    server_key, server_cert = leaf(
+        "127.0.0.1",
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
+    client_key, client_cert = leaf("streams-sched worker", ExtendedKeyUsageOID.CLIENT_AUTH, [])
+    return TlsFiles(
+        ca=write_cert(ca_cert, "ca.pem"),
+        server_cert=write_cert(server_cert, "server.pem"),
+        server_key=write_key(server_key, "server.key"),
+        client_cert=write_cert(client_cert, "client.pem"),
+        client_key=write_key(client_key, "client.key"),
+    )
+
+
 class RedisServer:
     """A redis-server child process on a free port, with nothing on disk unless asked."""
 
@@ -69,6 +182,8 @@ class RedisServer:
         appendfsync: str = "everysec",
         extra_args: list[str] | None = None,
         dir: str | None = None,
+        tls: TlsFiles | None = None,
+        tls_auth_clients: str = "no",
     ) -> None:
         binary = redis_server_binary()
         if binary is None:
@@ -83,16 +198,32 @@ class RedisServer:
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.extra_args = extra_args or []
+        #: with TLS the server listens only on its TLS port (``port``)
+        self.tls = tls
+        self.tls_auth_clients = tls_auth_clients
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        if self.tls:
+            return f"rediss://127.0.0.1:{self.port}/0?ssl_ca_certs={self.tls.ca}"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def args(self) -> list[str]:
+        if self.tls:
+            listen = [
+                "--port", "0",
+                "--tls-port", str(self.port),
+                "--tls-cert-file", self.tls.server_cert,
+                "--tls-key-file", self.tls.server_key,
+                "--tls-ca-cert-file", self.tls.ca,
+                "--tls-auth-clients", self.tls_auth_clients,
+            ]
+        else:
+            listen = ["--port", str(self.port)]
         args = [
             self.binary,
-            "--port", str(self.port),
+            *listen,
             "--bind", "127.0.0.1",
             "--dir", self.dir,
             "--save", "",
@@ -121,7 +252,12 @@ class RedisServer:
     def ping(self) -> bool:
         """True if the server answers PING (or asks for a password: it is up)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
+                s = raw
+                if self.tls:
+                    ctx = ssl.create_default_context(cafile=self.tls.ca)
+                    ctx.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+                    s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
                 s.sendall(b"PING\r\n")
                 reply = s.recv(64)
                 return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
