@@ -181,6 +181,9 @@ class StreamsConfig:
     connect_timeout_seconds: float = 30.0
     #: STREAMS_SOCKET_TIMEOUT_SECONDS: socket timeout of Redis calls (the I/O thread's, not the reactor's).
     socket_timeout_seconds: float = 10.0
+    #: STREAMS_SHUTDOWN_TIMEOUT_SECONDS: on close (SIGTERM, Ctrl-C), how long requests in
+    #: progress may take to finish before their leases are handed back and the worker exits.
+    shutdown_timeout_seconds: float = 25.0
     #: STREAMS_MAX_REQUEST_BYTES: largest encoded request accepted; 0 = no limit.
     max_request_bytes: int = 1_000_000
     #: STREAMS_REQUEST_CLASSES: import paths of extra Request subclasses allowed in entries.
@@ -222,6 +225,7 @@ class StreamsConfig:
         _whole("STREAMS_LOCAL_SEEN_CACHE", self.local_seen_cache, minimum=0)
         _positive("STREAMS_CONNECT_TIMEOUT_SECONDS", self.connect_timeout_seconds, zero_ok=True)
         _positive("STREAMS_SOCKET_TIMEOUT_SECONDS", self.socket_timeout_seconds)
+        _positive("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", self.shutdown_timeout_seconds, zero_ok=True)
         _whole("STREAMS_MAX_REQUEST_BYTES", self.max_request_bytes, minimum=0)
         _whole("STREAMS_BROWSER_MAX", self.browser_max, minimum=0)
         if self.node_id and not validate_node_id(self.node_id):
@@ -283,6 +287,7 @@ class StreamsConfig:
             local_seen_cache=_int(settings, "STREAMS_LOCAL_SEEN_CACHE", 200_000),
             connect_timeout_seconds=_num(settings, "STREAMS_CONNECT_TIMEOUT_SECONDS", 30.0),
             socket_timeout_seconds=_num(settings, "STREAMS_SOCKET_TIMEOUT_SECONDS", 10.0),
+            shutdown_timeout_seconds=_num(settings, "STREAMS_SHUTDOWN_TIMEOUT_SECONDS", 25.0),
             max_request_bytes=_int(settings, "STREAMS_MAX_REQUEST_BYTES", 1_000_000),
             request_classes=tuple(classes),
             capabilities=tuple(capabilities),

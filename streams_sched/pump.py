@@ -35,6 +35,7 @@ from .config import StreamsConfig
 from .errors import EntryError
 from .frontier import Frontier, LeasedEntry, Outgoing, parse_enqueue, parse_lease
 from .keys import BANDS
+from .recovery import LeaseKey, release_orphans
 from .selection import DrainDetector, SiteHint, plan_leases
 
 __all__ = ["Pump"]
@@ -94,6 +95,7 @@ class Pump(threading.Thread):
         )
         self.held: dict[str, int] = defaultdict(int)
         self.held_total = 0
+        self.lease_ids: set[LeaseKey] = set()  # every lease held, to tell lost ones (recovery.py)
         self.held_browser = 0
         self.suspects = 0  # held entries that failed a delivery before: at most one
         self.recovering = False
@@ -117,6 +119,11 @@ class Pump(threading.Thread):
     # -- called from the reactor thread ------------------------------------
 
     def kick(self) -> None:
+        self._kick.set()
+
+    def stop_leasing(self) -> None:
+        """Lease nothing more (the worker is closing); does not wait."""
+        self._closing = True
         self._kick.set()
 
     def begin_close(self, timeout: float = 5.0) -> None:
@@ -170,6 +177,7 @@ class Pump(threading.Thread):
                     logger.warning(
                         "Redis is reachable again after %.1fs", time.monotonic() - self.outage_since
                     )
+                    self._release_orphans()
                     self.outage_since = None
                 self.backoff = 0.0
             except TRANSIENT as exc:
@@ -183,6 +191,14 @@ class Pump(threading.Thread):
             if self.backoff:
                 time.sleep(self.backoff)
         self._goodbye()
+
+    def _release_orphans(self) -> None:
+        """After a Redis error: hand back leases Redis granted but whose reply was lost."""
+        known = set(self.lease_ids)
+        known.update((op[1].site, op[1].stream, op[1].id) for op in self.held_acks + self.own_dead)
+        released = release_orphans(self.frontier, self.node_id, list(self.hints), known)
+        if released:
+            self.stats.append(("streams/orphans_released", released))
 
     def _on_outage(self, exc: BaseException) -> None:
         if self.outage_since is None:
@@ -261,6 +277,7 @@ class Pump(threading.Thread):
         if self.held[entry.site] <= 0:
             del self.held[entry.site]
         self.held_total -= 1
+        self.lease_ids.discard((entry.site, entry.stream, entry.id))
         if entry.stream >= BROWSER_FIRST_STREAM:
             self.held_browser -= 1
         if entry.suspect:
@@ -462,6 +479,7 @@ class Pump(threading.Thread):
         for e in entries:
             e.leased_at = now
             self.held[e.site] += 1
+            self.lease_ids.add((e.site, e.stream, e.id))
             self.held_total += 1
             if e.stream >= BROWSER_FIRST_STREAM:
                 self.held_browser += 1

