@@ -298,6 +298,8 @@ class StreamsScheduler(BaseScheduler):
         except SerializationError as exc:
             logger.error("%s", exc, extra={"spider": self.spider})
             self._inc("streams/unserializable")
+            if exc.field == "size":
+                self._inc("streams/oversize")
             return False
         cfg = self.config
         band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)

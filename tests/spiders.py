@@ -128,3 +128,16 @@ class AnnounceMiddleware:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         os.write(fd, (request.url + "\n").encode())
         os.close(fd)
+
+
+class OversizeSpider(SyntheticSpider):
+    """Seeds site 0 plus requests that cannot be enqueued: a body and a meta value over
+    STREAMS_MAX_REQUEST_BYTES, and a meta value msgpack cannot encode."""
+
+    name = "oversize"
+
+    async def start(self) -> Any:
+        yield scrapy.Request("http://site0.test/p/0", callback=self.parse)
+        yield scrapy.Request("http://site0.test/big-body", method="POST", body=b"x" * 5000, callback=self.parse)
+        yield scrapy.Request("http://site0.test/big-meta", meta={"blob": "y" * 5000}, callback=self.parse)
+        yield scrapy.Request("http://site0.test/obj-meta", meta={"obj": object()}, callback=self.parse)
