@@ -1,7 +1,8 @@
 """Minimal Redis ACL rules for each role that talks to the frontier.
 
 Redis checks ACLs on every command a Lua script runs too, so a role's rules
-list the commands of its scripts as well as the ones it sends itself. Every
+list the commands of its scripts (read from the shipped ``lua/*.lua``, see
+:func:`script_commands`) as well as the ones it sends itself. Every
 rule set is scoped to the keys and the event channel of one crawl (or of every
 crawl when ``crawl`` is None)::
 
@@ -23,56 +24,132 @@ quietly) only from Redis 7.2.
 
 from __future__ import annotations
 
+import re
+from importlib import resources
 from typing import Any
 
 from .keys import ROOT, CrawlKeys, validate_crawl_name
 
-__all__ = ["OPTIONAL_COMMANDS", "ROLES", "channel_patterns", "denials", "deluser", "key_patterns", "rules", "setuser"]
+__all__ = [
+    "OPTIONAL_COMMANDS",
+    "ROLES",
+    "channel_patterns",
+    "denials",
+    "deluser",
+    "key_patterns",
+    "rules",
+    "script_commands",
+    "setuser",
+]
 
-#: Commands the scripts run (lua/*.lua), by every role that calls them.
-_SCRIPT_COMMANDS = (
-    "time", "exists", "type",
-    "xadd", "xack", "xdel", "xlen", "xrange", "xpending", "xreadgroup", "xautoclaim", "xgroup|create",
-    "zadd", "zrem", "zcard", "zrange", "zrangebyscore",
-    "hget", "hmget", "hset", "hgetall", "hincrby",
-    "getrange", "setrange",
-)
+#: Commands that take a subcommand, which ACL rules name as ``command|subcommand``.
+_CONTAINERS = {"xgroup", "xinfo", "client", "script", "cluster", "config", "object", "memory"}
 
-#: Scripting and connection commands every role sends itself.
+_CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z.]+)'(?:\s*,\s*'([A-Za-z-]+)')?")
+_FUNC = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+
+
+def _read_lua(name: str) -> str:
+    return resources.files("streams_sched").joinpath("lua", name).read_text(encoding="utf-8")
+
+
+def _commands_in(text: str) -> set[str]:
+    out = set()
+    for command, sub in _CALL.findall(text):
+        name = command.lower()
+        out.add(f"{name}|{sub.lower()}" if name in _CONTAINERS and sub else name)
+    return out
+
+
+def _lib_functions() -> dict[str, str]:
+    """Body of every helper in lua/_lib.lua, by name."""
+    lib = _read_lua("_lib.lua")
+    starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(lib)]
+    return {
+        name: lib[pos : (starts[i + 1][0] if i + 1 < len(starts) else len(lib))]
+        for i, (pos, name) in enumerate(starts)
+    }
+
+
+def script_commands(script: str) -> set[str]:
+    """The Redis commands ``lua/<script>.lua`` can run, with those of the _lib.lua
+    helpers it calls (directly or through other helpers). Read from the shipped
+    scripts, so the rules follow the scripts when they change."""
+    helpers = _lib_functions()
+    text = _read_lua(f"{script}.lua")
+    used: set[str] = set()
+    todo = [name for name in helpers if re.search(rf"\b{name}\(", text)]
+    while todo:
+        name = todo.pop()
+        if name in used:
+            continue
+        used.add(name)
+        todo += [o for o in helpers if o != name and re.search(rf"\b{o}\(", helpers[name])]
+    commands = _commands_in(text)
+    for name in used:
+        commands |= _commands_in(helpers[name])
+    return commands
+
+
+#: Module commands (RedisBloom): only in the rules where the server knows them.
+_MODULE_PREFIXES = ("bf.",)
+
+#: Scripting and connection commands every writing role sends itself.
 _BASE = ("ping", "evalsha", "evalsha_ro", "eval_ro", "script|load")
 
 #: Redis Cluster clients read the topology and the command table.
 _CLUSTER = ("cluster|slots", "cluster|shards", "cluster|nodes", "command", "readonly")
 
-_ROLE_COMMANDS: dict[str, tuple[str, ...]] = {
-    # worker: frontier.py (enqueue, lease, claim, ack, dead, release, extend=XCLAIM,
-    # status), crawl_bloom (HSETNX/HMGET on meta), registry (SADD/SMEMBERS), node
-    # record (HSET) and events (PUBLISH / SPUBLISH on a cluster).
+#: The scripts each role runs (the monitor runs status.lua read-only: +@read covers it).
+_ROLE_SCRIPTS: dict[str, tuple[str, ...]] = {
+    "worker": ("enqueue", "lease", "claim", "ack", "dead", "release", "promote", "status"),
+    "reclaimer": ("claim", "promote", "status"),
+    "monitor": (),
+}
+
+#: The commands each role sends itself.
+_ROLE_OWN: dict[str, tuple[str, ...]] = {
+    # worker: extend a lease (XCLAIM), crawl meta (HSETNX/HMGET), registries (SADD,
+    # SMEMBERS), node record (HSET), events (PUBLISH; SPUBLISH on a cluster), the
+    # RedisBloom probe (BF.EXISTS), lost-reply recovery (XPENDING).
     "worker": (
-        *_BASE, *_SCRIPT_COMMANDS,
-        "xclaim", "hsetnx", "sadd", "smembers", "publish", "spublish",
+        *_BASE, "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
+        "publish", "spublish", "bf.exists",
     ),
-    # reclaimer (draft): claim.lua in requeue mode and promote.lua for every site of
-    # every registered crawl, XINFO CONSUMERS + XGROUP DELCONSUMER for consumers that
-    # are gone (only those owning no entries), the nodes hash, and a health key with
-    # a TTL (SET ... EX).
+    # reclaimer (draft, for issue 3): crawl and site registries, consumers that are gone
+    # (XINFO CONSUMERS, XGROUP DELCONSUMER only for those owning no entries), the nodes
+    # hash, a health key with a TTL (SET ... EX), node events.
     "reclaimer": (
-        *_BASE, *_SCRIPT_COMMANDS,
-        "smembers", "hdel", "xinfo|consumers", "xinfo|groups", "xgroup|delconsumer",
-        "set", "subscribe", "ssubscribe",
+        *_BASE, "smembers", "hgetall", "hdel", "xinfo|consumers", "xinfo|groups",
+        "xgroup|delconsumer", "set", "subscribe", "ssubscribe",
     ),
-    # monitor: read-only. Status through EVALSHA_RO / EVAL_RO (works without SCRIPT
-    # LOAD), node records and events.
+    # monitor: read-only. Status through EVALSHA_RO / EVAL_RO (no SCRIPT LOAD needed),
+    # node records, events, RedisBloom's count of fingerprints.
     "monitor": (
         "@read", "-keys", "-scan", "ping", "time", "evalsha_ro", "eval_ro", "subscribe", "ssubscribe",
+        "bf.info", "bf.card",
     ),
 }
 
-#: Commands in the rules only where the server knows them.
+
+def _role_commands(role: str) -> list[str]:
+    from_scripts: set[str] = set()
+    for script in _ROLE_SCRIPTS[role]:
+        from_scripts |= script_commands(script)
+    own = list(_ROLE_OWN[role])
+    return own + sorted(from_scripts - set(own))
+
+
+_ALL = {role: _role_commands(role) for role in _ROLE_SCRIPTS}
+
+_ROLE_COMMANDS: dict[str, tuple[str, ...]] = {
+    role: tuple(c for c in cmds if not c.startswith(_MODULE_PREFIXES)) for role, cmds in _ALL.items()
+}
+
+#: Commands in the rules only where the server knows them: module commands, and
+#: CLIENT SETINFO (Redis 7.2+; redis-py sends it on connect and ignores a refusal).
 OPTIONAL_COMMANDS: dict[str, tuple[str, ...]] = {
-    "worker": ("bf.exists", "bf.reserve", "bf.madd", "client|setinfo"),
-    "reclaimer": ("client|setinfo",),
-    "monitor": ("bf.info", "bf.card", "client|setinfo"),
+    role: (*(c for c in cmds if c.startswith(_MODULE_PREFIXES)), "client|setinfo") for role, cmds in _ALL.items()
 }
 
 ROLES: tuple[str, ...] = tuple(_ROLE_COMMANDS)
@@ -181,3 +258,27 @@ def denials(client: Any, user: str | None = None) -> list[dict[str, Any]]:
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def setuser_line(role: str, crawl: str | None = None, user: str | None = None, *, cluster: bool = False) -> str:
+    """The ACL SETUSER command for ``role`` as text (password left for you to fill in)."""
+    name = user or (f"{role}-{crawl}" if crawl else role)
+    return " ".join(["ACL SETUSER", name, "reset", "on", ">CHANGE-ME", *rules(role, crawl, cluster=cluster)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streams_sched.acl ROLE [--crawl NAME] [--cluster]``: print the rules."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m streams_sched.acl", description=setuser_line.__doc__)
+    parser.add_argument("role", choices=ROLES)
+    parser.add_argument("--crawl", help="scope the rules to one crawl (default: every crawl)")
+    parser.add_argument("--user", help="user name (default: the role, with the crawl)")
+    parser.add_argument("--cluster", action="store_true", help="add what a Redis Cluster client needs")
+    args = parser.parse_args(argv)
+    print(setuser_line(args.role, args.crawl, args.user, cluster=args.cluster))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -179,3 +179,16 @@ def test_password_in_the_url_authenticates(tmp_path: Path) -> None:
         with pytest.raises(RedisUnavailable, match="refused the credentials") as info:
             connect_ready(f"redis://127.0.0.1:{server.port}/0", 30)
         assert "p@ss" not in str(info.value)
+
+
+def test_role_rules_follow_the_scripts() -> None:
+    """The ACL rules are read from the shipped Lua: each role allows every command of its scripts."""
+    assert {"xreadgroup", "xack", "xautoclaim"} <= acl.script_commands("lease") | acl.script_commands("claim")
+    assert "setrange" in acl.script_commands("enqueue")  # through _lib.lua's bitmap Bloom helper
+    worker = set(acl.rules("worker", "c"))
+    for script in ("enqueue", "lease", "claim", "ack", "dead", "release", "promote", "status"):
+        assert {f"+{c}" for c in acl.script_commands(script)} <= worker, script
+    reclaimer = set(acl.rules("reclaimer"))
+    assert "+xreadgroup" not in reclaimer and "+setrange" not in reclaimer  # it neither leases nor dedupes
+    monitor = acl.rules("monitor")
+    assert not any(r.startswith("+") and r[1:] in ("evalsha", "script|load", "xadd") for r in monitor)
