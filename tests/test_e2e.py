@@ -355,3 +355,20 @@ def test_two_crawls_in_one_redis_do_not_touch_each_other(plain_redis_url: str, t
     for name in ("crawl-a", "crawl-b"):
         seen = crawled_urls(tmp_path / f"{name}.jsonl")
         assert set(seen) == expected(2, 50) and max(seen.values()) == 1
+
+
+@pytest.mark.targets("cluster")
+def test_node_events_use_sharded_pubsub_on_a_cluster(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """On Redis Cluster node events go out with SPUBLISH on the crawl's shard; SSUBSCRIBE sees them all."""
+    sub = frontier(redis_url, crawl).subscribe_events()
+    items = tmp_path / "items.jsonl"
+    w = Worker(base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=30), tmp_path / "w.log")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    events = []
+    while (msg := sub.get_sharded_message(timeout=0.5)) is not None:
+        if msg["type"] == "smessage":
+            events.append(json.loads(msg["data"])["event"])
+    assert events[0] == "node_online" and events[-1] == "node_offline" and "heartbeat" in events
