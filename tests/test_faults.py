@@ -90,12 +90,17 @@ def test_five_sigkills_at_random_moments_lose_no_page(
     span = total * 7 // 10 // 5
     thresholds = [total // 10 + i * span + rng.randrange(span) for i in range(5)]
     try:
-        for _ in range(3):
-            start()
+        start()
+        # the others join once the crawl has work (a worker that finds a crawl with no work
+        # at all closes at once, as a spider without start requests does)
+        wait_for(lambda: len(read_items(items)) >= 5, timeout=60, what="the crawl to start")
+        start()
+        start()
         for threshold in thresholds:
             wait_for(lambda t=threshold: len(read_items(items)) >= t, timeout=90, what=f"{threshold} pages")
             alive = [n for n, w in workers.items() if w.alive()]
-            victim = rng.choice(alive)
+            busy = [n for n in alive if leases_of(redis_url, crawl, n) > 0]
+            victim = rng.choice(busy or alive)  # a worker that holds something, if any does
             workers[victim].kill()
             kills.append((victim, len(read_items(items)), leases_of(redis_url, crawl, victim)))
             start()
@@ -130,11 +135,14 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(crawl: str, tmp_path
     items = tmp_path / "items.jsonl"
     settings = base_settings(
         server.url, crawl, "auto", items,
-        SYNTH_SEED=True, SYNTH_SITES=3, SYNTH_PAGES=150, SYNTH_DELAY_SECONDS=0.02,
+        SYNTH_SEED=True, SYNTH_SITES=3, SYNTH_PAGES=150, SYNTH_DELAY_SECONDS=0.05,
         STREAMS_LEASE_SECONDS=60, STREAMS_SOCKET_TIMEOUT_SECONDS=2,
     )
-    workers = [Worker({**settings, "SYNTH_SEED": n == 0, "RECORD_TAG": f"w{n}"}, tmp_path / f"w{n}.log") for n in range(2)]
+    workers = [Worker({**settings, "RECORD_TAG": "w0"}, tmp_path / "w0.log")]
     try:
+        wait_for(lambda: len(read_items(items)) >= 5, timeout=60, what="the crawl to start")
+        workers.append(Worker({**settings, "SYNTH_SEED": False, "RECORD_TAG": "w1"}, tmp_path / "w1.log"))
+        wait_for(lambda: " opened: crawl=" in workers[1].log(), timeout=60, what="the second worker")
         wait_for(lambda: len(read_items(items)) >= 120, timeout=60, what="120 pages before the outage")
         server.kill()
         killed_at = len(read_items(items))
