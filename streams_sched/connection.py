@@ -171,6 +171,11 @@ class _Waiter:
                 f"{self.what}: the ACL user may not run a command it needs ({text});"
                 " give it the rules of its role (see the README, 'ACL rules')"
             ) from None
+        if "CERTIFICATE_REQUIRED" in text or "BAD_CERTIFICATE" in text or "CERTIFICATE_UNKNOWN" in text:
+            raise RedisUnavailable(
+                f"{self.what}: the server wants a client certificate it trusts ({text}); set"
+                " ssl_certfile and ssl_keyfile in REDIS_URL"
+            ) from None
         if _tls_verify_failed(exc):
             raise RedisUnavailable(
                 f"{self.what}: TLS certificate verification failed ({text}); check ssl_ca_certs"
