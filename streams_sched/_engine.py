@@ -47,7 +47,7 @@ def thread_safe_caller() -> Callable[..., Any]:
     if is_reactor_installed():
         from twisted.internet import reactor
 
-        return reactor.callFromThread  # type: ignore[attr-defined,no-any-return]
+        return reactor.callFromThread  # type: ignore[no-any-return]
     loop = asyncio.get_running_loop()
     return loop.call_soon_threadsafe
 
@@ -138,11 +138,13 @@ async def _finished_within(coro: Any, timeout_s: float) -> bool:
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
         return bool(done)
     from scrapy.utils.defer import deferred_from_coro
-    from twisted.internet import defer, reactor
+    from twisted.internet import defer
+    from twisted.internet import reactor as installed
 
+    reactor: Any = installed
     finished = deferred_from_coro(coro)
     timer: defer.Deferred[None] = defer.Deferred()
-    call = reactor.callLater(timeout_s, timer.callback, None)  # type: ignore[attr-defined]
+    call = reactor.callLater(timeout_s, timer.callback, None)
     await defer.DeferredList([finished, timer], fireOnOneCallback=True, consumeErrors=True)
     if call.active():
         call.cancel()

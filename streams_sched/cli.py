@@ -1,38 +1,72 @@
-"""The ``streams-sched`` command line: seed, inspect and clean up crawls.
+"""The ``streams-sched`` command line: seed, inspect, operate and clean up crawls.
 
 Every command takes ``--redis-url`` (env ``REDIS_URL``) and most take
-``--crawl`` (env ``STREAMS_PREFIX``). Exit codes: 0 success, 1 a runtime error
-(Redis unreachable, unknown crawl, ...), 2 a usage error. Errors are one line
-on stderr starting with ``error:``.
+``--crawl`` (env ``STREAMS_PREFIX``). Errors are one line on stderr starting
+with ``error:``. Exit codes, for scripts:
+
+    0    success
+    1    runtime error: unknown crawl or site, Redis refused a command, ...
+    2    usage error: bad option or argument
+    3    Redis unreachable (or the credentials were refused)
+    4    ``watch --until-drained --timeout``: not drained in time
+    130  interrupted (Ctrl-C)
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
 import msgpack
+import redis
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
 
 from .codec import RequestCodec
-from .connection import connect_ready, redact
-from .errors import StreamsSchedError
+from .connection import redact
+from .daemon import EXIT_ERROR, EXIT_UNREACHABLE, connect_at_start
+from .errors import RedisUnavailable, StreamsSchedError
 from .frontier import Frontier, Outgoing, SiteStatus, crawl_bloom
 from .keys import BANDS, validate_crawl_name, validate_site_name
+from .rates import ack_rate_per_s
 from .selection import band_for
 
 __all__ = ["main", "push_urls"]
 
 
+class CliError(click.ClickException):
+    """An error a script can rely on: one ``error:`` line on stderr and a documented exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # type: ignore[misc]
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
 def _client(url: str) -> Any:
-    return connect_ready(url, 5.0, setting="--redis-url")
+    """A client whose Redis answered within STREAMS_CONNECT_TIMEOUT_SECONDS (default 3)."""
+    try:
+        timeout_s = float(os.environ.get("STREAMS_CONNECT_TIMEOUT_SECONDS", "3"))
+    except ValueError:
+        timeout_s = 3.0
+    return connect_at_start(url, timeout_s, "--redis-url")
+
+
+def known_crawl(client: Any, crawl: str, redis_url: str) -> Frontier:
+    """The crawl's Frontier, or a CliError if no such crawl is registered."""
+    frontier = Frontier(client, crawl)
+    if not client.sismember("ss:crawls", crawl) and not client.exists(frontier.keys.sites):
+        raise CliError(f"no crawl named {crawl!r} in {redact(redis_url)} (see: streams-sched crawls)")
+    return frontier
 
 
 def shared_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -44,9 +78,39 @@ def shared_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             validate_crawl_name(kwargs["crawl"], "--crawl")
-            return func(*args, **kwargs)
         except StreamsSchedError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.BadParameter(str(exc), param_hint="--crawl") from None
+        return handle_errors(func)(*args, **kwargs)
+
+    return wrapper
+
+
+def redis_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--redis-url for commands that are not about one crawl."""
+
+    @click.option("--redis-url", envvar="REDIS_URL", default="redis://localhost:6379/0", show_default=True, help="Redis of the frontier (env REDIS_URL).")
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return handle_errors(func)(*args, **kwargs)
+
+    return wrapper
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the library's and Redis' errors into one line and a documented exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RedisUnavailable as exc:
+            raise CliError(str(exc), EXIT_UNREACHABLE) from None
+        except StreamsSchedError as exc:
+            raise CliError(str(exc)) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise CliError(f"lost the connection to Redis: {exc}", EXIT_UNREACHABLE) from None
+        except redis.ResponseError as exc:
+            raise CliError(f"Redis refused: {exc}") from None
 
     return wrapper
 
@@ -151,7 +215,7 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
     try:
         added, dups = push_urls(client, crawl, all_urls(), priority=priority, site=site, callback=callback, dont_filter=dont_filter)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError(str(exc)) from None
     click.echo(f"pushed {added} request(s) to crawl {crawl} ({dups} duplicate(s) skipped)")
 
 
@@ -166,6 +230,12 @@ def _age(ms: int) -> str:
     return f"{s / 3600:.1f}h"
 
 
+def _rate(v: float) -> str:
+    if v <= 0:
+        return "0"
+    return f"{v:.1f}/s" if v < 100 else f"{v:.0f}/s"
+
+
 def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
     rows = []
     for st in statuses:
@@ -173,18 +243,20 @@ def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
         for band in BANDS:
             row[band] = sum(s.backlog for (t, b), s in st.streams.items() if b == band and t == "http")
         row["browser"] = sum(s.backlog for (t, _), s in st.streams.items() if t == "browser")
+        row["backlog"] = st.backlog
         row["pending"] = st.pending
         row["oldest_lease_ms"] = st.oldest_pending_ms
         row["delayed"] = st.delayed
         row["dead"] = st.dead_letters
         row["enqueued"] = st.stats.get("enqueued", 0)
         row["acked"] = st.stats.get("acked", 0)
+        row["rate_per_s"] = round(ack_rate_per_s(st.stats, st.now_ms), 3)
         row["paused"] = st.policy.get("paused") == "1"
         rows.append(row)
     return rows
 
 
-def render_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, Callable[[Any], str]]]) -> str:
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str, Callable[[Any], str]]]) -> str:
     header = [title for _, title, _ in columns]
     body = [[fmt(row[key]) for key, _, fmt in columns] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)]
@@ -206,29 +278,70 @@ STATUS_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("dead", "DEAD", str),
     ("enqueued", "ENQUEUED", str),
     ("acked", "ACKED", str),
+    ("rate_per_s", "RATE 1M", _rate),
+    ("paused", "PAUSED", lambda p: "yes" if p else ""),
 ]
+
+#: --sort keys: row field, largest first (site: alphabetical)
+SORT_KEYS = ("site", "backlog", "pending", "oldest", "delayed", "dead", "rate")
+_SORT_FIELD = {"oldest": "oldest_lease_ms", "rate": "rate_per_s"}
+
+
+def sort_rows(rows: list[dict[str, Any]], key: str, limit: int) -> list[dict[str, Any]]:
+    if key == "site":
+        rows = sorted(rows, key=lambda r: r["site"])
+    else:
+        name = _SORT_FIELD.get(key, key)
+        rows = sorted(rows, key=lambda r: (-r[name], r["site"]))
+    return rows[:limit] if limit > 0 else rows
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ("high", "default", "low", "browser", "backlog", "pending", "delayed", "dead", "enqueued", "acked")
+    out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
+    out["rate_per_s"] = round(sum(r["rate_per_s"] for r in rows), 3)
+    out["oldest_lease_ms"] = max((r["oldest_lease_ms"] for r in rows), default=-1)
+    out["paused"] = sum(1 for r in rows if r["paused"])
+    out["sites"] = len(rows)
+    return out
+
+
+def summary_line(t: dict[str, Any]) -> str:
+    paused = f" ({t['paused']} paused)" if t["paused"] else ""
+    return (
+        f"{t['sites']} site(s){paused}; backlog {t['backlog']}, pending {t['pending']}"
+        f" (oldest {_age(t['oldest_lease_ms'])}), delayed {t['delayed']}, dead letters {t['dead']},"
+        f" acked {t['acked']}/{t['enqueued']}, rate {_rate(t['rate_per_s'])} over the last minute"
+    )
+
+
+def read_rows(frontier: Frontier) -> list[dict[str, Any]]:
+    sites = frontier.sites()
+    rows: list[dict[str, Any]] = []
+    for i in range(0, len(sites), 500):
+        rows += status_rows(frontier.status_many(sites[i : i + 500]))
+    return rows
 
 
 @main.command()
 @shared_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(redis_url: str, crawl: str, as_json: bool) -> None:
-    """Per site: backlog by band, pending leases, oldest lease age, delayed, dead letters."""
+@click.option("--sort", "sort_key", type=click.Choice(SORT_KEYS), default="site", show_default=True, help="Order of the rows (largest first, except site).")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=0, help="Show only the first N sites (0 = all); totals cover every site.")
+def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int) -> None:
+    """Per site: backlog by band, pending leases, oldest lease age, delayed,
+    dead letters, and the ack rate over the last minute."""
     client = _client(redis_url)
-    frontier = Frontier(client, crawl)
-    sites = frontier.sites()
-    if not sites and not client.sismember("ss:crawls", crawl):
-        raise click.ClickException(f"no crawl named {crawl!r} in {redact(redis_url)}")
-    rows = status_rows(frontier.status_many(sites))
+    frontier = known_crawl(client, crawl, redis_url)
+    rows = read_rows(frontier)
+    shown = sort_rows(rows, sort_key, limit)
+    t = totals(rows)
     if as_json:
-        click.echo(json.dumps({"crawl": crawl, "sites": rows}, indent=2))
+        click.echo(json.dumps({"crawl": crawl, "totals": t, "sites": shown}, indent=2))
         return
-    click.echo(render_table(rows, STATUS_COLUMNS))
-    total = {k: sum(r[k] for r in rows) for k in ("high", "default", "low", "browser", "pending", "delayed", "dead")}
-    click.echo(
-        f"\n{len(rows)} site(s); backlog {total['high'] + total['default'] + total['low'] + total['browser']},"
-        f" pending {total['pending']}, delayed {total['delayed']}, dead letters {total['dead']}"
-    )
+    click.echo(render_table(shown, STATUS_COLUMNS))
+    more = f" ({len(rows) - len(shown)} more not shown)" if len(shown) < len(rows) else ""
+    click.echo(f"\n{summary_line(t)}{more}")
 
 
 @main.command()
@@ -249,6 +362,61 @@ def purge(redis_url: str, crawl: str, site: str | None, yes: bool) -> None:
         deleted = frontier.purge()
     click.echo(f"purged {what} ({deleted} key(s) deleted)")
 
+
+@main.group()
+def site() -> None:
+    """Per-site policy: rate limit, weight, task type, browser cap, pause."""
+
+
+@site.command("set")
+@shared_options
+@click.argument("name")
+@click.option("--rate", type=float, help="Requests per second for the whole crawl (all workers); 0 = no limit.")
+@click.option("--burst", type=float, help="Tokens the bucket holds (default: the rate).")
+@click.option("--weight", type=float, help="Share of fetches when several sites have work (default 1).")
+@click.option("--task-type", type=click.Choice(["http", "browser"]), help="Default task type of the site's requests.")
+@click.option("--max-browser", type=int, help="Most browser requests of this site in flight on one node.")
+@click.option("--paused/--resumed", default=None, help="Stop or restart leasing the site.")
+def site_set(redis_url: str, crawl: str, name: str, rate: float | None, burst: float | None, weight: float | None,
+             task_type: str | None, max_browser: int | None, paused: bool | None) -> None:
+    """Change a site's policy (NAME "*" = the default for sites without their own).
+
+    Workers pick it up within STREAMS_POLICY_REFRESH_SECONDS (the site's own policy on
+    their next lease of it, at once)."""
+    from .policy import set_policy
+
+    fields = {k: v for k, v in {"rate": rate, "burst": burst, "weight": weight, "task_type": task_type,
+                                "max_browser": max_browser, "paused": paused}.items() if v is not None}
+    if not fields:
+        raise click.UsageError("give at least one of --rate --burst --weight --task-type --max-browser --paused/--resumed")
+    frontier = Frontier(_client(redis_url), crawl)
+    try:
+        stored = set_policy(frontier, name, fields)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    click.echo(f"{name}: " + " ".join(f"{k}={v}" for k, v in sorted(stored.items())))
+
+
+@site.command("show")
+@shared_options
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def site_show(redis_url: str, crawl: str, name: str | None, as_json: bool) -> None:
+    """Show the policy of one site, or of every site with one, and the default ("*")."""
+    from .policy import POLICY_FIELDS, get_policy
+
+    frontier = Frontier(_client(redis_url), crawl)
+    names = [name] if name else ["*", *frontier.sites()]
+    policies = {n: get_policy(frontier, n) for n in names}
+    if as_json:
+        click.echo(json.dumps(policies, indent=2, sort_keys=True))
+        return
+    columns = [("site", "SITE", str)] + [(f, f.upper(), str) for f in POLICY_FIELDS]
+    rows = [{"site": n, **{f: p.get(f, "-") for f in POLICY_FIELDS}} for n, p in policies.items() if p or n == "*" or name]
+    click.echo(render_table(rows, columns))
+
+
+from . import cli_ops  # noqa: E402,F401  (registers watch, dlq, pause, resume, nodes, crawls)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -133,7 +133,7 @@ class RequestCodec:
                 )
             d["t"] = name
         try:
-            payload = _packb(d)
+            payload: bytes = _packb(d)
         except (TypeError, ValueError, OverflowError) as exc:
             raise self._explain(request, d, exc) from None
         if self.max_bytes and len(payload) > self.max_bytes:
@@ -149,11 +149,11 @@ class RequestCodec:
         if func is NO_CALLBACK:
             return _NO_CALLBACK_MARK
         key = getattr(func, "__func__", func)
-        name = self._method_names.get(key)
-        if name is not None and getattr(func, "__self__", None) is self.spider:
-            return name
+        known = self._method_names.get(key)
+        if known is not None and getattr(func, "__self__", None) is self.spider:
+            return known
         owner = getattr(func, "__self__", None)
-        fname = getattr(func, "__name__", None)
+        fname: str | None = getattr(func, "__name__", None)
         if owner is None or owner is not self.spider or fname is None:
             raise SerializationError(
                 repr(request),

@@ -192,8 +192,16 @@ class StreamsConfig:
     capabilities: tuple[str, ...] = ("http",)
     #: STREAMS_BROWSER_MAX: most browser requests leased at once by this worker.
     browser_max: int = 4
-    #: STREAMS_SITES: per-site policy written to Redis at start, {site: {rate, burst, ...}}.
+    #: STREAMS_SITES: per-site policy written to Redis at start, {site: {rate, burst, ...}};
+    #: the key "*" is the default for sites not listed.
     sites: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: STREAMS_REVISIT_AFTER_SECONDS: a fingerprint stops being a duplicate after this long
+    #: (0 = never; e.g. 2592000 for 30 days). Costs STREAMS_REVISIT_BUCKETS + 1 filters per site.
+    revisit_after_seconds: float = 0.0
+    #: STREAMS_REVISIT_BUCKETS: time buckets the revisit window is cut into.
+    revisit_buckets: int = 4
+    #: STREAMS_POLICY_REFRESH_SECONDS: how often a worker re-reads the crawl's default policy.
+    policy_refresh_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -228,6 +236,9 @@ class StreamsConfig:
         _positive("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", self.shutdown_timeout_seconds, zero_ok=True)
         _whole("STREAMS_MAX_REQUEST_BYTES", self.max_request_bytes, minimum=0)
         _whole("STREAMS_BROWSER_MAX", self.browser_max, minimum=0)
+        _positive("STREAMS_REVISIT_AFTER_SECONDS", self.revisit_after_seconds, zero_ok=True)
+        _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
+        _positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -261,6 +272,12 @@ class StreamsConfig:
         capabilities = get("STREAMS_CAPABILITIES", ["http"])
         if isinstance(capabilities, str):
             capabilities = [c.strip() for c in capabilities.split(",") if c.strip()]
+        sites = get("STREAMS_SITES", {})
+        if isinstance(sites, str):
+            try:
+                sites = json.loads(sites) if sites.strip() else {}
+            except ValueError as exc:
+                raise ConfigError("STREAMS_SITES", sites, f"not valid JSON ({exc})") from None
         classes = get("STREAMS_REQUEST_CLASSES", [])
         if isinstance(classes, str):
             classes = [c.strip() for c in classes.split(",") if c.strip()]
@@ -292,7 +309,10 @@ class StreamsConfig:
             request_classes=tuple(classes),
             capabilities=tuple(capabilities),
             browser_max=_int(settings, "STREAMS_BROWSER_MAX", 4),
-            sites=_json_dict(settings, "STREAMS_SITES"),
+            sites=sites,
+            revisit_after_seconds=_num(settings, "STREAMS_REVISIT_AFTER_SECONDS", 0.0),
+            revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
+            policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -302,19 +322,6 @@ class StreamsConfig:
 
 def validate_node_id(node_id: str) -> bool:
     return 0 < len(node_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in node_id)
-
-
-def _json_dict(settings: Any, name: str) -> Any:
-    """A dict setting, also given as a JSON string (``-s NAME='{...}'`` or the environment)."""
-    value = settings.get(name)
-    if value is None:
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ConfigError(name, value, f"is not valid JSON ({exc}); expected a dict of site -> policy") from None
-    return value
 
 
 def _raw(settings: Any, name: str) -> Any:

@@ -83,17 +83,20 @@ def connect_ready(
     connect_timeout: float = 5.0,
     decode_responses: bool = False,
     setting: str = "REDIS_URL",
+    quiet: bool = False,
 ) -> Any:
     """Build a client for ``url`` and wait until Redis answers, with back-off, for at
     most ``timeout_s`` seconds; raise RedisUnavailable with one clear line if it never does.
 
     Use this at start rather than :func:`connect` + :func:`wait_ready`: a Redis
     Cluster client reads the cluster's topology when it is built, so building
-    it is what has to be retried while the cluster is not up yet.
+    it is what has to be retried while the cluster is not up yet. ``quiet``
+    leaves out the one warning logged when Redis does not answer at once
+    (daemons and the CLI print their own single line).
     """
     validate_redis_url(url, setting)
     deadline = time.monotonic() + timeout_s
-    waiter = _Waiter(url, timeout_s, what, deadline)
+    waiter = _Waiter(url, timeout_s, what, deadline, setting, quiet)
     while True:
         try:
             client = connect(
@@ -117,7 +120,7 @@ def wait_ready(client: Any, url: str, timeout_s: float, what: str = "Redis") -> 
     once when retrying cannot help: wrong credentials, a user without the
     right to PING, a server certificate that does not verify.
     """
-    _wait(client, _Waiter(url, timeout_s, what, time.monotonic() + timeout_s))
+    _wait(client, _Waiter(url, timeout_s, what, time.monotonic() + timeout_s, "REDIS_URL", False))
 
 
 def _wait(client: Any, waiter: _Waiter) -> None:
@@ -133,13 +136,14 @@ def _wait(client: Any, waiter: _Waiter) -> None:
 class _Waiter:
     """Back-off and the one-line errors of waiting for Redis."""
 
-    def __init__(self, url: str, timeout_s: float, what: str, deadline: float) -> None:
+    def __init__(self, url: str, timeout_s: float, what: str, deadline: float, setting: str, quiet: bool) -> None:
         self.url = url
         self.timeout_s = timeout_s
         self.what = f"{what} at {redact(url)}"
         self.deadline = deadline
+        self.setting = setting if setting == "REDIS_URL" else f"{setting} / REDIS_URL"
         self.delay = 0.1
-        self.warned = False
+        self.warned = quiet
 
     def answered(self) -> None:
         if self.warned:
@@ -164,7 +168,7 @@ class _Waiter:
         text = _one_line(exc)
         if isinstance(exc, AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
             raise RedisUnavailable(
-                f"{self.what} refused the credentials ({text}); check the user and password in REDIS_URL"
+                f"{self.what} refused the credentials ({text}); check the user and password in {self.setting}"
             ) from None
         if isinstance(exc, ResponseError) and "NOPERM" in text:
             raise RedisUnavailable(
@@ -174,18 +178,18 @@ class _Waiter:
         if "CERTIFICATE_REQUIRED" in text or "BAD_CERTIFICATE" in text or "CERTIFICATE_UNKNOWN" in text:
             raise RedisUnavailable(
                 f"{self.what}: the server wants a client certificate it trusts ({text}); set"
-                " ssl_certfile and ssl_keyfile in REDIS_URL"
+                f" ssl_certfile and ssl_keyfile in {self.setting}"
             ) from None
         if _tls_verify_failed(exc):
             raise RedisUnavailable(
                 f"{self.what}: TLS certificate verification failed ({text}); check ssl_ca_certs"
-                " in REDIS_URL (the CA that signed the server's certificate) and the host name"
+                f" in {self.setting} (the CA that signed the server's certificate) and the host name"
             ) from None
         if not isinstance(exc, retryable):
             raise exc
         left = self.deadline - time.monotonic()
         if left <= 0:
-            hint = " check REDIS_URL and that the server is running"
+            hint = f" check {self.setting} and that the server is running"
             if self.url.startswith("rediss:") and "EOF" in text:
                 hint += " (a TLS server may also require a client certificate: ssl_certfile, ssl_keyfile)"
             raise RedisUnavailable(

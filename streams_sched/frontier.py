@@ -45,12 +45,34 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BloomParams:
-    """Dedupe back-end ('bf' = RedisBloom, 'bitmap') and its sizing."""
+    """Dedupe back-end ('bf' = RedisBloom, 'bitmap'), its sizing, and revisits.
+
+    With ``revisit_seconds`` (W) set, fingerprints live in time buckets of width
+    W / ``revisit_buckets``; a fingerprint is a duplicate while it is in the
+    current bucket or one of the ``revisit_buckets`` before it, so a page can be
+    crawled again no sooner than W and no later than W plus one bucket after
+    it was last enqueued. Each bucket's filter expires on its own.
+    """
 
     mode: str = "bitmap"
     error_rate: float = 0.001
     capacity: int = 100_000
     expansion: int = 2
+    revisit_seconds: float = 0.0
+    revisit_buckets: int = 4
+
+    @property
+    def bucket_seconds(self) -> float:
+        return self.revisit_seconds / self.revisit_buckets
+
+    def buckets(self, now: float) -> list[int]:
+        """The current bucket id, then the older ones still in the window."""
+        current = int(now // self.bucket_seconds)
+        return [current - i for i in range(self.revisit_buckets + 1)]
+
+    @property
+    def bucket_ttl(self) -> int:
+        return int((self.revisit_buckets + 2) * self.bucket_seconds) + 1
 
 
 @dataclass(slots=True)
@@ -91,6 +113,9 @@ class LeaseReply:
     next_due_in_ms: int
     wait_ms: int
     deferred: int = 0
+    weight: float = 1.0
+    max_browser: int = -1
+    rate: float = 0.0
     entries: list[LeasedEntry] = field(default_factory=list)
 
 
@@ -150,8 +175,15 @@ def _entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) 
 
 
 def parse_lease(site: str, reply: Sequence[Any]) -> LeaseReply:
-    r = LeaseReply(*(int(v) for v in reply[:7]))
-    r.entries = _entries(site, reply, 7)
+    head = [int(v) for v in reply[:7]]
+    r = LeaseReply(head[0], head[1], head[2], head[3], head[4], head[5], head[6])
+    try:
+        r.weight = float(reply[7]) if reply[7] else 1.0
+    except ValueError:
+        r.weight = 1.0
+    r.max_browser = int(reply[8])
+    r.rate = float(reply[9] or 0)
+    r.entries = _entries(site, reply, 10)
     return r
 
 
@@ -245,6 +277,8 @@ def crawl_bloom(
     error_rate: float | None = None,
     capacity: int | None = None,
     expansion: int | None = None,
+    revisit_seconds: float | None = None,
+    revisit_buckets: int | None = None,
 ) -> BloomParams:
     """The crawl's Bloom parameters, fixed by its first worker and shared by every client.
 
@@ -255,21 +289,24 @@ def crawl_bloom(
     mode = detect_dedupe(client, crawl, wanted)
     meta = CrawlKeys(crawl).meta
     default = BloomParams()
-    asked = (error_rate, capacity, expansion)
+    asked = (error_rate, capacity, expansion, revisit_seconds, revisit_buckets)
     mine = {
         "bloom_error_rate": repr(default.error_rate if error_rate is None else error_rate),
         "bloom_capacity": str(default.capacity if capacity is None else capacity),
         "bloom_expansion": str(default.expansion if expansion is None else expansion),
+        "revisit_seconds": repr(float(default.revisit_seconds if revisit_seconds is None else revisit_seconds)),
+        "revisit_buckets": str(default.revisit_buckets if revisit_buckets is None else revisit_buckets),
     }
     for field_name, value in mine.items():
         client.hsetnx(meta, field_name, value)
     rec = [_text(v) for v in client.hmget(meta, list(mine))]
-    params = BloomParams(mode, float(rec[0]), int(rec[1]), int(rec[2]))
-    if None not in asked and (params.error_rate, params.capacity, params.expansion) != asked:
+    params = BloomParams(mode, float(rec[0]), int(rec[1]), int(rec[2]), float(rec[3]), int(rec[4]))
+    recorded = (params.error_rate, params.capacity, params.expansion, params.revisit_seconds, params.revisit_buckets)
+    if None not in asked and recorded != asked:
         logger.warning(
-            "crawl %s keeps the Bloom parameters it started with (error_rate=%s capacity=%s"
-            " expansion=%s); the settings ask for %s/%s/%s",
-            crawl, params.error_rate, params.capacity, params.expansion, error_rate, capacity, expansion,
+            "crawl %s keeps the dedupe parameters it started with (error_rate, capacity, expansion,"
+            " revisit_seconds, revisit_buckets = %s); the settings ask for %s",
+            crawl, recorded, asked,
         )
     return params
 
@@ -298,6 +335,10 @@ class Frontier:
         #: on the shard of the crawl's slot instead of being broadcast to every node.
         self.cluster = is_cluster_client(client)
         self._sites: dict[str, SiteKeys] = {}
+        #: task type of requests that name none, for sites whose policy names none
+        self.default_task = "http"
+        #: the crawl's default policy ("*"), as lease.lua ARGV: rate, burst, paused, weight, max_browser
+        self.default_policy: tuple[str, str, str, str, str] = ("", "", "", "", "")
 
     def site(self, site: str) -> SiteKeys:
         keys = self._sites.get(site)
@@ -361,15 +402,28 @@ class Frontier:
 
     # -- per-site scripts ---------------------------------------------------
 
-    def enqueue(self, site: str, items: Sequence[Outgoing], pipe: Any = None) -> Any:
+    def filters(self, site: str, now: float | None = None) -> list[str]:
+        """Bloom filter keys (filter, meta, ...) for enqueue: current filter first."""
         k = self.site(site)
         b = self.bloom
-        args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion]
+        if not b.revisit_seconds:
+            return [k.seen, k.seen_meta]
+        keys: list[str] = []
+        for bucket in b.buckets(time.time() if now is None else now):
+            keys += k.seen_bucket(bucket)
+        return keys
+
+    def enqueue(self, site: str, items: Sequence[Outgoing], pipe: Any = None) -> Any:
+        """Dedupe and add requests of one site. ``Outgoing.stream`` is 0-5, or
+        10-12 for band 0-2 with the task type taken from the site's policy."""
+        k = self.site(site)
+        b = self.bloom
+        ttl = b.bucket_ttl if b.revisit_seconds else 0
+        args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion, ttl, self.default_task]
         for it in items:
             args += (it.fp, it.stream + 1, it.delay_ms, it.payload)
-        reply = self.scripts.call(
-            self.scripts.enqueue, [k.seen, k.seen_meta, k.delayed, k.stats, *k.streams], args, pipe
-        )
+        keys = [k.delayed, k.stats, k.policy, *k.streams, *self.filters(site)]
+        reply = self.scripts.call(self.scripts.enqueue, keys, args, pipe)
         return reply if pipe is not None else parse_enqueue(reply)
 
     def lease(
@@ -391,7 +445,8 @@ class Frontier:
         reply = self.scripts.call(
             self.scripts.lease,
             [k.delayed, k.dlq, k.stats, k.policy, *k.streams],
-            [self.group, consumer, total, max_http, max_browser, *weights, promote_limit, max_suspects],
+            [self.group, consumer, total, max_http, max_browser, *weights, promote_limit, max_suspects,
+             *self.default_policy],
             pipe,
         )
         return reply if pipe is not None else parse_lease(site, reply)
@@ -495,8 +550,12 @@ class Frontier:
         return out
 
     def purge_site(self, site: str, pipe: Any = None) -> Any:
-        """Delete every key of a site (one DEL: all keys share the site's hash slot)."""
-        return self._target(pipe).delete(*self.site(site).all)
+        """Delete every key of a site (one DEL: all keys share the site's hash slot).
+        Revisit buckets older than the window expire on their own."""
+        keys = list(self.site(site).all)
+        if self.bloom.revisit_seconds:
+            keys += self.filters(site)
+        return self._target(pipe).delete(*keys)
 
     def purge(self) -> int:
         """Delete the whole crawl: every site's keys, the registry, nodes and meta."""

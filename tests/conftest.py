@@ -138,6 +138,14 @@ def target(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _flushed(url: str) -> str:
+    client = connect(url)
+    client.flushall()
+    client.script_flush()
+    client.close()
+    return url
+
+
 @pytest.fixture
 def dedupe(target: str) -> str:
     """The dedupe back-end under test (STREAMS_DEDUPE): 'bitmap' or 'redisbloom'."""
@@ -152,25 +160,15 @@ def _has_bf_cluster() -> bool:
 
 
 @pytest.fixture
-def redis_url(redis_source: _Source, target: str) -> Iterator[str]:
+def redis_url(redis_source: _Source, target: str) -> str:
     """URL of a flushed Redis (or Redis Cluster) for the target under test."""
-    url = redis_source.cluster_url() if target == CLUSTER else redis_source.url(target)
-    client = connect(url)
-    client.flushall()
-    client.script_flush()
-    client.close()
-    yield url
+    return _flushed(redis_source.cluster_url() if target == CLUSTER else redis_source.url(target))
 
 
 @pytest.fixture
-def plain_redis_url(redis_source: _Source) -> Iterator[str]:
+def plain_redis_url(redis_source: _Source) -> str:
     """URL of a flushed Redis without the Bloom module (for tests where the back-end does not matter)."""
-    url = redis_source.url("bitmap")
-    client = redis.Redis.from_url(url)
-    client.flushall()
-    client.script_flush()
-    client.close()
-    yield url
+    return _flushed(redis_source.url("bitmap"))
 
 
 @pytest.fixture

@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import redis
-
 from streams_sched.connection import connect
 from streams_sched.frontier import BloomParams, Frontier
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.keys import CrawlKeys
+
+from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -41,7 +42,7 @@ def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: st
     assert set(seen) == expected(3, 100)
     assert max(seen.values()) == 1
     assert_frontier_empty(redis_url, crawl, dedupe)
-    assert "crawl %s is drained" % crawl in w.log()
+    assert f"crawl {crawl} is drained" in w.log()
 
 
 def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:

@@ -11,17 +11,17 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 from streams_sched.connection import connect
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.recovery import find_orphans
 from streams_sched.testing import RedisServer, find_redisbloom, free_port
+
+from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -9,10 +9,11 @@ import time
 import pytest
 import redis
 
-from helpers import frontier, wait_for, with_user
 from streams_sched.connection import connect
 from streams_sched.frontier import Outgoing
 from streams_sched.keys import GROUP, STREAMS, SiteKeys
+
+from helpers import frontier, wait_for, with_user
 
 pytestmark = pytest.mark.cluster
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import scrapy_crawl, scrapy_project
 from streams_sched.testing import RedisServer, free_port
+
+from helpers import scrapy_crawl, scrapy_project
 
 START_ERROR = "CRITICAL: streams-sched cannot start:"
 

@@ -2,7 +2,9 @@
 
 Settings: ``SYNTH_SITES``, ``SYNTH_PAGES``, ``SYNTH_EXTRA_LINKS``,
 ``SYNTH_DELAY_SECONDS`` (per response, to slow a crawl down),
-``SYNTH_SPECIAL`` (a dict url -> spec for tests: a status, headers, a delay,
+``SYNTH_RECORD_FILE`` (one JSON line per download: url, time, pid, task type and
+the browser downloads in flight in this process), ``SYNTH_SPECIAL`` (a dict url
+-> spec for tests: a status, headers, a delay,
 an exception to raise, and ``times``: how many responses use the spec before
 the normal page is served).
 """
@@ -10,6 +12,9 @@ the normal page is served).
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import time
 from typing import Any
 
 from scrapy import Request
@@ -40,8 +45,26 @@ class SyntheticHandler(BaseDownloadHandler):
         self.delay = settings.getfloat("SYNTH_DELAY_SECONDS", 0.0)
         self.special: dict[str, Any] = dict(settings.getdict("SYNTH_SPECIAL"))
         self.served: dict[str, int] = {}
+        record = settings.get("SYNTH_RECORD_FILE")
+        self.record_fd = os.open(record, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if record else -1
+        self.tag = settings.get("RECORD_TAG", "")
+        self.browser_inflight = 0
 
     async def download_request(self, request: Request) -> Response:
+        browser = request.meta.get("task_type") == "browser"
+        if browser:
+            self.browser_inflight += 1
+        try:
+            if self.record_fd >= 0:
+                line = {"url": request.url, "t": time.time(), "pid": os.getpid(), "worker": self.tag,
+                        "browser": browser, "browser_inflight": self.browser_inflight}
+                os.write(self.record_fd, (json.dumps(line) + "\n").encode())
+            return await self._respond(request)
+        finally:
+            if browser:
+                self.browser_inflight -= 1
+
+    async def _respond(self, request: Request) -> Response:
         special = self.special.get(request.url)
         if special is not None:
             n = self.served[request.url] = self.served.get(request.url, 0) + 1
@@ -55,6 +78,11 @@ class SyntheticHandler(BaseDownloadHandler):
         if where is None:
             return HtmlResponse(request.url, status=404, body=b"<html>not found</html>", request=request)
         return HtmlResponse(request.url, status=200, body=self.web.html(*where), request=request, encoding="utf-8")
+
+    async def close(self) -> None:
+        if self.record_fd >= 0:
+            os.close(self.record_fd)
+            self.record_fd = -1
 
     def _special(self, request: Request, spec: Any) -> Response:
         """spec: {"status": 302, "headers": {...}, "body": "...", "raise": "ConnectionRefusedError"}"""

@@ -21,8 +21,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        host = self.server.server_address[0]
-        url = f"http://{host}:{self.server.server_address[1]}{self.path}"
+        host, port = self.server.server_address[:2]  # type: ignore[index,str-unpack]
+        url = f"http://{host}:{port}{self.path}"
         where = self.web.parse(url)
         if where is None:
             body, status = b"<html>not found</html>", 404

@@ -90,17 +90,33 @@ local function u32(s, i)
   return ((a * 256 + b) * 256 + c) * 256 + d
 end
 
--- RedisBloom back-end: returns a table of 1 (new) / 0 (seen) per fingerprint.
-local function bloom_bf(seen, fps, err, cap, expansion)
+-- RedisBloom back-end: returns a table of 1 (new) / 0 (seen) per fingerprint;
+-- with add = false it only looks (1 = not in this filter).
+local function bloom_bf(seen, fps, err, cap, expansion, add)
   if #fps == 0 then
     return {}
   end
   local kind = redis.call('TYPE', seen)['ok']
-  if kind == 'none' then
-    redis.call('BF.RESERVE', seen, err, cap, 'EXPANSION', expansion)
-  elseif kind == 'string' then
+  if kind == 'string' then
     return redis.error_reply('STREAMSDEDUPE ' .. seen ..
       ' holds a bitmap Bloom filter but this worker uses RedisBloom; set STREAMS_DEDUPE="bitmap"')
+  end
+  if not add then
+    local out = {}
+    if kind == 'none' then
+      for i = 1, #fps do
+        out[i] = 1
+      end
+      return out
+    end
+    local found = redis.call('BF.MEXISTS', seen, unpack(fps))
+    for i = 1, #fps do
+      out[i] = 1 - found[i]
+    end
+    return out
+  end
+  if kind == 'none' then
+    redis.call('BF.RESERVE', seen, err, cap, 'EXPANSION', expansion)
   end
   return redis.call('BF.MADD', seen, unpack(fps))
 end
@@ -143,7 +159,7 @@ local function bit_positions(fp, k)
   return pos
 end
 
-local function bloom_bitmap(seen, meta, fps, err, cap, expansion)
+local function bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
   if #fps == 0 then
     return {}
   end
@@ -174,10 +190,16 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion)
     count = 0
     return true
   end
+  local out = {}
   if nlayers == 0 then
+    if not add then
+      for i = 1, #fps do
+        out[i] = 1
+      end
+      return out
+    end
     grow()
   end
-  local out = {}
   local band, bor, lshift = bit.band, bit.bor, bit.lshift
   for n, fp in ipairs(fps) do
     local h1 = u32(fp, 1)
@@ -207,6 +229,8 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion)
     end
     if found then
       out[n] = 0
+    elseif not add then
+      out[n] = 1
     else
       local l = layers[#layers]
       pos = bit_positions(fp, l.k)
@@ -228,6 +252,57 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion)
       end
     end
   end
-  redis.call('HSET', meta, 'layers', nlayers, 'count', count)
+  if add then
+    redis.call('HSET', meta, 'layers', nlayers, 'count', count)
+  end
   return out
+end
+
+-- Dedupe against a list of filters (seen keys with their meta keys): the first is
+-- the current one, where new fingerprints are added; the others (older revisit
+-- buckets) are only looked at. Returns 1 (new) / 0 (seen) per fingerprint.
+local function dedupe(mode, filters, fps, err, cap, expansion)
+  local fresh = {}
+  for i = 1, #fps do
+    fresh[i] = 1
+  end
+  local todo, at = fps, nil
+  for f = #filters, 2, -1 do
+    local res
+    if mode == 'bf' then
+      res = bloom_bf(filters[f][1], todo, err, cap, expansion, false)
+    else
+      res = bloom_bitmap(filters[f][1], filters[f][2], todo, err, cap, expansion, false)
+    end
+    if res.err then
+      return res
+    end
+    local keep, keep_at = {}, {}
+    for i = 1, #todo do
+      local orig = at and at[i] or i
+      if res[i] == 0 then
+        fresh[orig] = 0
+      else
+        keep[#keep + 1] = todo[i]
+        keep_at[#keep_at + 1] = orig
+      end
+    end
+    todo, at = keep, keep_at
+  end
+  local res
+  if mode == 'bf' then
+    res = bloom_bf(filters[1][1], todo, err, cap, expansion, true)
+  else
+    res = bloom_bitmap(filters[1][1], filters[1][2], todo, err, cap, expansion, true)
+  end
+  if res.err then
+    return res
+  end
+  for i = 1, #todo do
+    local orig = at and at[i] or i
+    if res[i] == 0 then
+      fresh[orig] = 0
+    end
+  end
+  return fresh
 end

@@ -7,6 +7,10 @@
 -- ARGV[2..]    pairs: stream index (1-6), entry id
 -- Returns the number of entries acked now (an entry another worker already
 -- acked, after taking over an expired lease, counts 0).
+--
+-- Besides the total (field acked), acks are counted in six 10-second buckets
+-- (fields ack0..ack5, slot = bucket % 6; ack_b = the newest bucket written),
+-- so status can tell the rate over the last minute (streams_sched/rates.py).
 
 local group = ARGV[1]
 local by_stream = {}
@@ -29,5 +33,16 @@ for s, ids in pairs(by_stream) do
 end
 if acked > 0 then
   redis.call('HINCRBY', KEYS[1], 'acked', acked)
+  local bucket = math.floor(now_ms() / 10000)
+  local last = tonumber(redis.call('HGET', KEYS[1], 'ack_b')) or (bucket - 6)
+  if bucket ~= last then
+    local reset = { 'ack_b', bucket }
+    for b = math.max(last + 1, bucket - 5), bucket do
+      reset[#reset + 1] = 'ack' .. (b % 6)
+      reset[#reset + 1] = 0
+    end
+    redis.call('HSET', KEYS[1], unpack(reset))
+  end
+  redis.call('HINCRBY', KEYS[1], 'ack' .. (bucket % 6), acked)
 end
 return acked

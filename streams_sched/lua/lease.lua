@@ -9,7 +9,8 @@
 -- KEYS[1]      delayed   ZSET of waiting requests
 -- KEYS[2]      dlq       dead-letter stream (for malformed delayed members)
 -- KEYS[3]      stats     HASH of counters and band-rotation state
--- KEYS[4]      policy    HASH: paused, rate (req/s, 0 = none), burst, tokens, tokens_ts
+-- KEYS[4]      policy    HASH: paused, rate (req/s, 0 = none), burst, weight, max_browser,
+--                        and the bucket state: tokens, tokens_ts
 -- KEYS[5..10]  streams   http:high http:default http:low browser:high browser:default browser:low
 -- ARGV[1]      consumer group
 -- ARGV[2]      consumer (node id)
@@ -21,10 +22,13 @@
 -- ARGV[10]     max entries with earlier failed deliveries (field d > 0) to hand out;
 --              extra ones go back to the end of their stream, so one worker never
 --              holds two requests that may have crashed a worker before
+-- ARGV[11..15] the crawl's defaults for fields the site's policy does not set:
+--              rate, burst, paused ('1'/'0'), weight, max_browser ('' = none)
 -- Returns {backlog_http, backlog_browser, pending, delayed, ms until the next delayed
 --          request is due (-1 none),
 --          wait_ms (0 ok, >0 rate-limited for that long, -1 paused),
---          entries put back because of ARGV[10],
+--          entries put back because of ARGV[10], the site's weight (string),
+--          the site's max_browser (-1 none), the site's rate (string, '0' none),
 --          then per entry: stream index, id, payload (false if missing), prior deliveries}
 
 local group, consumer = ARGV[1], ARGV[2]
@@ -36,16 +40,20 @@ local now = now_ms()
 
 promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, now, tonumber(ARGV[9]))
 
-local pol = redis.call('HMGET', KEYS[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts')
+local pol = redis.call('HMGET', KEYS[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts', 'weight', 'max_browser')
+local paused = pol[1] or ARGV[13]
+local rate = tonumber(pol[2]) or tonumber(ARGV[11]) or 0
+local burst_setting = tonumber(pol[3]) or tonumber(ARGV[12])
+local site_weight = pol[6] or ARGV[14]
+local max_browser = tonumber(pol[7]) or tonumber(ARGV[15]) or -1
 local wait_ms = 0
 local budget = tonumber(ARGV[3])
-local rate = tonumber(pol[2]) or 0
 local tokens, burst
-if pol[1] == '1' then
+if paused == '1' then
   budget = 0
   wait_ms = -1
 elseif rate > 0 then
-  burst = math.max(tonumber(pol[3]) or rate, 1)
+  burst = math.max(burst_setting or rate, 1)
   tokens = tonumber(pol[4])
   local ts = tonumber(pol[5])
   if tokens == nil or ts == nil then
@@ -153,7 +161,8 @@ local next_due = -1
 if delayed > 0 then
   next_due = math.max(0, tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now)
 end
-local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred }
+local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred,
+  tostring(site_weight or '1'), max_browser, tostring(rate) }
 for _, v in ipairs(out) do
   reply[#reply + 1] = v
 end

@@ -1,0 +1,1 @@
+"""An example Scrapy project crawling the synthetic web through streams-sched."""

@@ -1,0 +1,252 @@
+"""The monitor: a Prometheus exporter of every crawl's frontier, node liveness, and alerts.
+
+It only reads (a read-only ACL user is enough: ``+@read +evalsha_ro +eval_ro
++time +ping``; add ``+subscribe &ss:*`` for node events and ``+bf.card`` for
+``streams_sched_seen_estimate`` with RedisBloom). Reads happen on scrape, or
+reuse the last one within ``--cache-seconds``, and every ``--interval``
+seconds for the alerts, which are POSTed to ``--webhook-url``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from redis.exceptions import ResponseError
+
+from streams_sched.daemon import TRANSIENT, Backoff, MetricsServer, StopFlag, connect_at_start
+from streams_sched.frontier import Frontier
+from streams_sched.liveness import ALIVE, DEAD, NodeState, node_states
+
+from .alerts import FIRING, AlertRules, Debouncer
+from .events import EventListener
+from .exporter import FrontierCollector, SiteLabeller
+from .settings import MonitorSettings
+from .snapshot import CrawlSnapshot, read_crawl
+from .webhook import WebhookSender, render
+
+__all__ = ["Monitor", "View"]
+
+log = structlog.get_logger("monitor")
+
+
+@dataclass
+class View:
+    """What one read of Redis saw (or why it failed)."""
+
+    ok: bool
+    snaps: list[CrawlSnapshot] = field(default_factory=list)
+    states: dict[str, dict[str, NodeState]] = field(default_factory=dict)
+    read_s: float = 0.0
+    at: float = 0.0  # time.monotonic() of the read
+    error: str | None = None
+
+
+class Monitor:
+    """Reads the frontier for the exporter and the alerts.
+
+    ``run()`` serves ``/metrics`` and evaluates alerts every interval until
+    SIGTERM/SIGINT; ``run_once()`` is one evaluation (burst mode, tests).
+    """
+
+    def __init__(self, settings: MonitorSettings, client: Any = None) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.settings = settings
+        self.client = client
+        self.stop_flag = StopFlag()
+        self.labeller = SiteLabeller(settings.max_sites)
+        self.rules = AlertRules(settings.backlog_threshold, settings.dlq_quiet_s)
+        self.debouncer = Debouncer()
+        self.sender: WebhookSender | None = None
+        self.events: EventListener | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(FrontierCollector(self))
+        self.metrics_server: MetricsServer | None = None
+        self._lock = threading.Lock()
+        self._view = View(ok=False, error="not read yet")
+        self._frontiers: dict[str, Frontier] = {}
+        self._seen_off: set[str] = set()
+        self._crawls: list[str] = list(settings.crawls)
+        self.passes = 0
+        self.alerts_sent = 0
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def connect(self) -> None:
+        if self.client is None:
+            self.client = connect_at_start(self.settings.redis_url, self.settings.connect_timeout_s)
+
+    def start(self) -> None:
+        """Start the metrics server, the event listener and the webhook sender."""
+        s = self.settings
+        if s.webhook_url and self.sender is None:
+            self.sender = WebhookSender(s.webhook_url, s.webhook_secret)
+            self.sender.start()
+        if s.burst:
+            return
+        if self.metrics_server is None:
+            self.metrics_server = MetricsServer(self.registry, s.metrics_port, s.metrics_addr).start()
+            log.info("metrics", url=f"http://{s.metrics_addr}:{self.metrics_server.port}/metrics")
+        if s.events and self.events is None:
+            self.events = EventListener(self.client, lambda: list(self._crawls), s.max_backoff_s)
+            self.events.start()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+
+    def close(self) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
+        if self.events is not None:
+            self.events.stop()
+            self.events.join(2.0)
+            self.events = None
+        if self.sender is not None:
+            self.sender.close()
+            self.sender = None
+        if self.client is not None:
+            self.client.close()
+
+    # -- reading --------------------------------------------------------------
+
+    def crawls(self) -> list[str]:
+        if self.settings.crawls:
+            return list(self.settings.crawls)
+        return Frontier.crawls(self.client)
+
+    def read(self) -> View:
+        """Read every crawl now; the result is cached for scrapes."""
+        with self._lock:
+            started = time.monotonic()
+            try:
+                crawls = self.crawls()
+                self._crawls = crawls
+                snaps = [self._read_crawl(c) for c in crawls]
+            except TRANSIENT + (ResponseError,) as exc:
+                self._view = View(ok=False, read_s=time.monotonic() - started, at=started, error=str(exc))
+                raise
+            now = time.monotonic()
+            states = {snap.crawl: self._states(snap, now) for snap in snaps}
+            for snap in snaps:
+                self.labeller.update(snap)
+            self._view = View(True, snaps, states, now - started, started)
+            return self._view
+
+    def view(self, max_age_s: float) -> View:
+        """The last read if younger than ``max_age_s``, else a new one (never raises)."""
+        with self._lock:
+            view = self._view
+        if view.ok and time.monotonic() - view.at <= max_age_s:
+            return view
+        try:
+            return self.read()
+        except TRANSIENT + (ResponseError,) as exc:
+            log.warning("read_failed", error=str(exc))
+            with self._lock:
+                return self._view
+
+    def _read_crawl(self, crawl: str) -> CrawlSnapshot:
+        f = self._frontiers.get(crawl)
+        if f is None:
+            f = self._frontiers[crawl] = Frontier(self.client, crawl)
+        want_seen = crawl not in self._seen_off
+        try:
+            return read_crawl(f, seen=want_seen)
+        except PermissionError as exc:
+            self._seen_off.add(crawl)
+            log.warning(
+                "seen_estimate_off", crawl=crawl, error=str(exc),
+                hint="allow +bf.card for streams_sched_seen_estimate with RedisBloom",
+            )
+            return read_crawl(f, seen=False)
+
+    def _states(self, snap: CrawlSnapshot, now: float) -> dict[str, NodeState]:
+        heard = self.events.ages(snap.crawl, now) if self.events is not None else {}
+        # a node whose record is gone (forgotten by the reclaimer) is gone, whatever events said
+        heard = {n: v for n, v in heard.items() if n in snap.nodes or v[0] <= 60}
+        return node_states(snap.nodes, snap.now_s, heard, self.settings.dead_after_heartbeats)
+
+    # -- one pass -------------------------------------------------------------
+
+    def run_once(self) -> View:
+        """Read Redis, evaluate the alerts, queue the notifications. Raises on Redis errors."""
+        view = self.read()
+        conditions = self.rules.evaluate(view.snaps, view.states, time.monotonic())
+        changes = self.debouncer.update(conditions)
+        sent = 0
+        for status, alert in changes:
+            log.warning("alert", status=status, kind=alert.kind, crawl=alert.crawl, subject=alert.subject, summary=alert.summary)
+            if self.sender is not None and (status == FIRING or self.settings.send_resolved):
+                self.sender.send(render(alert, status, self.settings.webhook_format))
+                sent += 1
+        self.passes += 1
+        self.alerts_sent += sent
+        log.info(
+            "pass",
+            crawls=len(view.snaps),
+            sites=sum(len(s.sites) for s in view.snaps),
+            backlog=sum(st.backlog for s in view.snaps for st in s.sites),
+            pending=sum(st.pending for s in view.snaps for st in s.sites),
+            dead_letters=sum(s.dead_letters for s in view.snaps),
+            nodes_alive=sum(1 for c in view.states.values() for n in c.values() if n.state == ALIVE),
+            nodes_dead=sum(1 for c in view.states.values() for n in c.values() if n.state == DEAD),
+            alerts_active=len(self.debouncer.active),
+            notifications=sent,
+            read_s=round(view.read_s, 4),
+        )
+        return view
+
+    def run(self) -> int:
+        """Loop until stopped. Returns the process exit code."""
+        s = self.settings
+        self.connect()
+        self.start()
+        log.info(
+            "started",
+            crawls=list(s.crawls) or "all",
+            interval_s=s.interval_s,
+            metrics_port=None if s.burst else (self.metrics_server.port if self.metrics_server else s.metrics_port),
+            webhook=bool(s.webhook_url),
+            backlog_threshold=s.backlog_threshold,
+            burst=s.burst,
+            pid=os.getpid(),
+        )
+        backoff = Backoff(max_s=s.max_backoff_s)
+        while True:
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except TRANSIENT + (ResponseError,) as exc:
+                if s.burst:
+                    log.error("pass_failed", error=str(exc))
+                    return 1
+                delay = backoff.next()
+                log.warning(
+                    "redis_unreachable" if isinstance(exc, TRANSIENT) else "redis_refused",
+                    error=str(exc),
+                    retry_in_s=delay,
+                    down_for_s=round(backoff.failing_s, 1),
+                    hint="retrying with back-off; /metrics reports streams_sched_redis_up 0 meanwhile",
+                )
+                if self.stop_flag.wait(delay):
+                    break
+                continue
+            if backoff.since is not None:
+                log.warning("redis_reachable_again", after_s=round(backoff.reset(), 1))
+            if s.burst:
+                from prometheus_client import generate_latest
+
+                sys.stdout.write(generate_latest(self.registry).decode())
+                sys.stdout.flush()
+                break
+            if self.stop_flag.wait(s.interval_s - (time.monotonic() - started)):
+                break
+        log.info("stopped", passes=self.passes, notifications=self.alerts_sent, signal=self.stop_flag.signal)
+        return 0

@@ -1,0 +1,156 @@
+"""Prometheus metric families built from crawl snapshots (pure), and the collector.
+
+Label cardinality is bounded: per crawl, at most ``max_sites`` sites get their
+own ``site`` label (:class:`SiteLabeller`); every other site is summed into
+``site="_other"`` (``oldest_pending_seconds`` takes the maximum). A site keeps
+its label for the monitor's lifetime once it has one; when there is room, new
+sites get labels in order of backlog + pending, largest first. Crawl totals are
+exact either way. ``_other``'s counters can go down when a labelled site is
+purged; Prometheus' ``rate()`` treats that as a counter reset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from streams_sched.keys import BANDS
+from streams_sched.liveness import ALIVE, DEAD, NodeState
+
+from .snapshot import CrawlSnapshot
+
+__all__ = ["FAMILIES", "OTHER", "SiteLabeller", "build_families", "metric_names"]
+
+#: site label of the sites without their own
+OTHER = "_other"
+
+#: Every family the monitor exports: name -> (type, labels, help). Counters are
+#: listed without the ``_total`` suffix that the exposition adds.
+FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "streams_sched_backlog": ("gauge", ("crawl", "site", "priority"), "Entries not yet delivered to any worker, by priority band."),
+    "streams_sched_pending": ("gauge", ("crawl", "site"), "Entries leased by a worker and not yet acked."),
+    "streams_sched_oldest_pending_seconds": ("gauge", ("crawl", "site"), "Idle time of the oldest pending lease (0 when none)."),
+    "streams_sched_delayed": ("gauge", ("crawl", "site"), "Requests waiting in the delay queue."),
+    "streams_sched_enqueued": ("counter", ("crawl", "site"), "Requests added to the frontier (kept in Redis, summed over workers)."),
+    "streams_sched_acked": ("counter", ("crawl", "site"), "Requests finished and acked (kept in Redis, summed over workers)."),
+    "streams_sched_dead_letters": ("gauge", ("crawl",), "Entries in the dead-letter streams."),
+    "streams_sched_dead_lettered": ("counter", ("crawl",), "Entries ever moved to dead letters."),
+    "streams_sched_reclaimed": ("counter", ("crawl",), "Expired leases taken over by workers or requeued by the reclaimer."),
+    "streams_sched_duplicates": ("counter", ("crawl",), "Requests dropped as duplicates by the Redis seen filter."),
+    "streams_sched_nodes": ("gauge", ("crawl", "state"), "Worker nodes by state: alive, or dead (silent for 3 heartbeats)."),
+    "streams_sched_sites": ("gauge", ("crawl", "state"), "Registered sites by state: active or paused."),
+    "streams_sched_sites_unlabelled": ("gauge", ("crawl",), "Sites summed into site=\"_other\" (over --max-sites)."),
+    "streams_sched_seen_estimate": ("gauge", ("crawl",), "Fingerprints in the seen filters (where the back-end and ACL can tell)."),
+    "streams_sched_redis_up": ("gauge", (), "1 if the last read of Redis succeeded, else 0."),
+    "streams_sched_monitor_read_seconds": ("gauge", (), "Seconds the last read of Redis took."),
+}
+
+
+def metric_names() -> set[str]:
+    """Every sample name the monitor can expose (counters with ``_total``)."""
+    return {name + "_total" if kind == "counter" else name for name, (kind, _, _) in FAMILIES.items()}
+
+
+def _family(name: str) -> Any:
+    kind, labels, doc = FAMILIES[name]
+    cls = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+    return cls(name, doc, labels=list(labels))
+
+
+class SiteLabeller:
+    """Decides which sites get their own ``site`` label (sticky, at most ``max_sites`` per crawl)."""
+
+    def __init__(self, max_sites: int) -> None:
+        self.max_sites = max_sites
+        self.labelled: dict[str, set[str]] = {}
+
+    def update(self, snap: CrawlSnapshot) -> None:
+        present = {s.site for s in snap.sites}
+        mine = self.labelled.setdefault(snap.crawl, set())
+        mine &= present
+        room = self.max_sites - len(mine)
+        if room <= 0:
+            return
+        new = [s for s in snap.sites if s.site not in mine]
+        new.sort(key=lambda s: (-(s.backlog + s.pending), s.site))
+        mine.update(s.site for s in new[:room])
+
+    def label(self, crawl: str, site: str) -> str:
+        return site if site in self.labelled.get(crawl, ()) else OTHER
+
+    def unlabelled(self, snap: CrawlSnapshot) -> int:
+        mine = self.labelled.get(snap.crawl, set())
+        return sum(1 for s in snap.sites if s.site not in mine)
+
+
+def build_families(
+    snaps: Sequence[CrawlSnapshot],
+    states: Mapping[str, Mapping[str, NodeState]],
+    labeller: SiteLabeller,
+) -> list[Metric]:
+    """The frontier's metric families for these snapshots (``states``: crawl -> node -> state)."""
+    fam = {name: _family(name) for name in FAMILIES if name not in ("streams_sched_redis_up", "streams_sched_monitor_read_seconds")}
+    for snap in snaps:
+        c = snap.crawl
+        per: dict[str, dict[str, Any]] = {}
+        paused = 0
+        for st in snap.sites:
+            if st.policy.get("paused") == "1":
+                paused += 1
+            label = labeller.label(c, st.site)
+            row = per.setdefault(
+                label,
+                {"bands": dict.fromkeys(BANDS, 0), "pending": 0, "oldest": 0.0, "delayed": 0, "enqueued": 0, "acked": 0},
+            )
+            for band in BANDS:
+                row["bands"][band] += st.band_backlog(band)
+            row["pending"] += st.pending
+            row["oldest"] = max(row["oldest"], st.oldest_pending_ms / 1000.0)
+            row["delayed"] += st.delayed
+            row["enqueued"] += st.stats.get("enqueued", 0)
+            row["acked"] += st.stats.get("acked", 0)
+        for label in sorted(per):
+            row = per[label]
+            for band in BANDS:
+                fam["streams_sched_backlog"].add_metric([c, label, band], row["bands"][band])
+            fam["streams_sched_pending"].add_metric([c, label], row["pending"])
+            fam["streams_sched_oldest_pending_seconds"].add_metric([c, label], row["oldest"])
+            fam["streams_sched_delayed"].add_metric([c, label], row["delayed"])
+            fam["streams_sched_enqueued"].add_metric([c, label], row["enqueued"])
+            fam["streams_sched_acked"].add_metric([c, label], row["acked"])
+        fam["streams_sched_dead_letters"].add_metric([c], snap.dead_letters)
+        fam["streams_sched_dead_lettered"].add_metric([c], snap.stat("dead"))
+        fam["streams_sched_reclaimed"].add_metric([c], snap.stat("reclaimed"))
+        fam["streams_sched_duplicates"].add_metric([c], snap.stat("duplicates"))
+        crawl_states = states.get(c, {})
+        for state in (ALIVE, DEAD):
+            fam["streams_sched_nodes"].add_metric([c, state], sum(1 for n in crawl_states.values() if n.state == state))
+        fam["streams_sched_sites"].add_metric([c, "active"], len(snap.sites) - paused)
+        fam["streams_sched_sites"].add_metric([c, "paused"], paused)
+        fam["streams_sched_sites_unlabelled"].add_metric([c], labeller.unlabelled(snap))
+        if snap.seen_estimate is not None:
+            fam["streams_sched_seen_estimate"].add_metric([c], snap.seen_estimate)
+    return list(fam.values())
+
+
+class FrontierCollector:
+    """A prometheus-client collector that reads Redis (through the monitor's cache) on scrape."""
+
+    def __init__(self, monitor: Any) -> None:
+        self.monitor = monitor
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        view = self.monitor.view(self.monitor.settings.cache_s)
+        up = GaugeMetricFamily("streams_sched_redis_up", FAMILIES["streams_sched_redis_up"][2])
+        up.add_metric([], 1.0 if view.ok else 0.0)
+        yield up
+        took = GaugeMetricFamily("streams_sched_monitor_read_seconds", FAMILIES["streams_sched_monitor_read_seconds"][2])
+        took.add_metric([], view.read_s)
+        yield took
+        if view.ok:
+            yield from build_families(view.snaps, view.states, self.monitor.labeller)

@@ -1,0 +1,88 @@
+"""Settings of the monitor daemon: one frozen dataclass, validated when built."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+from streams_sched.config import validate_redis_url
+from streams_sched.errors import ConfigError
+from streams_sched.keys import validate_crawl_name
+
+__all__ = ["WEBHOOK_FORMATS", "MonitorSettings"]
+
+#: "text": {"msgtype": "text", "text": {"content": ...}}, what DingTalk and WeCom
+#: group robots take; "json": the alert as a plain JSON object.
+WEBHOOK_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """What the monitor exports and when it alerts. Units are in the names."""
+
+    #: --redis-url / REDIS_URL (a read-only ACL user is enough).
+    redis_url: str = field(default_factory=lambda: os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
+    #: --metrics-port: where Prometheus scrapes /metrics.
+    metrics_port: int = 9108
+    #: --metrics-addr: address the metrics server binds.
+    metrics_addr: str = "0.0.0.0"
+    #: --prefix (repeatable): crawls to watch; empty = every registered crawl.
+    crawls: tuple[str, ...] = ()
+    #: --webhook-url: POST alerts there (None = no alerts).
+    webhook_url: str | None = None
+    #: --webhook-format: "text" (DingTalk / WeCom robots) or "json".
+    webhook_format: str = "text"
+    #: --webhook-secret: DingTalk signing secret (adds timestamp and sign to the URL).
+    webhook_secret: str | None = None
+    #: --backlog-threshold: alert when a site's backlog passes it (0 = no backlog alert).
+    backlog_threshold: int = 0
+    #: --interval: seconds between alert evaluations (each reads Redis once).
+    interval_s: float = 10.0
+    #: --cache-seconds: a scrape within this long of the last read reuses it.
+    cache_s: float = 2.0
+    #: --max-sites: sites per crawl with their own `site` label; the rest are summed
+    #: into site="_other" (label cardinality stays bounded). 0 = only "_other".
+    max_sites: int = 100
+    #: a node silent for this many of its heartbeat intervals is dead.
+    dead_after_heartbeats: float = 3.0
+    #: --dlq-quiet-seconds: a "dead letters growing" alert clears after this long without growth.
+    dlq_quiet_s: float = 600.0
+    #: --send-resolved: also POST when an alert's condition clears.
+    send_resolved: bool = True
+    #: --no-events: do not subscribe to node events (liveness from the nodes hash only).
+    events: bool = True
+    #: --connect-timeout: how long to wait for Redis at start before giving up.
+    connect_timeout_s: float = 5.0
+    #: longest wait between retries while Redis is unreachable.
+    max_backoff_s: float = 30.0
+    #: --burst: read once, send due alerts, print the metrics and exit.
+    burst: bool = False
+
+    def __post_init__(self) -> None:
+        validate_redis_url(self.redis_url, "--redis-url")
+        for crawl in self.crawls:
+            validate_crawl_name(crawl, "--prefix")
+        if not (0 <= self.metrics_port <= 65535):
+            raise ConfigError("--metrics-port", self.metrics_port, "expected a port (0-65535)")
+        if self.webhook_url is not None:
+            parts = urlparse(self.webhook_url)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ConfigError("--webhook-url", self.webhook_url, "expected an http:// or https:// URL")
+        if self.webhook_format not in WEBHOOK_FORMATS:
+            raise ConfigError("--webhook-format", self.webhook_format, f"expected one of {WEBHOOK_FORMATS}")
+        if self.backlog_threshold < 0:
+            raise ConfigError("--backlog-threshold", self.backlog_threshold, "must be 0 (off) or more")
+        if self.max_sites < 0:
+            raise ConfigError("--max-sites", self.max_sites, "must be 0 or more")
+        for option, value, zero_ok in (
+            ("--interval", self.interval_s, False),
+            ("--cache-seconds", self.cache_s, True),
+            ("dead_after_heartbeats", self.dead_after_heartbeats, False),
+            ("--dlq-quiet-seconds", self.dlq_quiet_s, True),
+            ("--connect-timeout", self.connect_timeout_s, True),
+            ("max_backoff_s", self.max_backoff_s, False),
+        ):
+            if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+                raise ConfigError(option, value, "must be 0 or more" if zero_ok else "must be greater than 0")

@@ -1,0 +1,397 @@
+"""The reclaimer loop: keeps every crawl's frontier healthy without a worker's help.
+
+Every pass, for every crawl (``ss:crawls``, or the ``--prefix`` ones) and every
+site in its registry:
+
+1. expired leases go back to the end of their stream (``claim.lua`` in
+   ``requeue`` mode: XAUTOCLAIM, then XADD + XACK + XDEL in one atomic call),
+   and entries past the delivery limit go to the dead-letter stream with the
+   reason;
+2. due delay-queue entries move into their streams (``promote.lua``);
+3. every ``--prune-interval``: consumers that own no pending entries and whose
+   node is gone are removed (``prune.lua`` checks "owns nothing" atomically),
+   and records of nodes dead or offline for ``--node-retention`` are deleted.
+
+Each site's work is one script call on that site's keys, batched many sites
+per round trip. Several reclaimers can run at once: every move is one atomic
+script, so an entry is never moved twice or lost (an entry requeued by one is
+no longer pending for the others).
+
+Implementation detail: the reclaimer writes ``ss:health:reclaimer:<name>``
+(JSON of its last pass) with a TTL of three intervals after each pass, which
+``streams-reclaimer --check`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import structlog
+from redis.exceptions import NoScriptError, ResponseError
+
+from streams_sched.daemon import TRANSIENT, Backoff, MetricsServer, StopFlag, connect_at_start
+from streams_sched.frontier import NO_MASK, Frontier, parse_claim
+from streams_sched.keys import GROUP, health_key
+from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
+
+from .logic import crawl_limits, nodes_to_forget, prune_candidates
+from .settings import DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES, ReclaimerSettings
+
+__all__ = ["CrawlPass", "PassResult", "Reclaimer"]
+
+log = structlog.get_logger("reclaimer")
+
+
+@dataclass
+class CrawlPass:
+    crawl: str
+    sites: int = 0
+    requeued: int = 0
+    dead_lettered: int = 0
+    promoted: int = 0
+    consumers_removed: int = 0
+    nodes_forgotten: int = 0
+    lease_s: float = DEFAULT_LEASE_S
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+
+
+@dataclass
+class PassResult:
+    crawls: list[CrawlPass] = field(default_factory=list)
+    pruned: bool = False
+    duration_s: float = 0.0
+
+    def total(self, name: str) -> int:
+        return sum(int(getattr(c, name)) for c in self.crawls)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "crawls": len(self.crawls),
+            "sites": self.total("sites"),
+            "requeued": self.total("requeued"),
+            "dead_lettered": self.total("dead_lettered"),
+            "promoted": self.total("promoted"),
+            "consumers_removed": self.total("consumers_removed"),
+            "nodes_forgotten": self.total("nodes_forgotten"),
+            "pruned": self.pruned,
+            "duration_s": round(self.duration_s, 4),
+        }
+
+
+class _Metrics:
+    """The reclaimer's own Prometheus metrics (served with --metrics-port)."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.passes = Counter("streams_sched_reclaimer_passes", "Passes run.", registry=r)
+        self.errors = Counter(
+            "streams_sched_reclaimer_redis_errors", "Passes that failed because of Redis.", registry=r
+        )
+        self.moved = {
+            name: Counter(f"streams_sched_reclaimer_{name}", doc, ["crawl"], registry=r)
+            for name, doc in (
+                ("requeued", "Expired leases put back in their stream."),
+                ("dead_lettered", "Entries moved to dead letters (over the delivery limit)."),
+                ("promoted", "Delayed requests moved into their stream."),
+                ("consumers_removed", "Gone consumers removed (they owned no entries)."),
+                ("nodes_forgotten", "Records of long-gone nodes deleted."),
+            )
+        }
+        self.duration = Histogram(
+            "streams_sched_reclaimer_pass_duration_seconds",
+            "Seconds one pass took.",
+            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.last_pass = Gauge(
+            "streams_sched_reclaimer_last_pass_timestamp_seconds",
+            "Unix time of the last successful pass.",
+            registry=r,
+        )
+
+    def record(self, result: PassResult) -> None:
+        self.passes.inc()
+        self.duration.observe(result.duration_s)
+        self.last_pass.set(time.time())
+        for c in result.crawls:
+            for name, counter in self.moved.items():
+                n = int(getattr(c, name))
+                counter.labels(c.crawl).inc(n)
+
+
+class Reclaimer:
+    """Runs reclaim passes every ``settings.interval_s`` until stopped (or once, in burst mode).
+
+    ``run()`` connects (one clear error and exit code 3 if Redis does not
+    answer within ``connect_timeout_s``), then loops; SIGTERM/SIGINT stop it
+    between passes. When Redis goes away later it retries with back-off and
+    says so. ``run_pass()`` is one pass, for tests and burst mode.
+    """
+
+    def __init__(self, settings: ReclaimerSettings, client: Any = None) -> None:
+        self.settings = settings
+        self.client = client
+        self.stop_flag = StopFlag()
+        self.metrics = _Metrics()
+        self.metrics_server: MetricsServer | None = None
+        self._frontiers: dict[str, Frontier] = {}
+        self._next_prune = 0.0
+        self._warned_missing: set[str] = set()
+        self.passes = 0
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def connect(self) -> None:
+        if self.client is None:
+            self.client = connect_at_start(self.settings.redis_url, self.settings.connect_timeout_s)
+
+    def start_metrics(self) -> None:
+        s = self.settings
+        if s.metrics_port is not None and self.metrics_server is None:
+            self.metrics_server = MetricsServer(self.metrics.registry, s.metrics_port, s.metrics_addr).start()
+            log.info("metrics", url=f"http://{s.metrics_addr}:{self.metrics_server.port}/metrics")
+
+    def stop(self) -> None:
+        """Ask the loop to stop after the current pass (thread-safe)."""
+        self.stop_flag.set()
+
+    def close(self) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
+        if self.client is not None:
+            try:
+                self.client.delete(health_key("reclaimer", self.settings.name))
+            except Exception:
+                pass
+            self.client.close()
+
+    def run(self) -> int:
+        """Loop until stopped. Returns the process exit code."""
+        s = self.settings
+        self.connect()
+        self.start_metrics()
+        log.info(
+            "started",
+            crawls=list(s.crawls) or "all",
+            interval_s=s.interval_s,
+            lease_s=s.lease_s if s.lease_s is not None else "from workers",
+            max_deliveries=s.max_deliveries if s.max_deliveries is not None else "from workers",
+            burst=s.burst,
+            pid=os.getpid(),
+        )
+        backoff = Backoff(max_s=s.max_backoff_s)
+        while True:
+            started = time.monotonic()
+            try:
+                result = self.run_pass()
+            except TRANSIENT as exc:
+                self.metrics.errors.inc()
+                if s.burst:
+                    log.error("pass_failed", error=str(exc))
+                    return 1
+                delay = backoff.next()
+                log.warning(
+                    "redis_unreachable",
+                    error=str(exc),
+                    retry_in_s=delay,
+                    down_for_s=round(backoff.failing_s, 1),
+                    hint="retrying with back-off; nothing is lost meanwhile",
+                )
+                if self.stop_flag.wait(delay):
+                    break
+                continue
+            except ResponseError as exc:
+                self.metrics.errors.inc()
+                if s.burst:
+                    log.error("pass_failed", error=str(exc))
+                    return 1
+                delay = backoff.next()
+                log.error("redis_refused", error=str(exc), retry_in_s=delay)
+                if self.stop_flag.wait(delay):
+                    break
+                continue
+            if backoff.since is not None:
+                log.warning("redis_reachable_again", after_s=round(backoff.reset(), 1))
+            self._record(result)
+            if s.burst or self.stop_flag.wait(s.interval_s - (time.monotonic() - started)):
+                break
+        log.info("stopped", passes=self.passes, signal=self.stop_flag.signal)
+        return 0
+
+    def _record(self, result: PassResult) -> None:
+        self.passes += 1
+        self.metrics.record(result)
+        summary = result.summary()
+        log.info("pass", **summary)
+        try:
+            ttl = max(int(self.settings.interval_s * 3), 10)
+            self.client.set(
+                health_key("reclaimer", self.settings.name),
+                json.dumps({**summary, "ts": time.time(), "pid": os.getpid()}),
+                ex=ttl,
+            )
+        except TRANSIENT + (ResponseError,):
+            pass  # the next pass says so if Redis is gone
+
+    # -- one pass ---------------------------------------------------------------
+
+    def crawls(self) -> list[str]:
+        registered = Frontier.crawls(self.client)
+        if not self.settings.crawls:
+            return registered
+        for crawl in self.settings.crawls:
+            if crawl not in registered and crawl not in self._warned_missing:
+                self._warned_missing.add(crawl)
+                log.warning("crawl_not_registered", crawl=crawl, hint="handled once a worker registers it")
+        return [c for c in self.settings.crawls if c in registered]
+
+    def _frontier(self, crawl: str) -> Frontier:
+        f = self._frontiers.get(crawl)
+        if f is None:
+            f = self._frontiers[crawl] = Frontier(self.client, crawl)
+        return f
+
+    def run_pass(self) -> PassResult:
+        started = time.monotonic()
+        prune = started >= self._next_prune
+        result = PassResult(pruned=prune)
+        for crawl in self.crawls():
+            result.crawls.append(self._crawl_pass(crawl, prune))
+        if prune:
+            self._next_prune = started + self.settings.prune_interval_s
+        result.duration_s = time.monotonic() - started
+        return result
+
+    def _crawl_pass(self, crawl: str, prune: bool) -> CrawlPass:
+        s = self.settings
+        f = self._frontier(crawl)
+        records = f.nodes()
+        states = node_states(records, _server_time(f.client), dead_after_heartbeats=s.dead_after_heartbeats)
+        lease_s, max_deliveries = crawl_limits(
+            records, s.lease_s, s.max_deliveries, DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES,
+            alive=[n for n, st in states.items() if st.state == ALIVE],
+        )
+        out = CrawlPass(crawl, lease_s=lease_s, max_deliveries=max_deliveries)
+        sites = f.sites()
+        out.sites = len(sites)
+        lease_ms = int(lease_s * 1000)
+        for i in range(0, len(sites), s.sites_per_round_trip):
+            self._reclaim(f, sites[i : i + s.sites_per_round_trip], lease_ms, max_deliveries, out)
+        if prune and sites:
+            self._prune(f, sites, states, out)
+        return out
+
+    def _reclaim(self, f: Frontier, sites: list[str], lease_ms: int, max_deliveries: int, out: CrawlPass) -> None:
+        s = self.settings
+        todo = sites
+        calls = 0
+        reloaded = False
+        while todo and calls < s.max_calls_per_site:
+            pipe = f.client.pipeline(transaction=False)
+            for site in todo:
+                f.claim(site, s.consumer, lease_ms, s.batch, max_deliveries, "requeue", NO_MASK, pipe=pipe)
+                f.promote(site, s.batch, pipe=pipe)
+            replies = pipe.execute(raise_on_error=False)
+            if any(isinstance(r, NoScriptError) for r in replies) and not reloaded:
+                f.scripts.load()
+                reloaded = True
+                continue
+            again = []
+            for n, site in enumerate(todo):
+                claim_reply, promote_reply = replies[2 * n], replies[2 * n + 1]
+                for reply in (claim_reply, promote_reply):
+                    if isinstance(reply, Exception):
+                        raise reply
+                taken, dead, _ = parse_claim(site, claim_reply)
+                promoted = int(promote_reply)
+                out.requeued += taken
+                out.dead_lettered += dead
+                out.promoted += promoted
+                if taken or dead:
+                    log.info(
+                        "reclaimed", crawl=f.crawl, site=site, requeued=taken, dead_lettered=dead,
+                        lease_s=lease_ms / 1000, max_deliveries=max_deliveries,
+                    )
+                if taken + dead >= s.batch or promoted >= s.batch:
+                    again.append(site)
+            todo = again
+            calls += 1
+
+    def _prune(self, f: Frontier, sites: list[str], states: dict[str, NodeState], out: CrawlPass) -> None:
+        s = self.settings
+        heartbeat_s = max((st.heartbeat_s for st in states.values()), default=DEFAULT_HEARTBEAT_S)
+        gone_after_ms = int(s.dead_after_heartbeats * heartbeat_s * 1000)
+        owners: set[str] = set()
+        for i in range(0, len(sites), s.sites_per_round_trip):
+            chunk = sites[i : i + s.sites_per_round_trip]
+            pipe = f.client.pipeline(transaction=False)
+            for site in chunk:
+                for stream in f.site(site).streams:
+                    pipe.xinfo_consumers(stream, GROUP)
+            replies = pipe.execute(raise_on_error=False)
+            plans: list[tuple[str, list[tuple[int, str]]]] = []
+            for n, site in enumerate(chunk):
+                rows = []
+                for idx in range(6):
+                    reply = replies[6 * n + idx]
+                    if isinstance(reply, Exception):
+                        if isinstance(reply, ResponseError):
+                            continue  # no such stream or group: nothing to prune
+                        raise reply
+                    for c in reply:
+                        name = _text(c.get("name"))
+                        pending = int(c.get("pending", 0))
+                        if pending:
+                            owners.add(name)
+                        rows.append((idx, name, pending, int(c.get("idle", 0))))
+                victims = prune_candidates(rows, states, gone_after_ms)
+                if victims:
+                    plans.append((site, victims))
+            if plans:
+                pipe = f.client.pipeline(transaction=False)
+                for site, victims in plans:
+                    args: list[Any] = [GROUP]
+                    for idx, name in victims:
+                        args += (idx + 1, name)
+                    f.scripts.call(f.scripts.prune, list(f.site(site).streams), args, pipe)
+                for (site, victims), reply in zip(plans, pipe.execute(raise_on_error=False), strict=True):
+                    if isinstance(reply, NoScriptError):
+                        f.scripts.load()
+                        args = [GROUP]
+                        for idx, name in victims:
+                            args += (idx + 1, name)
+                        reply = f.scripts.call(f.scripts.prune, list(f.site(site).streams), args)
+                    elif isinstance(reply, Exception):
+                        raise reply
+                    if int(reply):
+                        log.info(
+                            "consumers_removed", crawl=f.crawl, site=site, removed=int(reply),
+                            consumers=sorted({name for _, name in victims}),
+                        )
+                    out.consumers_removed += int(reply)
+        forget = nodes_to_forget(states, owners, s.node_retention_s)
+        if forget:
+            f.client.hdel(f.keys.nodes, *forget)
+            out.nodes_forgotten = len(forget)
+            log.info("nodes_forgotten", crawl=f.crawl, nodes=forget, retention_s=s.node_retention_s)
+
+
+def _server_time(client: Any) -> float:
+    sec, usec = client.time()
+    return int(sec) + int(usec) / 1e6
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def result_dict(result: PassResult) -> dict[str, Any]:
+    return {**result.summary(), "per_crawl": [asdict(c) for c in result.crawls]}

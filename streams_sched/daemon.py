@@ -1,0 +1,197 @@
+"""Plumbing shared by the daemons (``reclaimer``, ``monitor``).
+
+- :func:`configure_logging`: structlog, one JSON object per line on stderr
+  (or a console format), with the standard library's records (redis-py,
+  streams_sched modules) rendered the same way;
+- :class:`StopFlag`: SIGTERM / SIGINT set a flag that the loop checks between
+  passes, and wake its sleep at once;
+- :class:`Backoff`: growing delays while Redis is unreachable;
+- :func:`connect_at_start`: a client whose Redis answered, or one clear error;
+- :class:`MetricsServer`: a Prometheus ``/metrics`` endpoint for a registry.
+
+Exit codes of every daemon and of ``streams-sched``: see :data:`EXIT_CODES`.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import redis
+import structlog
+
+from .connection import connect_ready
+
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_TIMEOUT",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "TRANSIENT",
+    "Backoff",
+    "MetricsServer",
+    "StopFlag",
+    "configure_logging",
+    "connect_at_start",
+]
+
+EXIT_OK = 0
+#: a runtime error: unknown crawl or site, Redis refused a command, a bad state
+EXIT_ERROR = 1
+#: a usage error: bad option or argument (click's own code)
+EXIT_USAGE = 2
+#: Redis did not answer, or refused the credentials
+EXIT_UNREACHABLE = 3
+#: ``streams-sched watch --until-drained --timeout`` ran out of time
+EXIT_TIMEOUT = 4
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "runtime error (unknown crawl or site, Redis refused a command, ...)",
+    EXIT_USAGE: "usage error (bad option or argument)",
+    EXIT_UNREACHABLE: "Redis unreachable or credentials refused",
+    EXIT_TIMEOUT: "timed out (watch --until-drained --timeout)",
+    130: "interrupted (Ctrl-C)",
+}
+
+#: Errors that mean "Redis is not answering": retry with back-off.
+TRANSIENT: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
+    """Configure structlog and the standard library logging for a daemon."""
+    lvl = logging.getLevelName(level.upper())
+    if not isinstance(lvl, int):
+        lvl = logging.INFO
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: Any
+    if fmt == "console":
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    else:
+        renderer = structlog.processors.JSONRenderer(sort_keys=False)
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processor=renderer,
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.processors.format_exc_info],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(lvl)
+
+
+class StopFlag:
+    """Set by SIGTERM or SIGINT (or :meth:`set`); :meth:`wait` sleeps until it is set."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal: int | None = None
+
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT (main thread only)."""
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.signal = signum
+        self._event.set()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Sleep up to ``timeout_s``; True if the flag was set meanwhile."""
+        return self._event.wait(max(0.0, timeout_s))
+
+
+@dataclass
+class Backoff:
+    """Delays that double from ``initial_s`` up to ``max_s``; :meth:`reset` after a success."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+    current_s: float = 0.0
+    since: float | None = None  # time.monotonic() of the first failure
+
+    def next(self) -> float:
+        if self.since is None:
+            self.since = time.monotonic()
+        self.current_s = min(self.max_s, max(self.initial_s, self.current_s * 2))
+        return self.current_s
+
+    @property
+    def failing_s(self) -> float:
+        return 0.0 if self.since is None else time.monotonic() - self.since
+
+    def reset(self) -> float:
+        """Forget the failures; return how long they lasted."""
+        lasted = self.failing_s
+        self.current_s = 0.0
+        self.since = None
+        return lasted
+
+
+def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -> Any:
+    """A client for ``url`` whose Redis answered PING within ``timeout_s``.
+
+    Retries quietly meanwhile, then raises :class:`RedisUnavailable` with one
+    line that says what to check. Bad credentials, missing ACL rights and TLS
+    certificate problems fail at once; a Redis Cluster that is not up yet is
+    waited for too (see :func:`streams_sched.connection.connect_ready`).
+    """
+    return connect_ready(url, timeout_s, setting=setting, quiet=True)
+
+
+class MetricsServer:
+    """Serves one prometheus-client registry on ``/metrics`` from a daemon thread."""
+
+    def __init__(self, registry: Any, port: int, addr: str = "0.0.0.0") -> None:
+        self.registry = registry
+        self.addr = addr
+        self.requested_port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> MetricsServer:
+        from prometheus_client import start_http_server
+
+        try:
+            self._server, self._thread = start_http_server(self.requested_port, self.addr, self.registry)
+        except OSError as exc:
+            raise OSError(
+                f"cannot serve metrics on {self.addr}:{self.requested_port} ({exc.strerror or exc});"
+                " choose another --metrics-port"
+            ) from None
+        return self
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port) if self._server is not None else self.requested_port
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,187 @@
+"""A worker's own Prometheus metrics, served over HTTP by the worker process.
+
+Turned on by one setting: ``STREAMS_METRICS_PORT`` (a port like ``9410``, or a
+range like ``9410-9419``: the first free port of the range is used, so several
+workers on one host can share one setting). ``STREAMS_METRICS_ADDR`` is the
+address to bind (default ``0.0.0.0``). The scheduler attaches the exporter in
+``from_crawler``; no EXTENSIONS entry is needed.
+
+Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
+
+    streams_sched_worker_leased_total            requests leased from the frontier
+    streams_sched_worker_acked_total             leases acked (requests finished)
+    streams_sched_worker_reclaimed_total         expired leases of other workers taken over
+    streams_sched_worker_dedupe_hits_total       requests dropped as duplicates
+    streams_sched_worker_enqueued_total          new requests added to the frontier
+    streams_sched_worker_dead_lettered_total     entries this worker moved to dead letters
+    streams_sched_worker_released_total          unstarted leases handed back at close
+    streams_sched_worker_redis_errors_total      failed Redis round trips (retried)
+    streams_sched_worker_prefetched              leased requests waiting in the worker
+    streams_sched_worker_lease_to_ack_seconds    histogram: lease to ack, per request
+
+The counters are the crawl stats Scrapy already keeps (``streams/leased``,
+``dupefilter/filtered``, ...), read at scrape time; the histogram is fed by
+the scheduler's ``ack_listeners``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["WORKER_COUNTERS", "WorkerMetrics", "attach_worker_metrics", "parse_ports"]
+
+logger = logging.getLogger(__name__)
+
+#: metric name (without ``_total``) -> (crawl stats key, help)
+WORKER_COUNTERS: dict[str, tuple[str, str]] = {
+    "streams_sched_worker_leased": ("streams/leased", "Requests leased from the frontier by this worker."),
+    "streams_sched_worker_acked": ("streams/acked", "Leases acked by this worker (requests finished)."),
+    "streams_sched_worker_reclaimed": (
+        "streams/reclaimed", "Expired leases of other workers taken over by this worker."
+    ),
+    "streams_sched_worker_dedupe_hits": (
+        "dupefilter/filtered", "Requests dropped as duplicates (local cache or the Redis filter)."
+    ),
+    "streams_sched_worker_enqueued": ("streams/enqueued", "New requests this worker added to the frontier."),
+    "streams_sched_worker_dead_lettered": (
+        "streams/dead_lettered", "Entries this worker moved to the dead-letter stream."
+    ),
+    "streams_sched_worker_released": ("streams/released", "Unstarted leases handed back when stopping."),
+    "streams_sched_worker_redis_errors": ("streams/redis_errors", "Redis round trips that failed (and were retried)."),
+}
+
+#: Buckets of the lease-to-ack histogram, in seconds (up to the default lease of 300 s and past it).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)
+
+
+def parse_ports(value: Any, setting: str = "STREAMS_METRICS_PORT") -> list[int]:
+    """``9410`` or ``"9410-9419"`` -> the ports to try, in order. Empty/None -> []."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return []
+    problem = 'expected a port like 9410 or a range like "9410-9419"'
+    if isinstance(value, bool):
+        raise ConfigError(setting, value, problem)
+    try:
+        if isinstance(value, int):
+            lo = hi = value
+        else:
+            text = str(value).strip()
+            lo_s, _, hi_s = text.partition("-")
+            lo = int(lo_s)
+            hi = int(hi_s) if hi_s else lo
+    except ValueError:
+        raise ConfigError(setting, value, problem) from None
+    if not (0 <= lo <= hi <= 65535):
+        raise ConfigError(setting, value, problem + " (0-65535, low end first)")
+    return list(range(lo, hi + 1))
+
+
+class _StatsCollector:
+    """Turns the crawl stats into counters at scrape time."""
+
+    def __init__(self, owner: WorkerMetrics) -> None:
+        self.owner = owner
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        o = self.owner
+        labels = ["crawl", "node"]
+        values = [o.crawl, o.node]
+        stats = o.stats
+        for name, (key, doc) in WORKER_COUNTERS.items():
+            fam = CounterMetricFamily(name, doc, labels=labels)
+            fam.add_metric(values, float(stats.get_value(key, 0) or 0) if stats is not None else 0.0)
+            yield fam
+        prefetched = GaugeMetricFamily(
+            "streams_sched_worker_prefetched", "Leased requests waiting in this worker.", labels=labels
+        )
+        prefetched.add_metric(values, float(len(o.scheduler)))
+        yield prefetched
+
+
+class WorkerMetrics:
+    """Serves one worker's metrics on ``ports[0]`` (or the next free port of the list)."""
+
+    def __init__(self, crawler: Any, scheduler: Any, ports: list[int], addr: str = "0.0.0.0") -> None:
+        from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+
+        self.crawler = crawler
+        self.scheduler = scheduler
+        self.stats = getattr(crawler, "stats", None)
+        self.ports = ports
+        self.addr = addr
+        self.crawl = scheduler.config.crawl
+        self.node = scheduler.node_id
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(_StatsCollector(self))
+        self.latency = Histogram(
+            "streams_sched_worker_lease_to_ack_seconds",
+            "Seconds from a request's lease to its ack, in this worker.",
+            ["crawl", "node"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        ).labels(self.crawl, self.node)
+        self.server: Any = None
+        self.port: int | None = None
+        scheduler.ack_listeners.append(self.on_ack)
+
+    def on_ack(self, entry: Any, latency_s: float) -> None:
+        self.latency.observe(max(0.0, latency_s))
+
+    def start(self) -> None:
+        from .daemon import MetricsServer
+
+        last: OSError | None = None
+        for port in self.ports:
+            try:
+                self.server = MetricsServer(self.registry, port, self.addr).start()
+            except OSError as exc:
+                last = exc
+                continue
+            self.port = self.server.port
+            logger.info(
+                "streams-sched worker metrics on http://%s:%d/metrics (crawl=%s node=%s)",
+                self.addr, self.port, self.crawl, self.node,
+            )
+            return
+        logger.error(
+            "streams-sched worker metrics are off: no free port in STREAMS_METRICS_PORT=%s (%s);"
+            " give a range like 9410-9419 for several workers on one host",
+            f"{self.ports[0]}-{self.ports[-1]}" if len(self.ports) > 1 else self.ports[0], last,
+        )
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def spider_opened(self, spider: Any = None) -> None:
+        self.start()
+
+    def spider_closed(self, spider: Any = None, reason: str = "") -> None:
+        self.stop()
+
+
+def attach_worker_metrics(crawler: Any, scheduler: Any) -> WorkerMetrics | None:
+    """Attach the exporter to a scheduler if ``STREAMS_METRICS_PORT`` is set."""
+    settings = crawler.settings
+    ports = parse_ports(settings.get("STREAMS_METRICS_PORT"))
+    if not ports:
+        return None
+    from scrapy import signals
+
+    metrics = WorkerMetrics(crawler, scheduler, ports, str(settings.get("STREAMS_METRICS_ADDR") or "0.0.0.0"))
+    crawler.signals.connect(metrics.spider_opened, signal=signals.spider_opened)
+    crawler.signals.connect(metrics.spider_closed, signal=signals.spider_closed)
+    return metrics

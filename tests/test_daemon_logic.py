@@ -1,0 +1,250 @@
+"""Pure logic of the daemons, the metrics and the CLI: no Redis, no processes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from urllib.parse import parse_qs, unquote_plus, urlparse
+
+import pytest
+
+from monitor.alerts import FIRING, RESOLVED, AlertRules, Debouncer
+from monitor.exporter import OTHER, SiteLabeller, build_families, metric_names
+from monitor.settings import MonitorSettings
+from monitor.snapshot import CrawlSnapshot, bitmap_items
+from monitor.webhook import render, signed_url
+from reclaimer.logic import crawl_limits, nodes_to_forget, prune_candidates
+from reclaimer.settings import ReclaimerSettings
+from streams_sched.cli_ops import Progress, progress_line
+from streams_sched.errors import ConfigError
+from streams_sched.frontier import SiteStatus, StreamStatus
+from streams_sched.keys import STREAMS
+from streams_sched.liveness import ALIVE, DEAD, OFFLINE, classify, node_states
+from streams_sched.metrics import parse_ports
+from streams_sched.rates import ack_rate_per_s, acks_last_minute
+
+
+def site(name: str, backlog: tuple[int, int, int] = (0, 0, 0), pending: int = 0, oldest_ms: int = -1,
+         delayed: int = 0, dead: int = 0, stats: dict[str, int] | None = None, paused: bool = False) -> SiteStatus:
+    streams = {key: StreamStatus(0, 0, -1) for key in STREAMS}
+    for i, band in enumerate(("high", "default", "low")):
+        streams[("http", band)] = StreamStatus(backlog[i], 0, -1)
+    streams[("http", "default")] = StreamStatus(backlog[1], pending, oldest_ms)
+    return SiteStatus(name, 0, streams, delayed, -1, dead, stats or {}, {"paused": "1"} if paused else {})
+
+
+# -- rates ------------------------------------------------------------------------
+
+
+def test_rate_counts_only_the_buckets_of_the_last_minute() -> None:
+    """Acks in the 10-second buckets of the last minute count; older buckets do not."""
+    stats = {"ack_b": 100, "ack4": 6, "ack3": 3, "ack2": 1, "ack1": 50}  # ack1 = bucket 97... or 103
+    assert acks_last_minute(stats, 100 * 10_000 + 5_000) == (6 + 3 + 1 + 50, 55.0)
+    assert acks_last_minute(stats, 103 * 10_000) == (6 + 3 + 1, 50.0)  # 97 is out of the window
+    assert acks_last_minute(stats, 106 * 10_000)[0] == 0
+    assert ack_rate_per_s({}, 123) == 0.0
+    assert ack_rate_per_s({"ack_b": 10, "ack4": 60}, 10 * 10_000) == pytest.approx(60 / 50)
+
+
+# -- liveness ---------------------------------------------------------------------
+
+
+def test_node_silent_for_three_heartbeats_is_dead() -> None:
+    """A node is alive within 3 heartbeats of its last record, dead after, offline when it said so."""
+    rec = {"last_seen": 1000.0, "heartbeat_s": 2, "state": "online"}
+    assert classify("n", rec, 1005.9).state == ALIVE
+    assert classify("n", rec, 1006.1).state == DEAD
+    assert classify("n", {**rec, "state": "offline"}, 5000).state == OFFLINE
+
+
+def test_fresh_event_beats_a_stale_record() -> None:
+    """A heartbeat heard on pub/sub keeps a node alive even if its record (or clock) is stale."""
+    rec = {"last_seen": 0.0, "heartbeat_s": 5, "state": "online"}
+    assert classify("n", rec, 1000.0, heard=(1.0, "heartbeat")).state == ALIVE
+    assert classify("n", rec, 1000.0, heard=(1.0, "node_offline")).state == OFFLINE
+    states = node_states({}, 1000.0, {"only-heard": (100.0, "heartbeat")})
+    assert states["only-heard"].state == DEAD and states["only-heard"].heartbeat_s == 5.0
+
+
+# -- reclaimer decisions ------------------------------------------------------------
+
+
+def test_lease_and_limit_come_from_the_workers_unless_set() -> None:
+    """The longest lease and largest limit of the live workers apply, else of any record; a setting wins."""
+    nodes = {"a": {"lease_s": 60, "max_deliveries": 3}, "b": {"lease_s": 120}, "c": {}}
+    assert crawl_limits(nodes, None, None, 300, 5) == (120, 3)
+    assert crawl_limits(nodes, None, None, 300, 5, alive=["a", "c"]) == (60, 3)
+    assert crawl_limits(nodes, None, None, 300, 5, alive=["c"]) == (120, 3)  # no live one says
+    assert crawl_limits({}, None, None, 300, 5) == (300, 5)
+    assert crawl_limits(nodes, 10, 9, 300, 5) == (10, 9)
+
+
+def test_prune_spares_owners_live_nodes_and_recent_consumers() -> None:
+    """Only idle consumers without pending entries that are not live nodes are candidates."""
+    states = node_states({"live": {"last_seen": 100, "heartbeat_s": 5}, "gone": {"last_seen": 0, "heartbeat_s": 5}}, 101)
+    rows = [(0, "live", 0, 99_000), (0, "gone", 0, 99_000), (1, "gone", 2, 99_000), (2, "fresh", 0, 10), (3, "unknown", 0, 99_000)]
+    assert prune_candidates(rows, states, 15_000) == [(0, "gone"), (3, "unknown")]
+    assert prune_candidates(rows, states, 15_000, keep=["unknown"]) == [(0, "gone")]
+
+
+def test_nodes_are_forgotten_only_when_long_gone_and_owning_nothing() -> None:
+    """Dead or offline node records older than the retention go, unless they own pending entries."""
+    states = node_states(
+        {"old": {"last_seen": 0}, "owner": {"last_seen": 0}, "live": {"last_seen": 9990}, "recent": {"last_seen": 9000}},
+        10_000,
+    )
+    assert nodes_to_forget(states, {"owner"}, 3600) == ["old"]
+    assert nodes_to_forget(states, set(), 0) == []
+
+
+# -- alerts ---------------------------------------------------------------------------
+
+
+def snap(crawl: str = "c", sites: list[SiteStatus] | None = None) -> CrawlSnapshot:
+    return CrawlSnapshot(crawl, 0.0, sites or [])
+
+
+def test_backlog_alert_fires_once_until_it_clears() -> None:
+    """A backlog over the threshold fires one alert, nothing while it holds, one resolved when it clears."""
+    rules, deb = AlertRules(backlog_threshold=100), Debouncer()
+    high = [snap(sites=[site("a.test", (0, 150, 0))])]
+    low = [snap(sites=[site("a.test", (0, 50, 0))])]
+    first = deb.update(rules.evaluate(high, {}, 0))
+    assert [(s, a.kind, a.subject) for s, a in first] == [(FIRING, "backlog", "a.test")]
+    assert deb.update(rules.evaluate(high, {}, 1)) == []
+    assert [s for s, _ in deb.update(rules.evaluate(low, {}, 2))] == [RESOLVED]
+    assert [s for s, _ in deb.update(rules.evaluate(high, {}, 3))] == [FIRING]
+
+
+def test_dead_letter_growth_alerts_after_the_baseline_and_clears_when_quiet() -> None:
+    """The first look is the baseline; growth fires; quiet for dlq_quiet_s clears it."""
+    rules, deb = AlertRules(dlq_quiet_s=10), Debouncer()
+    assert deb.update(rules.evaluate([snap(sites=[site("a", dead=5)])], {}, 0)) == []
+    fired = deb.update(rules.evaluate([snap(sites=[site("a", dead=7)])], {}, 1))
+    assert [(s, a.kind, a.value) for s, a in fired] == [(FIRING, "dead_letters", 7)]
+    assert deb.update(rules.evaluate([snap(sites=[site("a", dead=7)])], {}, 5)) == []
+    assert [s for s, _ in deb.update(rules.evaluate([snap(sites=[site("a", dead=7)])], {}, 12))] == [RESOLVED]
+
+
+def test_dead_node_alert_names_the_node() -> None:
+    """A dead node fires one alert naming it; it resolves when the node is alive again."""
+    rules, deb = AlertRules(), Debouncer()
+    dead = {"c": node_states({"w1": {"last_seen": 0, "heartbeat_s": 1, "host": "box"}}, 100)}
+    alive = {"c": node_states({"w1": {"last_seen": 100, "heartbeat_s": 1}}, 100)}
+    fired = deb.update(rules.evaluate([snap()], dead, 0))
+    assert fired[0][0] == FIRING and "w1" in fired[0][1].summary and "box" in fired[0][1].summary
+    assert [s for s, _ in deb.update(rules.evaluate([snap()], alive, 1))] == [RESOLVED]
+
+
+def test_webhook_bodies_are_robot_text_or_plain_json() -> None:
+    """The text format is DingTalk/WeCom's {"msgtype": "text"}; json is the alert itself."""
+    rules, deb = AlertRules(backlog_threshold=1), Debouncer()
+    (_, alert), = deb.update(rules.evaluate([snap(sites=[site("a.test", (5, 0, 0))])], {}, 0))
+    text = render(alert, FIRING, "text", now_s=0)
+    assert text["msgtype"] == "text" and text["text"]["content"].startswith("[FIRING] streams-sched: backlog of site a.test")
+    assert render(alert, RESOLVED, "json")["status"] == RESOLVED
+
+
+def test_dingtalk_signature() -> None:
+    """The signed URL carries timestamp and the base64 HMAC-SHA256 of 'timestamp\\nsecret'."""
+    url = signed_url("https://example.invalid/robot/send?access_token=x", "SEC", now_ms=1700000000000)
+    q = parse_qs(urlparse(url).query)
+    expected = base64.b64encode(hmac.new(b"SEC", b"1700000000000\nSEC", hashlib.sha256).digest()).decode()
+    assert q["timestamp"] == ["1700000000000"] and unquote_plus(url.split("sign=")[1]) == expected
+
+
+# -- exporter ----------------------------------------------------------------------------
+
+
+def test_site_labels_are_capped_and_the_rest_summed_as_other() -> None:
+    """Over max_sites, the busiest sites keep their label and the others add up in site="_other"."""
+    sites = [site(f"s{i}.test", (0, i * 10, 0), pending=i, stats={"acked": i}) for i in range(5)]
+    lab = SiteLabeller(2)
+    s = snap(sites=sites)
+    lab.update(s)
+    fams = {f.name: f for f in build_families([s], {}, lab)}
+    backlog = {(x.labels["site"], x.labels["priority"]): x.value for x in fams["streams_sched_backlog"].samples}
+    assert backlog[("s4.test", "default")] == 40 and backlog[("s3.test", "default")] == 30
+    assert backlog[(OTHER, "default")] == 0 + 10 + 20
+    acked = {x.labels["site"]: x.value for x in fams["streams_sched_acked"].samples}
+    assert sum(acked.values()) == 0 + 1 + 2 + 3 + 4
+    unl = fams["streams_sched_sites_unlabelled"].samples[0].value
+    assert unl == 3
+    lab.update(snap(sites=[site("new.test", (0, 999, 0)), *sites]))
+    assert lab.label("c", "new.test") == OTHER and lab.label("c", "s4.test") == "s4.test"  # sticky
+
+
+def test_exported_names_follow_prometheus_conventions() -> None:
+    """Every family is prefixed streams_sched_, counters end in _total, durations in _seconds."""
+    names = metric_names()
+    assert all(n.startswith("streams_sched_") for n in names)
+    assert {"streams_sched_enqueued_total", "streams_sched_acked_total", "streams_sched_backlog"} <= names
+    assert "streams_sched_oldest_pending_seconds" in names
+
+
+def test_bitmap_filter_size_counts_full_layers_and_the_newest() -> None:
+    """A bitmap filter with two full layers of 100 and 200 and 7 in the third holds 307."""
+    assert bitmap_items(3, 7, 100, 2) == 307
+    assert bitmap_items(0, 0, 100, 2) == 0
+
+
+# -- settings ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"interval_s": 0}, "--interval"),
+        ({"lease_s": -1}, "--lease-seconds"),
+        ({"max_deliveries": 0}, "--max-deliveries"),
+        ({"crawls": ("bad name",)}, "--prefix"),
+        ({"redis_url": "http://x"}, "--redis-url"),
+        ({"batch": 0}, "--batch"),
+    ],
+)
+def test_bad_reclaimer_settings_name_the_option(kwargs: dict, message: str) -> None:
+    """A bad reclaimer option fails when the settings are built, naming the option."""
+    with pytest.raises(ConfigError, match=message):
+        ReclaimerSettings(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"webhook_url": "ftp://x"}, "--webhook-url"),
+        ({"webhook_format": "xml"}, "--webhook-format"),
+        ({"backlog_threshold": -1}, "--backlog-threshold"),
+        ({"max_sites": -1}, "--max-sites"),
+        ({"metrics_port": 70000}, "--metrics-port"),
+    ],
+)
+def test_bad_monitor_settings_name_the_option(kwargs: dict, message: str) -> None:
+    """A bad monitor option fails when the settings are built, naming the option."""
+    with pytest.raises(ConfigError, match=message):
+        MonitorSettings(**kwargs)
+
+
+def test_metrics_port_accepts_a_port_or_a_range() -> None:
+    """STREAMS_METRICS_PORT is a port, a range, or empty for off; anything else is a ConfigError."""
+    assert parse_ports(9410) == [9410] and parse_ports("9410-9412") == [9410, 9411, 9412]
+    assert parse_ports(None) == [] and parse_ports("") == []
+    for bad in ("http", "9412-9410", 70000, True):
+        with pytest.raises(ConfigError, match="STREAMS_METRICS_PORT"):
+            parse_ports(bad)
+
+
+# -- watch ---------------------------------------------------------------------------------
+
+
+def test_progress_line_shows_share_done_rate_and_eta() -> None:
+    """The progress line shows done/enqueued, what is left, the rate and the time left."""
+    t = {"acked": 40, "dead": 10, "enqueued": 100, "backlog": 30, "pending": 15, "delayed": 5}
+    line = progress_line(t, 2.5)
+    assert "50.0%" in line and "done 50/100" in line and "left 50" in line and "ETA 20s" in line
+    assert "drained" in progress_line({**t, "backlog": 0, "pending": 0, "delayed": 0}, 0)
+    p = Progress(window_s=60)
+    assert p.rate() is None
+    for i in range(0, 100, 10):
+        p.add(float(i), i * 3)
+    assert p.rate() == pytest.approx(3.0)

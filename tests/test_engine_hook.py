@@ -1,0 +1,27 @@
+"""Fails loudly if a Scrapy upgrade moves the engine internals streams-sched hooks."""
+
+from __future__ import annotations
+
+import inspect
+
+from scrapy.core.engine import ExecutionEngine, _Slot
+
+
+def test_engine_slot_has_the_release_point() -> None:
+    """The engine slot still has remove_request (the per-request release), nextcall and inprogress."""
+    assert callable(getattr(_Slot, "remove_request", None))
+    params = list(inspect.signature(_Slot.__init__).parameters)
+    assert params[:4] == ["self", "close_if_idle", "nextcall", "scheduler"]
+
+
+def test_engine_releases_each_scheduled_request_after_handling_its_output() -> None:
+    """_start_scheduled_request chains the slot release after _handle_downloader_output, so the
+    release comes after the callback, its follow-ups and its items. If this fails, the ack point
+    moved: see streams_sched/_engine.py and scrapy/scrapy#7978."""
+    source = inspect.getsource(ExecutionEngine._start_scheduled_request)
+    handle = source.index("_handle_downloader_output")
+    release = source.index("_remove_request")
+    assert handle < release
+    assert "self._slot.remove_request(request)" in inspect.getsource(ExecutionEngine._remove_request)
+    scrape = inspect.getsource(ExecutionEngine._handle_downloader_output)
+    assert "self.crawl(result)" in scrape and "enqueue_scrape" in scrape

@@ -1,0 +1,208 @@
+"""The monitor against a real Redis: /metrics over HTTP, a read-only user, node liveness, webhook alerts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from monitor import Monitor, MonitorSettings, metric_names
+from streams_sched.frontier import Outgoing
+from streams_sched.testing import free_port
+
+from daemons import Daemon, WebhookSink, scrape, try_scrape, value
+from helpers import frontier, wait_for
+
+
+def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:
+    return Outgoing(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
+
+
+def record(f, name: str, last_seen: float, state: str = "online", hb: float = 5.0) -> None:
+    f.record_node(name, {"node": name, "host": "box", "state": state, "last_seen": last_seen, "heartbeat_s": hb})
+
+
+def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """After enqueues, duplicates, leases, acks, a dead letter and delayed requests, /metrics equals Redis."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.register()
+    f.register_sites(["a.test", "b.test"])
+    f.client.hset(f.keys.meta, mapping={"dedupe": "bf" if dedupe == "redisbloom" else "bitmap"})
+    items = [out(f"h{i}", 0) for i in range(4)] + [out(f"d{i}", 1) for i in range(5)] + [out(f"l{i}", 2) for i in range(3)]
+    assert f.enqueue("a.test", items + [out("h0", 0), out("d1", 1), out("l2", 2)])[:2] == (12, 3)
+    f.enqueue("b.test", [out("later1", delay_ms=60_000), out("later2", delay_ms=60_000)])
+    leased = f.lease("a.test", "w1", 5, (1, 1, 1)).entries
+    f.ack("a.test", [(e.stream, e.id) for e in leased[:3]])
+    f.dead_letter("a.test", "w1", [(leased[3].stream, leased[3].id, "cannot parse")])
+    now = time.time()
+    record(f, "w1", now, hb=60)
+    record(f, "w2", now - 100, hb=1)
+    record(f, "w3", now - 100, state="offline")
+    port = free_port()
+    d = Daemon("monitor", ["--redis-url", redis_url, "--metrics-port", str(port), "--interval", "0.5", "--cache-seconds", "0"], tmp_path / "m.log")
+    try:
+        m = wait_for(lambda: try_scrape(port), timeout=20, what="the monitor's /metrics")
+        a = f.status("a.test")
+        for band in ("high", "default", "low"):
+            assert value(m, "streams_sched_backlog", crawl=crawl, site="a.test", priority=band) == a.band_backlog(band)
+        assert a.backlog == 12 - 5 and a.pending == 1
+        assert value(m, "streams_sched_pending", crawl=crawl, site="a.test") == a.pending == 1
+        assert value(m, "streams_sched_oldest_pending_seconds", crawl=crawl, site="a.test") >= 0
+        assert value(m, "streams_sched_delayed", crawl=crawl, site="b.test") == f.status("b.test").delayed == 2
+        assert value(m, "streams_sched_enqueued_total", crawl=crawl, site="a.test") == a.stats["enqueued"] == 12
+        assert value(m, "streams_sched_acked_total", crawl=crawl, site="a.test") == a.stats["acked"] == 3
+        assert value(m, "streams_sched_dead_letters", crawl=crawl) == a.dead_letters == 1
+        assert value(m, "streams_sched_dead_lettered_total", crawl=crawl) == 1
+        assert value(m, "streams_sched_duplicates_total", crawl=crawl) == a.stats["duplicates"] == 3
+        assert value(m, "streams_sched_nodes", crawl=crawl, state="alive") == 1
+        assert value(m, "streams_sched_nodes", crawl=crawl, state="dead") == 1  # w3 said goodbye
+        assert value(m, "streams_sched_seen_estimate", crawl=crawl) == 14
+        assert value(m, "streams_sched_sites", crawl=crawl, state="active") == 2
+        assert value(m, "streams_sched_redis_up") == 1
+        exported = {name for name in m if name.startswith("streams_sched_")}
+        assert exported <= metric_names() | {"streams_sched_enqueued_created", "streams_sched_acked_created"}
+        # the next scrape reads Redis again
+        f.ack("a.test", [(leased[4].stream, leased[4].id)])
+        m = scrape(port)
+        assert value(m, "streams_sched_acked_total", crawl=crawl, site="a.test") == 4
+        assert value(m, "streams_sched_pending", crawl=crawl, site="a.test") == 0
+        assert d.terminate() == 0
+    finally:
+        d.close()
+    assert d.named("stopped")
+
+
+def test_monitor_needs_only_a_read_only_user(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """With +@read +evalsha_ro +eval_ro +time +ping the monitor exports everything; no pub/sub is a warning."""
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    f.register_sites(["a.test"])
+    f.client.hset(f.keys.meta, "dedupe", "bitmap")
+    f.enqueue("a.test", [out(i) for i in range(7)])
+    f.client.script_flush()  # the read-only user cannot SCRIPT LOAD: EVAL_RO must do
+    f.client.acl_setuser(
+        "monitor", enabled=True, passwords=["+pw"], keys=["ss:*"], reset_keys=True, reset_channels=True,
+        commands=["+@read", "+evalsha_ro", "+eval_ro", "+time", "+ping"],
+    )
+    try:
+        url = plain_redis_url.replace("redis://", "redis://monitor:pw@")
+        port = free_port()
+        d = Daemon("monitor", ["--redis-url", url, "--metrics-port", str(port), "--interval", "0.3"], tmp_path / "m.log")
+        try:
+            m = wait_for(lambda: try_scrape(port), timeout=20, what="/metrics")
+            assert value(m, "streams_sched_backlog", crawl=crawl, site="a.test", priority="default") == 7
+            assert value(m, "streams_sched_seen_estimate", crawl=crawl) == 7
+            assert value(m, "streams_sched_redis_up") == 1
+            d.wait_event("events_disabled")
+            d.wait_event("pass", count=2)
+            assert not d.named("redis_refused") and not d.named("read_failed")
+            assert d.terminate() == 0
+        finally:
+            d.close()
+        with_pw = redis.Redis.from_url(url)
+        try:
+            with_pw.xadd(f.site("a.test").stream("http", "high"), {"r": "x"})
+            raise AssertionError("the monitor's user could write")
+        except redis.exceptions.NoPermissionError:
+            pass
+    finally:
+        f.client.acl_deluser("monitor")
+
+
+def test_webhook_alert_arrives_once_and_resolves_once(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """Backlog over the threshold, a dead node and growing dead letters each POST one alert, not one per pass."""
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    f.register_sites(["a.test"])
+    f.enqueue("a.test", [out(i) for i in range(3)])
+    sink = WebhookSink()
+    d = Daemon("monitor", ["--redis-url", plain_redis_url, "--metrics-port", str(free_port()), "--interval", "0.2",
+                           "--backlog-threshold", "5", "--webhook-url", sink.url, "--dlq-quiet-seconds", "1"],
+               tmp_path / "m.log")
+    try:
+        d.wait_event("pass")
+        assert sink.bodies == []  # nothing to say yet
+        f.enqueue("a.test", [out(i) for i in range(3, 10)])  # backlog 10 > 5
+        record(f, "w-dead", time.time() - 60, hb=1)
+        e = f.lease("a.test", "w1", 1, (1, 1, 1)).entries[0]
+        f.dead_letter("a.test", "w1", [(e.stream, e.id, "boom")])
+        wait_for(lambda: len(sink.alerts("firing")) >= 3, timeout=20, what=f"three alerts; got {sink.bodies}")
+        passes = len(d.named("pass"))
+        d.wait_event("pass", count=passes + 5)  # five more passes with the conditions still true
+        firing = sink.alerts("firing")
+        assert sorted(b["alert"]["kind"] for b in firing) == ["backlog", "dead_letters", "node_dead"]
+        backlog = sink.alerts("firing", "backlog")[0]
+        assert backlog["msgtype"] == "text" and "backlog of site a.test" in backlog["text"]["content"]
+        assert backlog["path"].endswith("access_token=test")
+        f.lease("a.test", "w1", 5, (1, 1, 1))  # backlog 9 - 5 = 4: clears
+        f.client.hdel(f.keys.nodes, "w-dead")
+        wait_for(lambda: len(sink.alerts("resolved")) >= 3, timeout=20, what=f"three resolved; got {sink.bodies}")
+        passes = len(d.named("pass"))
+        d.wait_event("pass", count=passes + 3)
+        assert len(sink.alerts("firing")) == 3 and len(sink.alerts("resolved")) == 3
+        assert d.terminate() == 0
+    finally:
+        d.close()
+        sink.close()
+
+
+def test_node_heard_on_pubsub_is_alive_then_dead_after_three_heartbeats(plain_redis_url: str, crawl: str) -> None:
+    """A node known only from its events is alive while it beats and dead three heartbeats after it stops."""
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    mon = Monitor(MonitorSettings(redis_url=plain_redis_url, metrics_port=0, crawls=(crawl,)))
+    mon.connect()
+    mon.read()
+    mon.start()
+    try:
+        def beat() -> None:
+            f.publish({"event": "heartbeat", "node": "w-ev", "crawl": crawl, "heartbeat_s": 0.2})
+
+        def state() -> str | None:
+            beat() if beating else None
+            ns = mon.read().states[crawl].get("w-ev")
+            return ns.state if ns else None
+
+        beating = True
+        assert wait_for(lambda: state() == "alive", timeout=10, interval=0.05)
+        beating = False
+        stopped = time.monotonic()
+        wait_for(lambda: state() == "dead", timeout=10, interval=0.05)
+        assert time.monotonic() - stopped >= 0.5  # 3 x 0.2 s, less the last beat's age
+        m = scrape(mon.metrics_server.port)
+        assert value(m, "streams_sched_nodes", crawl=crawl, state="dead") == 1
+        f.publish({"event": "node_offline", "node": "w-ev", "crawl": crawl})
+        wait_for(lambda: state() == "offline", timeout=10, interval=0.05)
+    finally:
+        mon.close()
+
+
+def test_burst_prints_the_metrics_once(plain_redis_url: str, crawl: str) -> None:
+    """--burst reads once, prints the exposition on stdout and exits 0."""
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    f.register_sites(["a.test"])
+    f.enqueue("a.test", [out(1)])
+    res = subprocess.run([sys.executable, "-m", "monitor", "--redis-url", plain_redis_url, "--burst"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    assert f'streams_sched_enqueued_total{{crawl="{crawl}",site="a.test"}} 1.0' in res.stdout
+    assert [json.loads(line)["event"] for line in res.stderr.splitlines()].count("pass") == 1
+
+
+def test_seen_estimate_sums_the_live_revisit_buckets(redis_url: str, dedupe: str, crawl: str) -> None:
+    """With revisits on, the seen estimate counts the fingerprints of every live time bucket."""
+    from monitor.snapshot import read_crawl
+    from streams_sched.frontier import Frontier, crawl_bloom
+
+    client = redis.Redis.from_url(redis_url)
+    params = crawl_bloom(client, crawl, dedupe, revisit_seconds=1000, revisit_buckets=4)
+    f = Frontier(client, crawl, params)
+    f.register_sites(["a.test"])
+    f.enqueue("a.test", [out(i) for i in range(5)])
+    assert read_crawl(Frontier(client, crawl)).seen_estimate == 5

@@ -1,0 +1,105 @@
+"""The scheduler and its I/O thread, driven directly (no crawler) against a real Redis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+import scrapy
+from scrapy.utils.request import RequestFingerprinter
+
+from streams_sched.config import StreamsConfig
+from streams_sched.keys import GROUP, SiteKeys
+from streams_sched.scheduler import StreamsScheduler
+
+from helpers import wait_for
+
+
+class Spider(scrapy.Spider):
+    name = "unit"
+
+    def parse_item(self, response):  # pragma: no cover - never called
+        pass
+
+
+@pytest.fixture
+def sched(redis_url: str, dedupe: str, crawl: str) -> Iterator[StreamsScheduler]:
+    config = StreamsConfig.from_settings(
+        {"REDIS_URL": redis_url, "STREAMS_PREFIX": crawl, "STREAMS_DEDUPE": dedupe,
+         "STREAMS_IDLE_POLL_SECONDS": 0.1, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005},
+        "unit",
+    )
+    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=4, per_site_concurrency=4)
+    s.open(Spider())
+    yield s
+    s.close("test")
+
+
+def next_request(s: StreamsScheduler) -> scrapy.Request:
+    return wait_for(s.next_request, timeout=10, what="a leased request")
+
+
+def test_request_round_trips_through_redis(sched: StreamsScheduler) -> None:
+    """A request enqueued comes back from next_request with its callback bound to the spider."""
+    assert sched.enqueue_request(scrapy.Request("http://a.test/1", callback=sched.spider.parse_item, meta={"k": 1}))
+    got = next_request(sched)
+    assert got.url == "http://a.test/1" and got.callback == sched.spider.parse_item and got.meta["k"] == 1
+    assert sched.lease_of(got) is not None
+
+
+def test_local_duplicate_is_refused_at_once(sched: StreamsScheduler) -> None:
+    """A fingerprint this worker already sent is refused without a Redis round trip."""
+    assert sched.enqueue_request(scrapy.Request("http://a.test/1"))
+    assert not sched.enqueue_request(scrapy.Request("http://a.test/1"))
+    assert sched.enqueue_request(scrapy.Request("http://a.test/1", dont_filter=True))
+
+
+def test_unserializable_request_is_refused_not_dropped_silently(sched: StreamsScheduler, caplog: pytest.LogCaptureFixture) -> None:
+    """enqueue_request returns False (Scrapy then signals request_dropped) and logs the meta key."""
+    assert not sched.enqueue_request(scrapy.Request("http://a.test/x", meta={"obj": object()}))
+    assert "meta['obj']" in caplog.text
+
+
+def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:
+    """While a follow-up request cannot be enqueued, its parent stays leased; once it can, child then ack."""
+    sched.enqueue_request(scrapy.Request("http://parent.test/"))
+    parent = next_request(sched)
+    parent_stream = SiteKeys(crawl, "parent.test").stream("http", "default")
+    child_keys = SiteKeys(crawl, "child.test")
+    r.hset(child_keys.seen, "x", "wrong type")  # the child's enqueue script now fails
+    sched.enqueue_request(scrapy.Request("http://child.test/"))
+    sched.request_done(parent)
+    pump = sched._pump
+    cycles = pump._cycles
+    wait_for(lambda: pump._cycles > cycles + 5, timeout=10, what="a few I/O cycles")
+    assert r.xpending(parent_stream, GROUP)["pending"] == 1  # not acked
+    assert r.exists(child_keys.stream("http", "default")) == 0
+    r.delete(child_keys.seen)  # the failure clears
+    wait_for(lambda: r.xpending(parent_stream, GROUP)["pending"] == 0, timeout=10, what="the parent's ack")
+    assert r.xlen(child_keys.stream("http", "default")) == 1
+
+
+def test_close_hands_back_prefetched_requests(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:
+    """Requests leased ahead but never started go back to the backlog when the worker closes."""
+    for i in range(3):
+        sched.enqueue_request(scrapy.Request(f"http://a.test/{i}"))
+    stream = SiteKeys(crawl, "a.test").stream("http", "default")
+    wait_for(lambda: sched._pump.held_total == 3 and r.xpending(stream, GROUP)["pending"] == 3, timeout=10)
+    started = next_request(sched)
+    sched.request_done(started)
+    sched.close("test")
+    assert r.xpending(stream, GROUP)["pending"] == 0
+    assert r.xlen(stream) == 2  # two unstarted, back in the backlog
+
+
+def test_has_pending_requests_until_the_crawl_is_drained(sched: StreamsScheduler) -> None:
+    """The scheduler reports pending work while anything is leased, and stops once drained."""
+    sched.enqueue_request(scrapy.Request("http://a.test/only"))
+    assert sched.has_pending_requests()
+    req = next_request(sched)
+    time.sleep(0.3)
+    assert sched.has_pending_requests()  # leased, not acked
+    sched.request_done(req)
+    wait_for(lambda: not sched.has_pending_requests(), timeout=10, what="drain")
