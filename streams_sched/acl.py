@@ -12,8 +12,8 @@ crawl when ``crawl`` is None)::
                delayed requests, remove consumers that are gone, health key
     monitor    the monitor daemon: read-only (status via EVALSHA_RO), events
 
-The reclaimer and monitor rules are drafted from the Redis commands their code
-needs (issue 3); they are checked against the daemons once those land.
+``tests/test_security.py`` runs a worker, the reclaimer and the monitor each as a
+user with only its role's rules and checks that ACL LOG shows no denial.
 
 ``rules(role, crawl)`` gives the rules as ACL SETUSER arguments; ``setuser``
 applies them to a user (on every node of a cluster), keeping only the optional
@@ -103,7 +103,7 @@ _CLUSTER = ("cluster|slots", "cluster|shards", "cluster|nodes", "command", "read
 #: The scripts each role runs (the monitor runs status.lua read-only: +@read covers it).
 _ROLE_SCRIPTS: dict[str, tuple[str, ...]] = {
     "worker": ("enqueue", "lease", "claim", "ack", "dead", "release", "promote", "status"),
-    "reclaimer": ("claim", "promote", "status"),
+    "reclaimer": ("claim", "promote", "prune", "status"),
     "monitor": (),
 }
 
@@ -116,12 +116,12 @@ _ROLE_OWN: dict[str, tuple[str, ...]] = {
         *_BASE, "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
         "publish", "spublish", "bf.exists",
     ),
-    # reclaimer (draft, for issue 3): crawl and site registries, consumers that are gone
-    # (XINFO CONSUMERS, XGROUP DELCONSUMER only for those owning no entries), the nodes
-    # hash, a health key with a TTL (SET ... EX), node events.
+    # reclaimer (reclaimer/core.py): crawl and site registries, the nodes hash (lease
+    # settings of live workers; records of gone nodes deleted), consumers that are gone
+    # (XINFO CONSUMERS, then prune.lua), its health key (SET ... EX, GET for --check,
+    # DEL on a clean stop).
     "reclaimer": (
-        *_BASE, "smembers", "hgetall", "hdel", "xinfo|consumers", "xinfo|groups",
-        "xgroup|delconsumer", "set", "subscribe", "ssubscribe",
+        *_BASE, "smembers", "hgetall", "hdel", "xinfo|consumers", "set", "get", "del",
     ),
     # monitor: read-only. Status through EVALSHA_RO / EVAL_RO (no SCRIPT LOAD needed),
     # node records, events, RedisBloom's count of fingerprints.

@@ -6,6 +6,7 @@ import ast
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -18,7 +19,7 @@ from streams_sched.errors import RedisUnavailable
 from streams_sched.keys import CrawlKeys, SiteKeys
 from streams_sched.testing import RedisServer, TlsFiles, make_tls_files
 
-from helpers import Worker, base_settings, crawled_urls, frontier, with_user
+from helpers import Worker, base_settings, crawled_urls, frontier, wait_for, with_user
 
 PACKAGE = Path(__file__).resolve().parent.parent / "streams_sched"
 
@@ -193,3 +194,81 @@ def test_role_rules_follow_the_scripts() -> None:
     assert "+xreadgroup" not in reclaimer and "+setrange" not in reclaimer  # it neither leases nor dedupes
     monitor = acl.rules("monitor")
     assert not any(r.startswith("+") and r[1:] in ("evalsha", "script|load", "xadd") for r in monitor)
+
+
+def _expired_work(url: str, crawl: str) -> Any:
+    """A crawl with 5 expired leases of a gone worker and one due delayed request."""
+    import hashlib
+
+    from streams_sched.frontier import Outgoing
+
+    def out(i: Any, delay_ms: int = 0) -> Outgoing:
+        return Outgoing(hashlib.sha1(str(i).encode()).digest(), 1, delay_ms, f"payload-{i}".encode())
+
+    f = frontier(url, crawl)
+    f.register()
+    f.register_sites(["a.test", "b.test"])
+    f.enqueue("a.test", [out(i) for i in range(5)])
+    f.enqueue("b.test", [out("later", delay_ms=1)])
+    f.lease("a.test", "gone", 5, (1, 1, 1))
+    f.record_node("gone", {"node": "gone", "state": "online", "last_seen": time.time() - 100, "heartbeat_s": 0.2, "lease_s": 0.05})
+    return f
+
+
+@pytest.mark.e2e
+def test_reclaimer_runs_with_only_its_acl_rules(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """The reclaimer daemon as a user with only the reclaimer rules requeues, promotes, prunes,
+    keeps its health key and stops cleanly, denied nothing."""
+    from daemons import Daemon
+
+    f = _expired_work(plain_redis_url, crawl)
+    admin = f.client
+    admin.execute_command("ACL LOG", "RESET")
+    acl.setuser(admin, "reclaimer", "r-secret", "reclaimer")
+    try:
+        url = with_user(plain_redis_url, "reclaimer", "r-secret")
+        d = Daemon("reclaimer", ["--redis-url", url, "--interval", "0.2", "--name", "acl"], tmp_path / "r.log")
+        try:
+            passes = d.wait_event("pass", count=3)
+            assert sum(p["requeued"] for p in passes) == 5 and sum(p["promoted"] for p in passes) == 1
+            assert d.terminate() == 0
+        finally:
+            d.close()
+        st = f.status("a.test")
+        assert (st.backlog, st.pending) == (5, 0)
+        assert acl.denials(admin, "reclaimer") == [], acl.denials(admin, "reclaimer")
+        assert "r-secret" not in d.log()
+    finally:
+        acl.deluser(admin, "reclaimer")
+
+
+@pytest.mark.e2e
+def test_monitor_runs_with_only_its_acl_rules(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """The monitor daemon as a user with only the monitor rules exports the crawl's metrics and
+    hears node events, denied nothing; the same user cannot write."""
+    from streams_sched.testing import free_port
+
+    from daemons import Daemon, try_scrape, value
+
+    f = _expired_work(plain_redis_url, crawl)
+    admin = f.client
+    admin.script_flush()  # the monitor cannot SCRIPT LOAD: EVAL_RO must do
+    admin.execute_command("ACL LOG", "RESET")
+    acl.setuser(admin, "monitor", "m-secret", "monitor")
+    try:
+        url = with_user(plain_redis_url, "monitor", "m-secret")
+        port = free_port()
+        d = Daemon("monitor", ["--redis-url", url, "--metrics-port", str(port), "--interval", "0.3"], tmp_path / "m.log")
+        try:
+            m = wait_for(lambda: try_scrape(port), timeout=20, what="/metrics")
+            assert value(m, "streams_sched_pending", crawl=crawl, site="a.test") == 5
+            d.wait_event("pass", count=2)
+            assert not d.named("events_disabled") and not d.named("redis_refused") and not d.named("read_failed")
+            assert d.terminate() == 0
+        finally:
+            d.close()
+        assert acl.denials(admin, "monitor") == [], acl.denials(admin, "monitor")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            connect(url).hset(CrawlKeys(crawl).nodes, "n", "x")
+    finally:
+        acl.deluser(admin, "monitor")
