@@ -388,3 +388,40 @@ def test_leases_whose_replies_were_lost_are_handed_back_at_once(crawl: str, tmp_
         no_tracebacks(w)
     finally:
         server.cleanup()
+
+
+_BOUNDED_WAIT_ON_TWISTED = """
+from twisted.internet import epollreactor
+epollreactor.install()
+from twisted.internet import defer, reactor, task
+from streams_sched._engine import _finished_within
+
+async def slow():
+    await task.deferLater(reactor, 30, lambda: None)
+
+async def fast():
+    await task.deferLater(reactor, 0.01, lambda: None)
+
+async def main():
+    t0 = reactor.seconds()
+    late = await _finished_within(slow(), 0.2)
+    waited = reactor.seconds() - t0
+    on_time = await _finished_within(fast(), 5)
+    print(late, on_time, waited < 5)
+
+def run():
+    d = defer.ensureDeferred(main())
+    d.addBoth(lambda r: (print(r) if r is not None else None, reactor.stop()))
+
+reactor.callWhenRunning(run)
+reactor.run()
+"""
+
+
+def test_close_wait_is_bounded_on_a_plain_twisted_reactor() -> None:
+    """The bounded wait for requests in progress also works without asyncio (Twisted's epoll reactor)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _BOUNDED_WAIT_ON_TWISTED], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["False", "True", "True"], done.stdout + done.stderr
