@@ -272,3 +272,36 @@ def test_monitor_runs_with_only_its_acl_rules(plain_redis_url: str, crawl: str, 
             connect(url).hset(CrawlKeys(crawl).nodes, "n", "x")
     finally:
         acl.deluser(admin, "monitor")
+
+
+@pytest.mark.targets("cluster")
+@pytest.mark.cluster
+def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) -> None:
+    """On Redis Cluster, a user with only the monitor rules reads the status of sites on
+    every shard in one call per node (EVALSHA_RO), denied nothing."""
+    import hashlib
+
+    from streams_sched.frontier import Frontier, Outgoing
+
+    f = frontier(redis_url, crawl)
+    per_node: dict[str, list[str]] = {}
+    for n in range(1000):  # two sites on each of the three nodes
+        site = f"{hashlib.sha1(str(n).encode()).hexdigest()[:8]}.test"
+        group = per_node.setdefault(f.client.get_node_from_key(f.site(site).tag).name, [])
+        if len(group) < 2:
+            group.append(site)
+        if sum(len(g) for g in per_node.values()) == 6:
+            break
+    sites = [s for group in per_node.values() for s in group]
+    for i, site in enumerate(sites):
+        f.enqueue(site, [Outgoing(bytes([i]) * 20, 1, 0, b"x")])
+    f.register_sites(sites)
+    assert len({f.client.get_node_from_key(f.site(s).tag).name for s in sites}) == 3
+    acl.setuser(f.client, "monitor", "pw", "monitor")
+    try:
+        ro = Frontier(connect(with_user(redis_url, "monitor", "pw")), crawl)
+        statuses = ro.status_many(ro.sites())
+        assert [s.site for s in statuses] == sorted(sites) and all(s.backlog == 1 for s in statuses)
+        assert acl.denials(f.client, "monitor") == []
+    finally:
+        acl.deluser(f.client, "monitor")
