@@ -202,6 +202,9 @@ class StreamsConfig:
     revisit_buckets: int = 4
     #: STREAMS_POLICY_REFRESH_SECONDS: how often a worker re-reads the crawl's default policy.
     policy_refresh_seconds: float = 2.0
+    #: STREAMS_EMPTY_CRAWL_WAIT_SECONDS: how long a worker on a crawl that never had a
+    #: request waits for seeds before it counts the crawl as drained.
+    empty_crawl_wait_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -239,6 +242,7 @@ class StreamsConfig:
         _positive("STREAMS_REVISIT_AFTER_SECONDS", self.revisit_after_seconds, zero_ok=True)
         _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
         _positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
+        _positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -313,6 +317,7 @@ class StreamsConfig:
             revisit_after_seconds=_num(settings, "STREAMS_REVISIT_AFTER_SECONDS", 0.0),
             revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
             policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
+            empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
         )
 
     def describe(self) -> dict[str, Any]:

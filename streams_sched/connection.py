@@ -23,7 +23,19 @@ from redis.retry import Retry
 from .config import redact, validate_redis_url
 from .errors import RedisUnavailable
 
-__all__ = ["connect", "connect_ready", "is_cluster_client", "is_cluster_url", "redact", "wait_ready"]
+#: Errors that mean "Redis is not answering right now" (also a cluster mid-failover or
+#: resharding): retry with back-off instead of failing.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.RedisClusterException,
+    OSError,
+)
+
+__all__ = ["TRANSIENT", "connect", "connect_ready", "is_cluster_client", "is_cluster_url", "redact", "wait_ready"]
 
 logger = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import redis
 import structlog
 
+from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .connection import connect_ready
 
 __all__ = [
@@ -63,7 +63,7 @@ EXIT_CODES: dict[int, str] = {
 }
 
 #: Errors that mean "Redis is not answering": retry with back-off.
-TRANSIENT: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, OSError)
+TRANSIENT = CONNECTION_TRANSIENT  # one list for workers, daemons and the CLI
 
 
 def configure_logging(fmt: str = "json", level: str = "INFO") -> None:

@@ -27,12 +27,11 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .codec import RequestCodec
 from .config import StreamsConfig
+from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .errors import EntryError
 from .frontier import Frontier, LeasedEntry, parse_enqueue, parse_lease
 from .keys import BANDS
@@ -44,7 +43,7 @@ __all__ = ["Pump"]
 logger = logging.getLogger(__name__)
 
 #: Errors that mean "Redis is not answering": retry with back-off.
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+TRANSIENT = CONNECTION_TRANSIENT
 
 ENQUEUE_CHUNK = 256
 BROWSER_FIRST_STREAM = len(BANDS)
@@ -115,6 +114,8 @@ class Pump(threading.Thread):
         self.own_dead: list[tuple[Any, ...]] = []
         self.drain = DrainDetector()
         now = time.monotonic()
+        self.started = now
+        self.waiting_for_seeds_logged = False
         self.next_registry = now
         self.next_policy = now
         self.next_heartbeat = now
@@ -615,6 +616,18 @@ class Pump(threading.Thread):
     def _check_drain(self, now: float) -> None:
         f = self.frontier
         sites = f.sites()
+        if not sites and now - self.started < self.config.empty_crawl_wait_seconds:
+            # a crawl that never had a request is not drained: it has not started yet
+            if not self.waiting_for_seeds_logged:
+                logger.info(
+                    "crawl %s has no requests yet; waiting up to %gs for seeds"
+                    " (STREAMS_EMPTY_CRAWL_WAIT_SECONDS; seed with `streams-sched push`)",
+                    f.crawl, self.config.empty_crawl_wait_seconds,
+                )
+                self.waiting_for_seeds_logged = True
+            self.drain.reset()
+            self.next_drain_check = now + min(0.5, self.config.idle_poll_seconds)
+            return
         statuses = f.status_many(sites)
         snapshot = {}
         for st in statuses:

@@ -63,7 +63,13 @@ def find_orphans(frontier: Any, consumer: str, sites: Iterable[str], known: set[
     return orphans
 
 
-def release_orphans(frontier: Any, consumer: str, sites: Iterable[str], known: set[LeaseKey]) -> int:
+def release_orphans(
+    frontier: Any,
+    consumer: str,
+    sites: Iterable[str],
+    known: set[LeaseKey],
+    why: str = "whose replies were lost to a Redis error",
+) -> int:
     """Hand back every entry pending for ``consumer`` that is not in ``known``; return how many."""
     orphans = find_orphans(frontier, consumer, sites, known)
     if not orphans:
@@ -73,8 +79,7 @@ def release_orphans(frontier: Any, consumer: str, sites: Iterable[str], known: s
         frontier.release(site, consumer, entries, pipe)
     released = sum(int(n) for n in pipe.execute())
     logger.warning(
-        "handed back %d leases of %d sites whose replies were lost to a Redis error"
-        " (so other workers get them now, not when they expire)",
-        released, len(orphans),
+        "handed back %d leases of %d sites %s (so other workers get them now, not when they expire)",
+        released, len(orphans), why,
     )
     return released

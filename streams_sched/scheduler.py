@@ -51,6 +51,7 @@ from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
 from .pump import Pump, make_node_id
+from .recovery import release_orphans
 from .retry_after import retry_after_seconds
 from .seen import SeenCache
 from .selection import band_for
@@ -190,6 +191,10 @@ class StreamsScheduler(BaseScheduler):
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
+        if cfg.node_id:
+            # A restarted worker with a stable node id: the leases of its previous run
+            # will never be finished by anyone holding them; hand them back now.
+            release_orphans(frontier, self.node_id, frontier.sites(), set(), why="left by a previous run of this node")
         self._pump.refresh_policy()
         self._pump.start()
         logger.info(
