@@ -13,7 +13,13 @@ The second is the slot's ``nextcall``, which the I/O thread schedules (through
 the reactor's thread-safe call) when prefetched requests arrive, so the engine
 does not wait for its 5-second heartbeat.
 
-Both are private. :class:`EngineHooks` checks them at start and raises
+The third is the slot's ``close``, which the engine awaits first when the
+spider closes (SIGTERM / Ctrl-C, CLOSESPIDER_*, the end of the crawl): it
+waits until every request in progress is done. :meth:`EngineHooks.on_closing`
+runs a callback when closing begins (the scheduler stops leasing and hands
+back what it has not started) and bounds that wait.
+
+All are private. :class:`EngineHooks` checks them at start and raises
 :class:`~streams_sched.errors.ScrapyCompatError` if a Scrapy upgrade moved
 them; ``tests/test_engine_hook.py`` fails loudly too.
 """
@@ -54,7 +60,7 @@ class EngineHooks:
         slot = getattr(engine, "_slot", None)
         missing = [
             name
-            for name in ("remove_request", "nextcall", "inprogress", "scheduler")
+            for name in ("remove_request", "nextcall", "inprogress", "scheduler", "close")
             if not hasattr(slot, name)
         ]
         if slot is None or missing:
@@ -81,6 +87,33 @@ class EngineHooks:
         self._nextcall = slot.nextcall
         self._call = thread_safe_caller()
 
+    def on_closing(
+        self,
+        begin: Callable[[], None],
+        timeout_s: float,
+        timed_out: Callable[[int], None],
+    ) -> None:
+        """When the spider starts closing, call ``begin()``; then let the requests in
+        progress finish for at most ``timeout_s`` seconds, after which
+        ``timed_out(n_still_in_progress)`` is called and the engine closes anyway."""
+        slot = self._slot
+        original = slot.close
+
+        async def close() -> None:
+            try:
+                begin()
+            except Exception:
+                logger.exception("streams-sched could not prepare the close")
+            if await _finished_within(original(), timeout_s):
+                return
+            try:
+                timed_out(len(slot.inprogress))
+            except Exception:
+                logger.exception("streams-sched could not hand back the requests in progress")
+
+        slot.close = close
+        self._original_close = original
+
     def wake(self) -> None:
         """From any thread: ask the engine to pull requests now."""
         try:
@@ -90,3 +123,29 @@ class EngineHooks:
 
     def unhook(self) -> None:
         self._slot.remove_request = self._original
+        original_close = getattr(self, "_original_close", None)
+        if original_close is not None:
+            self._slot.close = original_close
+
+
+async def _finished_within(coro: Any, timeout_s: float) -> bool:
+    """Await ``coro`` for at most ``timeout_s`` seconds (it keeps running after);
+    True if it finished in time. Works on asyncio and on other Twisted reactors."""
+    from scrapy.utils.asyncio import is_asyncio_available
+
+    if is_asyncio_available():
+        task = asyncio.ensure_future(coro)
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        return bool(done)
+    from scrapy.utils.defer import deferred_from_coro
+    from twisted.internet import defer
+    from twisted.internet import reactor as installed
+
+    reactor: Any = installed
+    finished = deferred_from_coro(coro)
+    timer: defer.Deferred[None] = defer.Deferred()
+    call = reactor.callLater(timeout_s, timer.callback, None)
+    await defer.DeferredList([finished, timer], fireOnOneCallback=True, consumeErrors=True)
+    if call.active():
+        call.cancel()
+    return bool(finished.called)

@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse, urlunparse
 
 from .errors import ConfigError
 from .keys import BANDS, TASK_TYPES, validate_crawl_name
 
-__all__ = ["StreamsConfig", "parse_band_ratio", "validate_redis_url"]
+__all__ = ["URL_OPTIONS", "StreamsConfig", "parse_band_ratio", "redact", "validate_redis_url"]
 
 #: Band weights used for "strict": high always first, low only when nothing else.
 STRICT_RATIO: tuple[int, int, int] = (1_000_000_000_000, 1_000_000, 1)
@@ -27,11 +28,22 @@ DEDUPE_BACKENDS = ("auto", "redisbloom", "bitmap")
 
 
 def parse_band_ratio(value: Any, setting: str = "STREAMS_BAND_RATIO") -> tuple[int, int, int]:
-    """Parse "5:3:2" (or a 3-sequence, or "strict") into three positive weights."""
+    """Parse "5:3:2" (or a 3-sequence, a {band: weight} dict, or "strict") into three
+    positive weights."""
     if isinstance(value, str) and value.strip().lower() == "strict":
         return STRICT_RATIO
     parts: list[Any]
-    if isinstance(value, str):
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ConfigError(setting, value, f"is not valid JSON ({exc})") from None
+    if isinstance(value, Mapping):
+        unknown = [b for b in value if b not in BANDS]
+        if unknown:
+            raise ConfigError(setting, dict(value), f"unknown band(s) {unknown}; the bands are {list(BANDS)}")
+        parts = [value.get(b, 1) for b in BANDS]
+    elif isinstance(value, str):
         parts = value.split(":")
     elif isinstance(value, (list, tuple)):
         parts = list(value)
@@ -46,7 +58,41 @@ def parse_band_ratio(value: Any, setting: str = "STREAMS_BAND_RATIO") -> tuple[i
     return weights  # type: ignore[return-value]
 
 
+#: Query options a REDIS_URL may carry (redis-py's connection options, plus ``cluster``).
+URL_OPTIONS: frozenset[str] = frozenset({
+    "db", "cluster", "protocol", "client_name", "socket_timeout", "socket_connect_timeout",
+    "socket_keepalive", "health_check_interval", "max_connections", "timeout",
+    "ssl_ca_certs", "ssl_ca_path", "ssl_certfile", "ssl_keyfile", "ssl_password",
+    "ssl_cert_reqs", "ssl_check_hostname", "ssl_min_version",
+})
+#: URL options that name a file, checked at start.
+_URL_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and error messages."""
+    try:
+        parts = urlparse(url)
+        if not parts.password:
+            return url
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:  # an unparsable port: mask "user:password@" by hand
+        return re.sub(r"^([a-z]+://[^:@/]*):[^@/]*@", r"\1:***@", url)
+    netloc = f"{parts.username or ''}:***@{host}"
+    if port:
+        netloc += f":{port}"
+    return urlunparse(parts._replace(netloc=netloc))
+
+
 def validate_redis_url(url: Any, setting: str = "REDIS_URL") -> str:
+    """Return ``url`` if it is a usable Redis URL; else raise ConfigError saying what is wrong.
+
+    Checks the scheme, host, port, database number and query options (an
+    unknown option would only fail at the first connection, deep inside
+    redis-py), and that the TLS files it names exist. The password never
+    appears in the message.
+    """
     if not isinstance(url, str) or not url:
         raise ConfigError(
             setting,
@@ -54,9 +100,34 @@ def validate_redis_url(url: Any, setting: str = "REDIS_URL") -> str:
             "set REDIS_URL (in the Scrapy settings or the environment) to the frontier's"
             " Redis, e.g. redis://localhost:6379/0",
         )
-    scheme = urlparse(url).scheme
-    if scheme not in ("redis", "rediss", "unix"):
-        raise ConfigError(setting, url, "expected a redis://, rediss:// or unix:// URL")
+    shown = redact(url)
+    try:
+        parts = urlparse(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(setting, shown, f"the port is not a number ({exc})") from None
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(setting, shown, "expected a redis://, rediss:// or unix:// URL")
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ConfigError(setting, shown, "a unix:// URL needs the socket path, e.g. unix:///run/redis.sock")
+    elif not parts.hostname:
+        raise ConfigError(setting, shown, "no host; expected e.g. redis://localhost:6379/0")
+    if port == 0:
+        raise ConfigError(setting, shown, "port 0 is not a Redis port")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(query) - URL_OPTIONS)
+    if unknown:
+        raise ConfigError(setting, shown, f"unknown option(s) {unknown}; known: {sorted(URL_OPTIONS)}")
+    db = parts.path.lstrip("/") if parts.scheme != "unix" else (query.get("db") or ["0"])[0]
+    if db and not db.isdigit():
+        raise ConfigError(setting, shown, f"database {db!r} is not a number")
+    for option in _URL_FILES:
+        for path in query.get(option, []):
+            if not os.path.isfile(path):
+                raise ConfigError(setting, shown, f"{option}: no such file {path!r}")
+    if parts.scheme != "rediss" and any(o in query for o in _URL_FILES):
+        raise ConfigError(setting, shown, "TLS options need a rediss:// URL")
     return url
 
 
@@ -110,6 +181,9 @@ class StreamsConfig:
     connect_timeout_seconds: float = 30.0
     #: STREAMS_SOCKET_TIMEOUT_SECONDS: socket timeout of Redis calls (the I/O thread's, not the reactor's).
     socket_timeout_seconds: float = 10.0
+    #: STREAMS_SHUTDOWN_TIMEOUT_SECONDS: on close (SIGTERM, Ctrl-C), how long requests in
+    #: progress may take to finish before their leases are handed back and the worker exits.
+    shutdown_timeout_seconds: float = 25.0
     #: STREAMS_MAX_REQUEST_BYTES: largest encoded request accepted; 0 = no limit.
     max_request_bytes: int = 1_000_000
     #: STREAMS_REQUEST_CLASSES: import paths of extra Request subclasses allowed in entries.
@@ -128,6 +202,9 @@ class StreamsConfig:
     revisit_buckets: int = 4
     #: STREAMS_POLICY_REFRESH_SECONDS: how often a worker re-reads the crawl's default policy.
     policy_refresh_seconds: float = 2.0
+    #: STREAMS_EMPTY_CRAWL_WAIT_SECONDS: how long a worker on a crawl that never had a
+    #: request waits for seeds before it counts the crawl as drained.
+    empty_crawl_wait_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -159,11 +236,13 @@ class StreamsConfig:
         _whole("STREAMS_LOCAL_SEEN_CACHE", self.local_seen_cache, minimum=0)
         _positive("STREAMS_CONNECT_TIMEOUT_SECONDS", self.connect_timeout_seconds, zero_ok=True)
         _positive("STREAMS_SOCKET_TIMEOUT_SECONDS", self.socket_timeout_seconds)
+        _positive("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", self.shutdown_timeout_seconds, zero_ok=True)
         _whole("STREAMS_MAX_REQUEST_BYTES", self.max_request_bytes, minimum=0)
         _whole("STREAMS_BROWSER_MAX", self.browser_max, minimum=0)
         _positive("STREAMS_REVISIT_AFTER_SECONDS", self.revisit_after_seconds, zero_ok=True)
         _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
         _positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
+        _positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -229,6 +308,7 @@ class StreamsConfig:
             local_seen_cache=_int(settings, "STREAMS_LOCAL_SEEN_CACHE", 200_000),
             connect_timeout_seconds=_num(settings, "STREAMS_CONNECT_TIMEOUT_SECONDS", 30.0),
             socket_timeout_seconds=_num(settings, "STREAMS_SOCKET_TIMEOUT_SECONDS", 10.0),
+            shutdown_timeout_seconds=_num(settings, "STREAMS_SHUTDOWN_TIMEOUT_SECONDS", 25.0),
             max_request_bytes=_int(settings, "STREAMS_MAX_REQUEST_BYTES", 1_000_000),
             request_classes=tuple(classes),
             capabilities=tuple(capabilities),
@@ -237,6 +317,7 @@ class StreamsConfig:
             revisit_after_seconds=_num(settings, "STREAMS_REVISIT_AFTER_SECONDS", 0.0),
             revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
             policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
+            empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
         )
 
     def describe(self) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -19,10 +20,22 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .config import validate_redis_url
+from .config import redact, validate_redis_url
 from .errors import RedisUnavailable
 
-__all__ = ["connect", "is_cluster_url", "redact", "wait_ready"]
+#: Errors that mean "Redis is not answering right now" (also a cluster mid-failover or
+#: resharding): retry with back-off instead of failing.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.RedisClusterException,
+    OSError,
+)
+
+__all__ = ["TRANSIENT", "connect", "connect_ready", "is_cluster_client", "is_cluster_url", "redact", "wait_ready"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,21 +48,17 @@ def is_cluster_url(url: str) -> bool:
     return flag.strip().lower() in _TRUE
 
 
+def is_cluster_client(client: Any) -> bool:
+    """True if ``client`` (or the client of a pipeline) talks to a Redis Cluster."""
+    from redis.cluster import ClusterPipeline, RedisCluster
+
+    return isinstance(client, (RedisCluster, ClusterPipeline))
+
+
 def _strip_cluster(url: str) -> str:
     parts = urlparse(url)
     query = {k: v for k, v in parse_qs(parts.query).items() if k != "cluster"}
     return urlunparse(parts._replace(query=urlencode(query, doseq=True)))
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for logs."""
-    parts = urlparse(url)
-    if parts.password:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}"
-        if parts.port:
-            netloc += f":{parts.port}"
-        parts = parts._replace(netloc=netloc)
-    return urlunparse(parts)
 
 
 def connect(
@@ -77,38 +86,146 @@ def connect(
     return redis.Redis.from_url(url, **options)
 
 
+def connect_ready(
+    url: str,
+    timeout_s: float,
+    *,
+    what: str = "Redis",
+    socket_timeout: float = 10.0,
+    connect_timeout: float = 5.0,
+    decode_responses: bool = False,
+    setting: str = "REDIS_URL",
+    quiet: bool = False,
+) -> Any:
+    """Build a client for ``url`` and wait until Redis answers, with back-off, for at
+    most ``timeout_s`` seconds; raise RedisUnavailable with one clear line if it never does.
+
+    Use this at start rather than :func:`connect` + :func:`wait_ready`: a Redis
+    Cluster client reads the cluster's topology when it is built, so building
+    it is what has to be retried while the cluster is not up yet. ``quiet``
+    leaves out the one warning logged when Redis does not answer at once
+    (daemons and the CLI print their own single line).
+    """
+    validate_redis_url(url, setting)
+    deadline = time.monotonic() + timeout_s
+    waiter = _Waiter(url, timeout_s, what, deadline, setting, quiet)
+    while True:
+        try:
+            client = connect(
+                url,
+                socket_timeout=socket_timeout,
+                connect_timeout=connect_timeout,
+                decode_responses=decode_responses,
+                setting=setting,
+            )
+            break
+        except Exception as exc:
+            waiter.failed(exc)
+    _wait(client, waiter)
+    return client
+
+
 def wait_ready(client: Any, url: str, timeout_s: float, what: str = "Redis") -> None:
     """PING until Redis answers, with back-off, for at most ``timeout_s`` seconds.
 
-    Raises RedisUnavailable with one clear line if it never answers.
+    Raises RedisUnavailable with one clear line if it never answers, and at
+    once when retrying cannot help: wrong credentials, a user without the
+    right to PING, a server certificate that does not verify.
     """
-    deadline = time.monotonic() + timeout_s
-    delay = 0.1
-    warned = False
+    _wait(client, _Waiter(url, timeout_s, what, time.monotonic() + timeout_s, "REDIS_URL", False))
+
+
+def _wait(client: Any, waiter: _Waiter) -> None:
     while True:
         try:
             client.ping()
-            if warned:
-                logger.info("%s at %s answers now", what, redact(url))
+            waiter.answered()
             return
-        except redis.AuthenticationError as exc:
-            raise RedisUnavailable(f"{what} at {redact(url)} refused the credentials: {exc}") from None
-        except redis.ResponseError as exc:
-            if "NOPERM" in str(exc):
-                raise RedisUnavailable(f"{what} at {redact(url)}: the user may not run PING: {exc}") from None
-            raise
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RedisUnavailable(
-                    f"{what} at {redact(url)} did not answer within {timeout_s:g}s ({exc});"
-                    " check REDIS_URL and that the server is running"
-                ) from None
-            if not warned:
-                logger.warning(
-                    "%s at %s is not answering (%s); retrying for up to %gs",
-                    what, redact(url), exc, timeout_s,
-                )
-                warned = True
-            time.sleep(min(delay, max(left, 0.01)))
-            delay = min(delay * 2, 2.0)
+        except Exception as exc:
+            waiter.failed(exc)
+
+
+class _Waiter:
+    """Back-off and the one-line errors of waiting for Redis."""
+
+    def __init__(self, url: str, timeout_s: float, what: str, deadline: float, setting: str, quiet: bool) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.what = f"{what} at {redact(url)}"
+        self.deadline = deadline
+        self.setting = setting if setting == "REDIS_URL" else f"{setting} / REDIS_URL"
+        self.delay = 0.1
+        self.warned = quiet
+
+    def answered(self) -> None:
+        if self.warned:
+            logger.info("%s answers now", self.what)
+
+    def failed(self, exc: BaseException) -> None:
+        """Sleep before the next try, or raise RedisUnavailable if trying again cannot help."""
+        from redis.exceptions import (
+            AuthenticationError,
+            ClusterDownError,
+            ConnectionError,
+            RedisClusterException,
+            ResponseError,
+            TryAgainError,
+        )
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        retryable = (
+            ConnectionError, RedisTimeoutError, OSError, RedisClusterException, ClusterDownError, TryAgainError,
+        )
+
+        text = _one_line(exc)
+        if isinstance(exc, AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
+            raise RedisUnavailable(
+                f"{self.what} refused the credentials ({text}); check the user and password in {self.setting}"
+            ) from None
+        if isinstance(exc, ResponseError) and "NOPERM" in text:
+            raise RedisUnavailable(
+                f"{self.what}: the ACL user may not run a command it needs ({text});"
+                " give it the rules of its role (see the README, 'ACL rules')"
+            ) from None
+        if "CERTIFICATE_REQUIRED" in text or "BAD_CERTIFICATE" in text or "CERTIFICATE_UNKNOWN" in text:
+            raise RedisUnavailable(
+                f"{self.what}: the server wants a client certificate it trusts ({text}); set"
+                f" ssl_certfile and ssl_keyfile in {self.setting}"
+            ) from None
+        if _tls_verify_failed(exc):
+            raise RedisUnavailable(
+                f"{self.what}: TLS certificate verification failed ({text}); check ssl_ca_certs"
+                f" in {self.setting} (the CA that signed the server's certificate) and the host name"
+            ) from None
+        if not isinstance(exc, retryable):
+            raise exc
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            hint = f" check {self.setting} and that the server is running"
+            if self.url.startswith("rediss:") and "EOF" in text:
+                hint += " (a TLS server may also require a client certificate: ssl_certfile, ssl_keyfile)"
+            raise RedisUnavailable(
+                f"{self.what} did not answer within {self.timeout_s:g}s ({text});{hint}"
+            ) from None
+        if not self.warned:
+            logger.warning(
+                "%s is not answering (%s); retrying for up to %gs", self.what, text, self.timeout_s
+            )
+            self.warned = True
+        time.sleep(min(self.delay, max(left, 0.01)))
+        self.delay = min(self.delay * 2, 2.0)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _tls_verify_failed(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

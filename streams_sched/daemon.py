@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import redis
 import structlog
 
-from .connection import connect, redact
-from .errors import RedisUnavailable
+from .connection import TRANSIENT as CONNECTION_TRANSIENT
+from .connection import connect_ready
 
 __all__ = [
     "EXIT_CODES",
@@ -64,7 +63,7 @@ EXIT_CODES: dict[int, str] = {
 }
 
 #: Errors that mean "Redis is not answering": retry with back-off.
-TRANSIENT: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, OSError)
+TRANSIENT = CONNECTION_TRANSIENT  # one list for workers, daemons and the CLI
 
 
 def configure_logging(fmt: str = "json", level: str = "INFO") -> None:
@@ -158,35 +157,11 @@ def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -
     """A client for ``url`` whose Redis answered PING within ``timeout_s``.
 
     Retries quietly meanwhile, then raises :class:`RedisUnavailable` with one
-    line that says what to check. Bad credentials fail at once.
+    line that says what to check. Bad credentials, missing ACL rights and TLS
+    certificate problems fail at once; a Redis Cluster that is not up yet is
+    waited for too (see :func:`streams_sched.connection.connect_ready`).
     """
-    client = connect(url, setting=setting)
-    deadline = time.monotonic() + timeout_s
-    delay = 0.1
-    while True:
-        try:
-            client.ping()
-            return client
-        except redis.AuthenticationError as exc:
-            raise RedisUnavailable(
-                f"Redis at {redact(url)} refused the credentials ({exc}); check the user and"
-                f" password in {setting} / REDIS_URL"
-            ) from None
-        except redis.ResponseError as exc:
-            if "NOPERM" in str(exc):
-                raise RedisUnavailable(
-                    f"Redis at {redact(url)}: this user may not run PING ({exc}); add +ping to its ACL"
-                ) from None
-            raise
-        except TRANSIENT as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RedisUnavailable(
-                    f"Redis at {redact(url)} did not answer within {timeout_s:g}s ({exc}); check"
-                    f" {setting} / REDIS_URL and that the server is running"
-                ) from None
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 1.0)
+    return connect_ready(url, timeout_s, setting=setting, quiet=True)
 
 
 class MetricsServer:

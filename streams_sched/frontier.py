@@ -18,6 +18,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from .connection import is_cluster_client
 from .errors import DedupeBackendError
 from .keys import GROUP, STREAMS, CrawlKeys, SiteKeys
 from .scripts import Scripts
@@ -217,6 +218,12 @@ def parse_status(site: str, reply: Sequence[Any]) -> SiteStatus:
     )
 
 
+def _is_moved(exc: Exception) -> bool:
+    """A cluster redirection: the slot moved (resharding) since the client read the map."""
+    text = str(exc)
+    return text.startswith(("MOVED", "ASK")) or type(exc).__name__ in ("MovedError", "AskError")
+
+
 def _is_number(v: str) -> bool:
     try:
         float(v)
@@ -330,6 +337,9 @@ class Frontier:
         self.bloom = bloom or BloomParams()
         self.group = group
         self.scripts = Scripts(client)
+        #: Redis Cluster: node events use sharded pub/sub (SPUBLISH), so they stay
+        #: on the shard of the crawl's slot instead of being broadcast to every node.
+        self.cluster = is_cluster_client(client)
         self._sites: dict[str, SiteKeys] = {}
         #: task type of requests that name none, for sites whose policy names none
         self.default_task = "http"
@@ -367,7 +377,21 @@ class Frontier:
         )
 
     def publish(self, event: dict[str, Any], pipe: Any = None) -> Any:
-        return self._target(pipe).publish(self.keys.events, json.dumps(event, sort_keys=True))
+        """Publish a node event on the crawl's channel (SPUBLISH on Redis Cluster)."""
+        command = "SPUBLISH" if self.cluster else "PUBLISH"
+        return self._target(pipe).execute_command(command, self.keys.events, json.dumps(event, sort_keys=True))
+
+    def subscribe_events(self) -> Any:
+        """A pub/sub object subscribed to the crawl's node events (SSUBSCRIBE on a cluster).
+
+        Read it with ``get_sharded_message()`` on a cluster, ``get_message()`` otherwise.
+        """
+        pubsub = self.client.pubsub()
+        if self.cluster:
+            pubsub.ssubscribe(self.keys.events)
+        else:
+            pubsub.subscribe(self.keys.events)
+        return pubsub
 
     def record_node(self, node: str, info: dict[str, Any], pipe: Any = None) -> Any:
         return self._target(pipe).hset(self.keys.nodes, node, json.dumps(info, sort_keys=True))
@@ -500,24 +524,41 @@ class Frontier:
         return parse_status(site, reply)
 
     def status_many(self, sites: Sequence[str]) -> list[SiteStatus]:
-        """Snapshots of many sites in one round trip (EVALSHA_RO in a pipeline)."""
+        """Snapshots of many sites in one round trip (EVALSHA_RO in a pipeline; on a
+        cluster, one pipeline per node). Works for a read-only ACL user."""
         if not sites:
             return []
-        sha = self.scripts._status.sha
-        pipe = self.client.pipeline(transaction=False)
-        for s in sites:
-            k = self.site(s)
-            keys = [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
-            pipe.evalsha_ro(sha, len(keys), *keys, self.group)
+        replies: dict[str, Any] = {}
+        if self.cluster:
+            # redis-py's cluster pipeline routes EVALSHA_RO with a COMMAND GETKEYS round
+            # trip per call: send each node its own sites in a plain pipeline instead.
+            by_node: dict[str, tuple[Any, list[str]]] = {}
+            for s in sites:
+                node = self.client.get_node_from_key(self.site(s).tag)
+                by_node.setdefault(node.name, (node.redis_connection, []))[1].append(s)
+            for connection, node_sites in by_node.values():
+                replies.update(self._status_pipeline(connection, node_sites))
+        else:
+            replies = self._status_pipeline(self.client, sites)
         out = []
-        for s, reply in zip(sites, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(reply, NoScriptError):
-                out.append(self.status(s))  # falls back to EVAL_RO, which loads nothing
+        for s in sites:
+            reply = replies[s]
+            if isinstance(reply, NoScriptError) or (isinstance(reply, Exception) and _is_moved(reply)):
+                out.append(self.status(s))  # EVAL_RO loads nothing; the cluster client follows MOVED
             elif isinstance(reply, Exception):
                 raise reply
             else:
                 out.append(parse_status(s, reply))
         return out
+
+    def _status_pipeline(self, client: Any, sites: Sequence[str]) -> dict[str, Any]:
+        sha = self.scripts._status.sha
+        pipe = client.pipeline(transaction=False)
+        for s in sites:
+            k = self.site(s)
+            keys = [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
+            pipe.execute_command("EVALSHA_RO", sha, len(keys), *keys, self.group)
+        return dict(zip(sites, pipe.execute(raise_on_error=False), strict=True))
 
     def dead_letters(self, site: str, count: int = 100, start: str = "-") -> list[dict[str, Any]]:
         out = []

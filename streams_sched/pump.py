@@ -27,15 +27,15 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .codec import RequestCodec
 from .config import StreamsConfig
+from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .errors import EntryError
 from .frontier import Frontier, LeasedEntry, parse_enqueue, parse_lease
 from .keys import BANDS
+from .recovery import LeaseKey, release_orphans
 from .selection import DrainDetector, SiteHint, plan_leases
 
 __all__ = ["Pump"]
@@ -43,7 +43,7 @@ __all__ = ["Pump"]
 logger = logging.getLogger(__name__)
 
 #: Errors that mean "Redis is not answering": retry with back-off.
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+TRANSIENT = CONNECTION_TRANSIENT
 
 ENQUEUE_CHUNK = 256
 BROWSER_FIRST_STREAM = len(BANDS)
@@ -101,6 +101,7 @@ class Pump(threading.Thread):
         )
         self.held: dict[str, int] = defaultdict(int)
         self.held_total = 0
+        self.lease_ids: set[LeaseKey] = set()  # every lease held, to tell lost ones (recovery.py)
         self.held_browser = 0
         self.held_browser_site: dict[str, int] = defaultdict(int)
         self.suspects = 0  # held entries that failed a delivery before: at most one
@@ -113,6 +114,8 @@ class Pump(threading.Thread):
         self.own_dead: list[tuple[Any, ...]] = []
         self.drain = DrainDetector()
         now = time.monotonic()
+        self.started = now
+        self.waiting_for_seeds_logged = False
         self.next_registry = now
         self.next_policy = now
         self.next_heartbeat = now
@@ -126,6 +129,11 @@ class Pump(threading.Thread):
     # -- called from the reactor thread ------------------------------------
 
     def kick(self) -> None:
+        self._kick.set()
+
+    def stop_leasing(self) -> None:
+        """Lease nothing more (the worker is closing); does not wait."""
+        self._closing = True
         self._kick.set()
 
     def begin_close(self, timeout: float = 5.0) -> None:
@@ -179,6 +187,7 @@ class Pump(threading.Thread):
                     logger.warning(
                         "Redis is reachable again after %.1fs", time.monotonic() - self.outage_since
                     )
+                    self._release_orphans()
                     self.outage_since = None
                 self.backoff = 0.0
             except TRANSIENT as exc:
@@ -192,6 +201,14 @@ class Pump(threading.Thread):
             if self.backoff:
                 time.sleep(self.backoff)
         self._goodbye()
+
+    def _release_orphans(self) -> None:
+        """After a Redis error: hand back leases Redis granted but whose reply was lost."""
+        known = set(self.lease_ids)
+        known.update((op[1].site, op[1].stream, op[1].id) for op in self.held_acks + self.own_dead)
+        released = release_orphans(self.frontier, self.node_id, list(self.hints), known)
+        if released:
+            self.stats.append(("streams/orphans_released", released))
 
     def _on_outage(self, exc: BaseException) -> None:
         if self.outage_since is None:
@@ -272,6 +289,7 @@ class Pump(threading.Thread):
         if self.held[entry.site] <= 0:
             del self.held[entry.site]
         self.held_total -= 1
+        self.lease_ids.discard((entry.site, entry.stream, entry.id))
         if entry.stream >= BROWSER_FIRST_STREAM:
             self.held_browser -= 1
             self.held_browser_site[entry.site] -= 1
@@ -480,6 +498,7 @@ class Pump(threading.Thread):
         for e in entries:
             e.leased_at = now
             self.held[e.site] += 1
+            self.lease_ids.add((e.site, e.stream, e.id))
             self.held_total += 1
             if e.stream >= BROWSER_FIRST_STREAM:
                 self.held_browser += 1
@@ -597,6 +616,18 @@ class Pump(threading.Thread):
     def _check_drain(self, now: float) -> None:
         f = self.frontier
         sites = f.sites()
+        if not sites and now - self.started < self.config.empty_crawl_wait_seconds:
+            # a crawl that never had a request is not drained: it has not started yet
+            if not self.waiting_for_seeds_logged:
+                logger.info(
+                    "crawl %s has no requests yet; waiting up to %gs for seeds"
+                    " (STREAMS_EMPTY_CRAWL_WAIT_SECONDS; seed with `streams-sched push`)",
+                    f.crawl, self.config.empty_crawl_wait_seconds,
+                )
+                self.waiting_for_seeds_logged = True
+            self.drain.reset()
+            self.next_drain_check = now + min(0.5, self.config.idle_poll_seconds)
+            return
         statuses = f.status_many(sites)
         snapshot = {}
         for st in statuses:

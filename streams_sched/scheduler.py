@@ -47,14 +47,16 @@ from . import __version__
 from ._engine import EngineHooks
 from .codec import RequestCodec
 from .config import StreamsConfig
-from .connection import connect, redact, wait_ready
+from .connection import connect_ready, redact
 from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
 from .pump import Pump, make_node_id
+from .recovery import release_orphans
 from .retry_after import retry_after_seconds
 from .seen import SeenCache
 from .selection import band_for
+from .startup import fail_clearly
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -128,6 +130,7 @@ class StreamsScheduler(BaseScheduler):
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
 
     @classmethod
+    @fail_clearly
     def from_crawler(cls, crawler: Crawler) -> StreamsScheduler:
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider is not None else None
@@ -151,15 +154,16 @@ class StreamsScheduler(BaseScheduler):
 
     # -- lifecycle ------------------------------------------------------------
 
+    @fail_clearly
     def open(self, spider: Spider) -> None:
         cfg = self.config
         self.spider = spider
-        client = connect(
+        client = connect_ready(
             cfg.redis_url,
+            cfg.connect_timeout_seconds,
             socket_timeout=cfg.socket_timeout_seconds,
             connect_timeout=min(5.0, cfg.socket_timeout_seconds),
         )
-        wait_ready(client, cfg.redis_url, cfg.connect_timeout_seconds)
         bloom = crawl_bloom(
             client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion,
             cfg.revisit_after_seconds, cfg.revisit_buckets,
@@ -192,6 +196,7 @@ class StreamsScheduler(BaseScheduler):
         )
         if self.crawler is not None:
             self._hooks = EngineHooks(self.crawler, self, self.request_done)
+            self._hooks.on_closing(self._begin_shutdown, cfg.shutdown_timeout_seconds, self._shutdown_timed_out)
             self._downloader = getattr(self.crawler.engine, "downloader", None)
             self._pump.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
@@ -199,6 +204,10 @@ class StreamsScheduler(BaseScheduler):
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
+        if cfg.node_id:
+            # A restarted worker with a stable node id: the leases of its previous run
+            # will never be finished by anyone holding them; hand them back now.
+            release_orphans(frontier, self.node_id, frontier.sites(), set(), why="left by a previous run of this node")
         self._pump.refresh_policy()
         if self.inline_pump and self._hooks is not None:
             from ._inline_pump import InlinePump
@@ -235,18 +244,7 @@ class StreamsScheduler(BaseScheduler):
         if pump is None:
             return
         pump.begin_close()
-        self._absorb()
-        unstarted = 0
-        for queue in self._ready.values():
-            for _request, entry in queue:
-                self._outbox_put(("R", entry))
-                unstarted += 1
-        self._ready.clear()
-        self._nready = 0
-        for entry in self._leases.values():
-            self._outbox_put(("R", entry))
-            unstarted += 1
-        self._leases.clear()
+        unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         flushed = self._inline.finish(30.0) if self._inline is not None else pump.finish(timeout=30.0)
         self._apply_stats(pump)
         self._pump = None
@@ -256,6 +254,55 @@ class StreamsScheduler(BaseScheduler):
         logger.info(
             "streams-sched closed (%s): node=%s handed back %d unstarted leases; all acks sent: %s",
             reason, self.node_id, unstarted, flushed,
+        )
+
+    def _hand_back_unstarted(self) -> int:
+        """Release every prefetched request the engine has not started."""
+        self._absorb()
+        n = 0
+        for queue in self._ready.values():
+            for _request, entry in queue:
+                self._outbox_put(("R", entry))
+                n += 1
+        self._ready.clear()
+        self._nready = 0
+        if self._pump is not None:
+            self._pump.kick()
+        return n
+
+    def _hand_back_in_progress(self) -> int:
+        """Release the leases of requests the engine started but did not finish."""
+        n = len(self._leases)
+        for entry in self._leases.values():
+            self._outbox_put(("R", entry))
+        self._leases.clear()
+        if self._pump is not None:
+            self._pump.inflight = 0
+            self._pump.kick()
+        return n
+
+    def _begin_shutdown(self) -> None:
+        """The spider is closing (SIGTERM, Ctrl-C, CLOSESPIDER_*): lease nothing more and
+        hand back at once what was prefetched, so other workers get it without waiting
+        for the lease to expire. Requests in progress may finish (see _shutdown_timed_out)."""
+        if self._pump is None:
+            return
+        self._pump.stop_leasing()
+        n = self._hand_back_unstarted()
+        if n or self._leases:
+            logger.info(
+                "streams-sched closing: stopped leasing, handed back %d unstarted leases; waiting up to"
+                " %gs (STREAMS_SHUTDOWN_TIMEOUT_SECONDS) for %d requests in progress",
+                n, self.config.shutdown_timeout_seconds, len(self._leases),
+            )
+
+    def _shutdown_timed_out(self, in_progress: int) -> None:
+        n = self._hand_back_in_progress()
+        self._inc("streams/shutdown_handed_back", n)
+        logger.warning(
+            "streams-sched: %d requests still in progress after STREAMS_SHUTDOWN_TIMEOUT_SECONDS=%g;"
+            " handed back their %d leases for other workers and closing anyway",
+            in_progress, self.config.shutdown_timeout_seconds, n,
         )
 
     # -- Scrapy's scheduler interface ------------------------------------------
@@ -304,6 +351,8 @@ class StreamsScheduler(BaseScheduler):
         except SerializationError as exc:
             logger.error("%s", exc, extra={"spider": self.spider})
             self._inc("streams/unserializable")
+            if exc.field == "size":
+                self._inc("streams/oversize")
             return False
         cfg = self.config
         band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)

@@ -75,12 +75,14 @@ class Scripts:
 
         In a pipeline this queues a bare EVALSHA: redis-py's own script support
         would send SCRIPT EXISTS before every pipeline, doubling round trips.
-        A NOSCRIPT reply comes back as that command's error; the caller calls
-        :meth:`load` and retries.
+        It goes through ``execute_command`` because redis-py's cluster pipeline
+        blocks its ``evalsha`` method, while it routes a raw EVALSHA by its
+        first key. A NOSCRIPT reply comes back as that command's error; the
+        caller calls :meth:`load` and retries.
         """
         if pipe is None:
             return script(keys=keys, args=args, client=self.client)
-        return pipe.evalsha(script.sha, len(keys), *keys, *args)
+        return pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def status_ro(self, client: Any, keys: list[str], args: list[Any]) -> Any:
         """Run the read-only status script with EVALSHA_RO, falling back to EVAL_RO.

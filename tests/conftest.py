@@ -8,7 +8,11 @@ Where Redis comes from, in order:
 Without any of them the Redis tests are skipped locally and fail under CI
 (``CI`` set in the environment).
 
-``dedupe`` parametrizes the suite over both dedupe back-ends.
+``target`` parametrizes the suite over both dedupe back-ends ("bitmap",
+"redisbloom"); tests marked ``cluster`` also run on a local 3-master Redis
+Cluster ("cluster", with RedisBloom on every node when the module is there),
+with a crawl name that spreads the synthetic sites over all three shards.
+``dedupe`` is the STREAMS_DEDUPE value for the target.
 """
 
 from __future__ import annotations
@@ -23,12 +27,17 @@ from typing import Any
 import pytest
 import redis
 
-from streams_sched.testing import RedisServer, find_redisbloom, redis_server_binary
+from streams_sched.connection import connect
+from streams_sched.keys import CrawlKeys, SiteKeys
+from streams_sched.testing import LocalCluster, RedisServer, find_redisbloom, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 BACKENDS = ("bitmap", "redisbloom")
+CLUSTER = "cluster"
+#: sites of the synthetic web the e2e tests crawl (SYNTH_SITES defaults to 3)
+SYNTH_SITES = ("site0.test", "site1.test", "site2.test")
 
 
 def _missing(reason: str) -> None:
@@ -43,6 +52,18 @@ class _Source:
     def __init__(self) -> None:
         self.servers: dict[str, RedisServer] = {}
         self.containers: dict[str, Any] = {}
+        self.cluster: LocalCluster | None = None
+
+    def cluster_url(self) -> str:
+        """A local 3-master Redis Cluster (REDIS_CLUSTER_URL when set)."""
+        env = os.environ.get("REDIS_CLUSTER_URL")
+        if env:
+            return env
+        if self.cluster is None:
+            if not redis_server_binary():
+                _missing("no redis-server binary for the local Redis Cluster")
+            self.cluster = LocalCluster(3, bloom=find_redisbloom() is not None).start()
+        return self.cluster.url
 
     def url(self, backend: str) -> str:
         env = os.environ.get("REDIS_URL")
@@ -78,10 +99,12 @@ class _Source:
             server.cleanup()
         for container in self.containers.values():
             container.stop()
+        if self.cluster is not None:
+            self.cluster.cleanup()
 
 
 def _has_bf(url: str) -> bool:
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     try:
         client.execute_command("BF.EXISTS", "ss:probe", "x")
         return True
@@ -98,14 +121,25 @@ def redis_source() -> Iterator[_Source]:
     source.close()
 
 
-@pytest.fixture(params=BACKENDS)
-def dedupe(request: pytest.FixtureRequest) -> str:
-    """The dedupe back-end under test: 'bitmap' or 'redisbloom'."""
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target" in metafunc.fixturenames:
+        targets = list(BACKENDS)
+        if metafunc.definition.get_closest_marker("cluster"):
+            targets.append(CLUSTER)
+        only = metafunc.definition.get_closest_marker("targets")
+        if only is not None:  # a slow test that does not depend on the dedupe back-end
+            targets = [t for t in targets if t in only.args]
+        metafunc.parametrize("target", targets, indirect=True)
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest) -> str:
+    """Where the test runs: 'bitmap' or 'redisbloom' (one redis-server each) or 'cluster'."""
     return str(request.param)
 
 
 def _flushed(url: str) -> str:
-    client = redis.Redis.from_url(url)
+    client = connect(url)
     client.flushall()
     client.script_flush()
     client.close()
@@ -113,9 +147,22 @@ def _flushed(url: str) -> str:
 
 
 @pytest.fixture
-def redis_url(redis_source: _Source, dedupe: str) -> str:
-    """URL of a flushed Redis for the back-end under test."""
-    return _flushed(redis_source.url(dedupe))
+def dedupe(target: str) -> str:
+    """The dedupe back-end under test (STREAMS_DEDUPE): 'bitmap' or 'redisbloom'."""
+    if target == CLUSTER:
+        return "redisbloom" if _has_bf_cluster() else "bitmap"
+    return target
+
+
+def _has_bf_cluster() -> bool:
+    env = os.environ.get("REDIS_CLUSTER_URL")
+    return find_redisbloom() is not None if not env else _has_bf(env)
+
+
+@pytest.fixture
+def redis_url(redis_source: _Source, target: str) -> str:
+    """URL of a flushed Redis (or Redis Cluster) for the target under test."""
+    return _flushed(redis_source.cluster_url() if target == CLUSTER else redis_source.url(target))
 
 
 @pytest.fixture
@@ -132,10 +179,50 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def crawl() -> str:
+def crawl(request: pytest.FixtureRequest) -> str:
+    """A fresh crawl name; on a cluster, one that puts the crawl on every shard."""
+    if "redis_url" in request.fixturenames and request.getfixturevalue("target") == CLUSTER:
+        return spread_crawl_name(connect(request.getfixturevalue("redis_url")), SYNTH_SITES)
     return "t" + uuid.uuid4().hex[:8]
+
+
+def spread_crawl_name(client: Any, sites: tuple[str, ...]) -> str:
+    """A crawl name whose sites sit on at least two shards and whose crawl-level keys
+    sit on another one, so every shard of a 3-master cluster serves the crawl.
+
+    (Sites named site0..site9 differ in one character, so CRC16 keeps their
+    slots within one 4096-slot block: they can never cover three shards.)
+    """
+    shards = {n.name for n in client.get_primaries()}
+    for _ in range(10_000):
+        name = "t" + uuid.uuid4().hex[:8]
+        site_nodes = {client.get_node_from_key(SiteKeys(name, s).tag).name for s in sites}
+        crawl_node = client.get_node_from_key(CrawlKeys(name).tag).name
+        if len(site_nodes) >= min(2, len(shards)) and site_nodes | {crawl_node} == shards:
+            return name
+    raise AssertionError("no crawl name spreads the crawl over the shards")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests run with the project root on sys.path so `python -m` subprocesses find helpers.
     os.environ.setdefault("PYTHONPATH", str(ROOT / "tests") + os.pathsep + str(ROOT))
+
+
+_REPORT: list[str] = []
+
+
+@pytest.fixture
+def fault_report(request: pytest.FixtureRequest) -> Any:
+    """report(text): a line for the "fault injection" section of the terminal summary."""
+
+    def report(text: str) -> None:
+        _REPORT.append(f"{request.node.name}: {text}")
+
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _REPORT:
+        terminalreporter.section("fault injection report")
+        for line in _REPORT:
+            terminalreporter.write_line(line)

@@ -12,9 +12,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-import redis
-
+from streams_sched.connection import connect
 from streams_sched.frontier import BloomParams, Frontier
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +35,13 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
 
 def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Frontier:
     mode = "bf" if dedupe == "redisbloom" else "bitmap"
-    return Frontier(redis.Redis.from_url(url), crawl, BloomParams(mode=mode, **bloom))
+    return Frontier(connect(url), crawl, BloomParams(mode=mode, **bloom))
+
+
+def with_user(url: str, user: str, password: str) -> str:
+    """``url`` with ``user:password@`` in it (the form REDIS_URL takes for ACL users)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest.split('@', 1)[-1]}"
 
 
 def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:
@@ -113,3 +119,38 @@ def read_items(path: Path) -> list[dict[str, Any]]:
 
 def crawled_urls(path: Path) -> Counter[str]:
     return Counter(item["url"] for item in read_items(path))
+
+
+SCRAPY_PROJECT_SETTINGS = """\
+BOT_NAME = "synth_project"
+SPIDER_MODULES = ["synth_project.spiders"]
+SCHEDULER = "streams_sched.scheduler.StreamsScheduler"
+ROBOTSTXT_OBEY = False
+TELNETCONSOLE_ENABLED = False
+DOWNLOAD_HANDLERS = {"http": "streams_sched.demo.handler.SyntheticHandler"}
+"""
+
+
+def scrapy_project(where: Path) -> Path:
+    """A minimal Scrapy project (scrapy.cfg, settings, one spider "synth") for `scrapy crawl`."""
+    pkg = where / "synth_project"
+    (pkg / "spiders").mkdir(parents=True, exist_ok=True)
+    (where / "scrapy.cfg").write_text("[settings]\ndefault = synth_project.settings\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "settings.py").write_text(SCRAPY_PROJECT_SETTINGS)
+    (pkg / "spiders" / "__init__.py").write_text(
+        "from streams_sched.demo.spider import SyntheticSpider\n\n\n"
+        "class Synth(SyntheticSpider):\n    name = \"synth\"\n"
+    )
+    return where
+
+
+def scrapy_crawl(project: Path, settings: dict[str, Any], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run `scrapy crawl synth -s NAME=VALUE ...` in ``project``; dict and list values go as JSON."""
+    args = [sys.executable, "-m", "scrapy", "crawl", "synth"]
+    for name, value in settings.items():
+        text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+        args += ["-s", f"{name}={text}"]
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SCRAPY_SETTINGS_MODULE")}
+    env["PYTHONPATH"] = os.pathsep.join([str(project), str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)

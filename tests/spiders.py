@@ -111,3 +111,33 @@ class SlowRootSpider(SyntheticSpider):
 
     async def start(self) -> Any:
         yield scrapy.Request("http://site0.test/p/0", callback=self.parse)
+
+
+class AnnounceMiddleware:
+    """Downloader middleware appending each URL whose download starts to ANNOUNCE_FILE,
+    so a test can wait until requests are really in progress."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> AnnounceMiddleware:
+        return cls(crawler.settings.get("ANNOUNCE_FILE"))
+
+    def process_request(self, request: scrapy.Request, spider: Any = None) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(fd, (request.url + "\n").encode())
+        os.close(fd)
+
+
+class OversizeSpider(SyntheticSpider):
+    """Seeds site 0 plus requests that cannot be enqueued: a body and a meta value over
+    STREAMS_MAX_REQUEST_BYTES, and a meta value msgpack cannot encode."""
+
+    name = "oversize"
+
+    async def start(self) -> Any:
+        yield scrapy.Request("http://site0.test/p/0", callback=self.parse)
+        yield scrapy.Request("http://site0.test/big-body", method="POST", body=b"x" * 5000, callback=self.parse)
+        yield scrapy.Request("http://site0.test/big-meta", meta={"blob": "y" * 5000}, callback=self.parse)
+        yield scrapy.Request("http://site0.test/obj-meta", meta={"obj": object()}, callback=self.parse)

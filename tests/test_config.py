@@ -73,3 +73,43 @@ def test_band_ratio_forms() -> None:
     assert parse_band_ratio("5:3:2") == (5, 3, 2)
     assert parse_band_ratio([1, 1, 1]) == (1, 1, 1)
     assert parse_band_ratio("strict") == STRICT_RATIO
+
+
+def test_band_ratio_as_a_dict_of_bands() -> None:
+    """A {band: weight} dict works; an unknown band name is refused, naming the setting and the band."""
+    assert parse_band_ratio({"high": 5, "default": 2, "low": 1}) == (5, 2, 1)
+    with pytest.raises(ConfigError, match=r"STREAMS_BAND_RATIO=.*unknown band\(s\) \['urgent'\]"):
+        build(STREAMS_BAND_RATIO={"high": 5, "urgent": 9})
+
+
+def test_sites_given_as_json_text() -> None:
+    """STREAMS_SITES given as JSON text (`-s` or the environment) is parsed; broken JSON is named."""
+    assert build(STREAMS_SITES='{"a.test": {"rate": 2}}').sites == {"a.test": {"rate": 2}}
+    with pytest.raises(ConfigError, match="STREAMS_SITES=.*not valid JSON"):
+        build(STREAMS_SITES='{"a.test": ')
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://localhost:notaport/0", "port is not a number"),
+        ("redis:///0", "no host"),
+        ("redis://localhost:6379/zero", "database 'zero' is not a number"),
+        ("redis://localhost:6379/0?clustr=1", "unknown option(s) ['clustr']"),
+        ("rediss://localhost:6379/0?ssl_ca_certs=/nonexistent/ca.pem", "no such file"),
+        ("redis://localhost:6379/0?ssl_ca_certs=/etc/hostname", "need a rediss:// URL"),
+        ("unix://", "socket path"),
+    ],
+)
+def test_bad_redis_url_is_refused_before_connecting(url: str, message: str) -> None:
+    """REDIS_URL mistakes are caught when the settings are read, with what is wrong."""
+    with pytest.raises(ConfigError) as info:
+        build(REDIS_URL=url)
+    assert str(info.value).startswith("REDIS_URL=") and message in str(info.value)
+
+
+def test_password_never_appears_in_url_errors() -> None:
+    """An error about a REDIS_URL with a password shows the URL with the password masked."""
+    with pytest.raises(ConfigError) as info:
+        build(REDIS_URL="redis://worker:s3cret@localhost:6379/0?bogus=1")
+    assert "s3cret" not in str(info.value) and "worker:***@localhost" in str(info.value)

@@ -15,7 +15,7 @@ from streams_sched.keys import CrawlKeys
 
 from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
 
 def expected(sites: int, pages: int) -> set[str]:
@@ -168,6 +168,71 @@ def test_garbage_entry_goes_to_dead_letters_and_crawl_goes_on(redis_url: str, de
     assert set(crawled_urls(items)) == expected(1, 30)
 
 
+def test_foreign_entries_arriving_mid_crawl_are_dead_lettered_with_reasons(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """Entries written into a stream while a worker crawls (random bytes, no payload, an unknown
+    callback, a private attribute as callback, a URL Scrapy rejects, a class outside the
+    allowlist, a malformed delayed member) each end in the dead-letter stream with the reason;
+    the worker keeps crawling and finishes."""
+    import msgpack
+
+    f = frontier(redis_url, crawl, dedupe)
+    keys = f.site("site0.test")
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=80, SYNTH_DELAY_SECONDS=0.03,
+        CONCURRENT_REQUESTS=4,
+    )
+    w = Worker(settings, tmp_path / "w.log")
+    pack = lambda d: msgpack.packb(d, use_bin_type=True)  # noqa: E731
+    foreign = [
+        ({"r": b"\xc1\xff not msgpack"}, "not msgpack"),
+        ({"something": "else"}, "no payload"),
+        ({"r": pack({"u": "http://site0.test/p/1", "c": "no_such_method"})}, "not a method of spider"),
+        ({"r": pack({"u": "http://site0.test/p/2", "c": "__class__"})}, "not a public method"),
+        ({"r": pack({"u": "no scheme at all"})}, "Scrapy rejects the request"),
+        ({"r": pack({"u": "http://site0.test/p/3", "t": "subprocess.Popen"})}, "is not allowed"),
+    ]
+    try:
+        wait_for(lambda: len(read_items(items)) >= 10, timeout=60, what="the crawl to be under way")
+        for fields, _ in foreign:
+            f.client.xadd(keys.stream("http", "default"), fields)
+        f.client.zadd(keys.delayed, {b"garbage without separators": 0})
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    reasons = [letter["reason"].decode() for letter in f.dead_letters("site0.test")]
+    assert len(reasons) == len(foreign) + 1, reasons
+    for _, why in foreign:
+        assert any(why in r for r in reasons), (why, reasons)
+    assert any("malformed delayed-queue member" in r for r in reasons)
+    assert set(crawled_urls(items)) == expected(1, 80)
+    st = f.status("site0.test")  # (the foreign entries were never counted as enqueued)
+    assert (st.backlog, st.pending, st.delayed) == (0, 0, 0)
+
+
+@pytest.mark.targets("bitmap")  # decided in the worker, before Redis
+def test_oversize_and_unencodable_requests_are_refused_at_enqueue_and_counted(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """Requests over STREAMS_MAX_REQUEST_BYTES (body or meta) and with unencodable meta are
+    refused at enqueue with an error naming the request and the limit, counted in the stats,
+    and the crawl goes on."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items, SYNTH_SITES=1, SYNTH_PAGES=20, STREAMS_MAX_REQUEST_BYTES=2000,
+    )
+    w = Worker(settings, tmp_path / "w.log", spider="spiders.OversizeSpider")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    log = w.log()
+    assert "cannot enqueue <POST http://site0.test/big-body>: size: encoded request is" in log
+    assert "over STREAMS_MAX_REQUEST_BYTES=2000" in log
+    assert "cannot enqueue <GET http://site0.test/big-meta>: size:" in log
+    assert "cannot enqueue <GET http://site0.test/obj-meta>: meta['obj']" in log
+    assert "'streams/oversize': 2" in log and "'streams/unserializable': 3" in log
+    assert set(crawled_urls(items)) == expected(1, 20)
+
+
 def test_entry_that_kills_every_worker_ends_in_dead_letters(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A request whose processing kills the worker is retried up to the limit, then dead-lettered."""
     items = tmp_path / "items.jsonl"
@@ -291,3 +356,20 @@ def test_two_crawls_in_one_redis_do_not_touch_each_other(plain_redis_url: str, t
     for name in ("crawl-a", "crawl-b"):
         seen = crawled_urls(tmp_path / f"{name}.jsonl")
         assert set(seen) == expected(2, 50) and max(seen.values()) == 1
+
+
+@pytest.mark.targets("cluster")
+def test_node_events_use_sharded_pubsub_on_a_cluster(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """On Redis Cluster node events go out with SPUBLISH on the crawl's shard; SSUBSCRIBE sees them all."""
+    sub = frontier(redis_url, crawl).subscribe_events()
+    items = tmp_path / "items.jsonl"
+    w = Worker(base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=30), tmp_path / "w.log")
+    try:
+        assert w.wait(120) == 0, w.log()
+    finally:
+        w.close()
+    events = []
+    while (msg := sub.get_sharded_message(timeout=0.5)) is not None:
+        if msg["type"] == "smessage":
+            events.append(json.loads(msg["data"])["event"])
+    assert events[0] == "node_online" and events[-1] == "node_offline" and "heartbeat" in events

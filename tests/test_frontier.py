@@ -9,10 +9,13 @@ import time
 import pytest
 import redis
 
+from streams_sched.connection import connect
 from streams_sched.frontier import Outgoing
 from streams_sched.keys import GROUP, STREAMS, SiteKeys
 
-from helpers import frontier, wait_for
+from helpers import frontier, wait_for, with_user
+
+pytestmark = pytest.mark.cluster
 
 
 def fp(i: int | str) -> bytes:
@@ -251,19 +254,20 @@ def test_status_runs_as_a_read_only_acl_user(redis_url: str, dedupe: str, crawl:
     """A user allowed only read commands and EVALSHA_RO can read a site's status."""
     f = frontier(redis_url, crawl, dedupe)
     f.enqueue("a.test", [out(1)])
-    f.client.acl_setuser(
-        "reader", enabled=True, passwords=["+pw"], keys=["ss:*"],
-        commands=["+@read", "+evalsha_ro", "+eval_ro", "+time", "+ping"], reset_keys=True,
+    everywhere = {"target_nodes": "all"} if f.cluster else {}  # ACL commands go to one node by default
+    cluster_rules = ["+cluster|slots", "+cluster|shards", "+command"] if f.cluster else []
+    f.client.execute_command(
+        "ACL SETUSER", "reader", "reset", "on", ">pw", "~ss:*",
+        "+@read", "+evalsha_ro", "+eval_ro", "+time", "+ping", *cluster_rules, **everywhere,
     )
     try:
-        host_port = redis_url.split("//", 1)[1]
-        ro = redis.Redis.from_url(f"redis://reader:pw@{host_port}")
+        ro = connect(with_user(redis_url, "reader", "pw"))
         st = f.status("a.test", client=ro)
         assert st.backlog == 1
         with pytest.raises(redis.exceptions.NoPermissionError):
             ro.xadd(f.site("a.test").stream("http", "high"), {"r": "x"})
     finally:
-        f.client.acl_deluser("reader")
+        f.client.execute_command("ACL DELUSER", "reader", **everywhere)
 
 
 def test_dedupe_backend_is_fixed_per_crawl(plain_redis_url: str, crawl: str) -> None:

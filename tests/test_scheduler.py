@@ -103,3 +103,49 @@ def test_has_pending_requests_until_the_crawl_is_drained(sched: StreamsScheduler
     assert sched.has_pending_requests()  # leased, not acked
     sched.request_done(req)
     wait_for(lambda: not sched.has_pending_requests(), timeout=10, what="drain")
+
+
+def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> StreamsScheduler:
+    config = StreamsConfig.from_settings(
+        {"REDIS_URL": redis_url, "STREAMS_PREFIX": crawl, "STREAMS_DEDUPE": dedupe,
+         "STREAMS_IDLE_POLL_SECONDS": 0.1, **settings},
+        "unit",
+    )
+    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=4, per_site_concurrency=4)
+    s.open(Spider())
+    return s
+
+
+def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A worker on a crawl that never had a request keeps waiting for seeds, up to the setting."""
+    s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=1.5)
+    try:
+        started = time.monotonic()
+        time.sleep(0.8)
+        assert s.has_pending_requests()  # not drained: nothing was ever enqueued
+        wait_for(lambda: not s.has_pending_requests(), timeout=10, what="drain after the wait")
+        assert time.monotonic() - started >= 1.5
+    finally:
+        s.close("test")
+
+
+def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, dedupe: str, crawl: str, r: redis.Redis) -> None:
+    """With a stable STREAMS_NODE_ID, a restarted worker releases what its previous run held."""
+    from streams_sched.frontier import Outgoing
+
+    from helpers import frontier
+
+    f = frontier(redis_url, crawl, dedupe)
+    f.register_sites(["a.test"])
+    f.enqueue("a.test", [Outgoing(bytes([i]) * 20, 1, 0, b"x") for i in range(3)])
+    f.lease("a.test", "node-a", 3, (1, 1, 1))  # the previous run died holding these
+    stream = SiteKeys(crawl, "a.test").stream("http", "default")
+    assert r.xpending(stream, GROUP)["pending"] == 3
+    s = make(redis_url, dedupe, crawl, STREAMS_NODE_ID="node-a", STREAMS_MAX_DELIVERIES=5)
+    try:
+        # handed back at open, before any lease of its own: they are backlog again
+        # (or already leased again by this same worker)
+        wait_for(lambda: r.xlen(stream) == 3 and len(r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")) <= s._pump.held_total, timeout=10)
+    finally:
+        s.close("test")
+    assert r.xpending(stream, GROUP)["pending"] == 0

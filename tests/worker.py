@@ -15,6 +15,8 @@ def main() -> None:
     process = CrawlerProcess(settings)
     process.crawl(spider)
     process.start()
+    # like `scrapy crawl`: a crawl that failed to start exits 1
+    sys.exit(1 if process.bootstrap_failed else 0)
 
 
 if __name__ == "__main__":

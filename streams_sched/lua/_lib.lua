@@ -64,6 +64,7 @@ end
 -- Move up to `limit` due delayed requests into their streams. Returns the count moved.
 local function promote_due(delayed, dlq, stats, streams, group, now, limit)
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+  local moved = 0
   for _, member in ipairs(due) do
     local sep1 = string.find(member, ':', 1, true)
     local sep2 = sep1 and string.find(member, ':', sep1 + 1, true)
@@ -72,15 +73,16 @@ local function promote_due(delayed, dlq, stats, streams, group, now, limit)
     if stream and sep2 then
       ensure_group(stream, group)
       redis.call('XADD', stream, '*', 'r', string.sub(member, sep2 + 1))
+      moved = moved + 1
     else
       dead_letter(dlq, stats, delayed, '', member, 'malformed delayed-queue member', 0, '', now)
     end
     redis.call('ZREM', delayed, member)
   end
-  if #due > 0 then
-    redis.call('HINCRBY', stats, 'promoted', #due)
+  if moved > 0 then
+    redis.call('HINCRBY', stats, 'promoted', moved)
   end
-  return #due
+  return moved
 end
 
 -- Bloom filters ---------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""Fuzz a worker's intake: arbitrary stream entries through the real lease script, the I/O
+thread and the codec. Each entry becomes a request or a dead letter with a reason; the
+worker's I/O thread never dies and nothing stays leased."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scrapy import Request, Spider
+from scrapy.utils.request import RequestFingerprinter
+
+from streams_sched.config import StreamsConfig
+from streams_sched.keys import CrawlKeys, SiteKeys
+from streams_sched.scheduler import StreamsScheduler
+
+
+class FuzzSpider(Spider):
+    name = "fuzz"
+
+    def parse(self, response: Any) -> None:  # pragma: no cover - never called
+        pass
+
+    def parse_item(self, response: Any) -> None:  # pragma: no cover
+        pass
+
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=20) | st.binary(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+_urls = st.sampled_from(["http://a.test/x", "https://a.test/", "no scheme", "", "ftp://a.test/f", "http://[::1/"]) | st.text(max_size=30)
+_payload_maps = st.fixed_dictionaries(
+    {"u": _urls},
+    optional={
+        "c": st.sampled_from(["parse", "parse_item", "missing", "__init__", "os.system", "!"]) | _values,
+        "e": st.sampled_from(["parse", "nope"]) | _values,
+        "m": st.sampled_from(["GET", "POST", "BREW"]) | _values,
+        "h": _values, "b": st.binary(max_size=20) | _values, "mt": _values, "a": _values,
+        "p": st.integers(-5, 5) | _values, "df": st.booleans() | _values,
+        "t": st.sampled_from(["FormRequest", "JsonRequest", "os.system"]) | _values,
+        "v": st.sampled_from([1, 2]) | _values, "zz": _values,
+    },
+)
+_payloads = st.binary(max_size=60) | _payload_maps.map(lambda d: msgpack.packb(d, use_bin_type=True))
+_entries = st.dictionaries(
+    st.sampled_from(["r", "d", "x"]) | st.text(min_size=1, max_size=4),
+    _payloads | st.integers(0, 3).map(lambda n: str(n).encode()),
+    min_size=1, max_size=3,
+)
+
+
+@pytest.fixture
+def scheduler(plain_redis_url: str, crawl: str) -> Iterator[StreamsScheduler]:
+    config = StreamsConfig(
+        redis_url=plain_redis_url, crawl=crawl, idle_poll_seconds=0.05, flush_interval_seconds=0.005,
+        lease_seconds=30, max_deliveries=100,
+    )
+    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=8, per_site_concurrency=8)
+    sched.open(FuzzSpider())
+    yield sched
+    sched.close("finished")
+
+
+_sites = itertools.count()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(entries=st.lists(_entries, min_size=1, max_size=6))
+def test_any_entry_becomes_a_request_or_a_dead_letter(scheduler: StreamsScheduler, entries: list[dict[str, bytes]]) -> None:
+    """Whatever is in a stream entry, the worker leases it and either hands the engine a
+    Request or dead-letters it with a reason; nothing stays leased and the I/O thread lives."""
+    f = scheduler.frontier
+    assert f is not None and scheduler._pump is not None
+    site = f"fuzz{next(_sites)}.test"
+    keys = SiteKeys(f.crawl, site)
+    stream = keys.stream("http", "default")
+    f.client.xgroup_create(stream, "workers", id="0", mkstream=True)
+    for fields in entries:
+        f.client.xadd(stream, fields)
+    f.client.sadd(CrawlKeys(f.crawl).sites, site)
+    got: list[Request] = []
+    deadline = time.monotonic() + 30
+    while True:
+        request = scheduler.next_request()
+        if request is not None:
+            assert isinstance(request, Request)
+            got.append(request)
+            scheduler.request_done(request)
+            continue
+        st_ = f.status(site)
+        if len(got) + st_.dead_letters == len(entries) and st_.pending == 0 and st_.backlog == 0:
+            break
+        assert scheduler._pump.fatal is None
+        assert time.monotonic() < deadline, (entries, len(got), st_)
+        time.sleep(0.01)
+    for letter in f.dead_letters(site):
+        assert letter["reason"], letter
