@@ -46,22 +46,11 @@ KINDS: dict[str, dict[str, Any]] = {
         "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "bitmap",
     },
-    # prototypes on the bench branch (see README "Where the time goes")
-    "streams-sched+url": {
+    # the URL shortcut (on by default) switched off, to measure what it saves
+    "streams-sched-no-url-shortcut": {
         "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "redisbloom",
-        "STREAMS_URL_SHORTCUT": True,
-    },
-    "streams-sched+inline": {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
-        "STREAMS_DEDUPE": "redisbloom",
-        "STREAMS_INLINE_PUMP": True,
-    },
-    "streams-sched+url+inline": {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
-        "STREAMS_DEDUPE": "redisbloom",
-        "STREAMS_URL_SHORTCUT": True,
-        "STREAMS_INLINE_PUMP": True,
+        "STREAMS_URL_SHORTCUT": False,
     },
 }
 

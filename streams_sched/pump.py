@@ -78,6 +78,7 @@ class Pump(threading.Thread):
         self.stats: deque[tuple[str, int]] = deque()
         self.inflight = 0  # written by the reactor thread: requests handed to the engine
         self.drained = False
+        self.starved = True  # written by the reactor thread: it found nothing to hand out
         self.fatal: BaseException | None = None
         self._kick = threading.Event()
         self._closing = False
@@ -209,6 +210,14 @@ class Pump(threading.Thread):
         released = release_orphans(self.frontier, self.node_id, list(self.hints), known)
         if released:
             self.stats.append(("streams/orphans_released", released))
+
+    def _wake_if_starved(self) -> None:
+        """New requests arrived: wake the engine only if it found nothing last time it
+        asked (a busy engine asks again by itself after each download, and every wake
+        costs the reactor a self-pipe wake-up and the GIL)."""
+        if self.starved:
+            self.starved = False
+            self.wake()
 
     def _on_outage(self, exc: BaseException) -> None:
         if self.outage_since is None:
@@ -370,7 +379,7 @@ class Pump(threading.Thread):
                 pipe=pipe,
             )
             suspects_ok = 0
-            handlers.append(("lease", plan.site))
+            handlers.append(("lease", plan.site, plan))
         return bool(plans)
 
     def _queue_heartbeat(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> None:
@@ -425,12 +434,12 @@ class Pump(threading.Thread):
             elif kind == "after":
                 self._on_after(h[1], h[2], reply)
             elif kind == "lease":
-                arrived += self._on_leased(h[1], reply)
+                arrived += self._on_leased(h[1], reply, h[2])
         if noscript:
             self.frontier.scripts.load()
         if arrived:
             self.drained = False
-            self.wake()
+            self._wake_if_starved()
         if transient is not None:
             raise transient
         return arrived
@@ -458,12 +467,15 @@ class Pump(threading.Thread):
         key = {"A": "streams/acked", "D": "streams/dead_lettered", "R": "streams/released", "X": "streams/extended"}[kind]
         self.stats.append((key, n if kind != "X" else len(group)))
 
-    def _on_leased(self, site: str, reply: Any) -> int:
+    def _on_leased(self, site: str, reply: Any, plan: Any) -> int:
         r = parse_lease(site, reply)
         now = time.monotonic()
         hint = self.hints.setdefault(site, SiteHint())
-        hint.backlog_http = r.backlog_http
-        hint.backlog_browser = r.backlog_browser
+        # lease.lua only looks at the task types it was asked for
+        if plan.max_http > 0:
+            hint.backlog_http = r.backlog_http
+        if plan.max_browser > 0:
+            hint.backlog_browser = r.backlog_browser
         hint.pending = r.pending
         hint.delayed = r.delayed
         hint.weight = r.weight if r.weight > 0 else 1.0
@@ -607,7 +619,7 @@ class Pump(threading.Thread):
                 self.recovering = True
                 if self._accept(entries):
                     self.drained = False
-                    self.wake()
+                    self._wake_if_starved()
                 return
             if dead:
                 self.recovering = True

@@ -89,8 +89,7 @@ class StreamsScheduler(BaseScheduler):
         per_site_concurrency: int = 8,
         download_delay: float = 0.0,
         dupefilter_debug: bool = False,
-        url_shortcut: bool = False,
-        inline_pump: bool = False,
+        url_shortcut: bool = True,
     ) -> None:
         self.config = config
         self.fingerprinter = fingerprinter
@@ -102,21 +101,20 @@ class StreamsScheduler(BaseScheduler):
         self.dupefilter_debug = dupefilter_debug
         self.node_id = config.node_id or make_node_id()
         self.seen = SeenCache(config.local_seen_cache)
-        # PROTOTYPE (bench/README "where the time goes"): with Scrapy's default
-        # fingerprinter a GET without body has a fingerprint that depends on the
-        # URL string alone, so a URL this worker already sent is a duplicate
-        # without canonicalize_url + json + sha1 (~13 us; 7 of 8 links on a page).
+        # With Scrapy's own fingerprinter a GET without body has a fingerprint that
+        # depends on the URL string alone, so a URL this worker already sent is a
+        # duplicate without canonicalize_url + json + sha1 (~13 us; most links on a
+        # page were seen before). Any other fingerprinter always fingerprints.
         self.url_shortcut = url_shortcut and type(fingerprinter) is RequestFingerprinter
         self.seen_urls = SeenCache(config.local_seen_cache if self.url_shortcut else 0)
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self.codec: RequestCodec | None = None
         self._pump: Pump | None = None
-        self.inline_pump = inline_pump  # PROTOTYPE: see _inline_pump.py
-        self._inline: Any = None
         self._hooks: EngineHooks | None = None
         self._outbox: deque[tuple[Any, ...]] = deque()
-        self._ready: dict[str, deque[tuple[Request, LeasedEntry]]] = {}
+        #: prefetched requests per site: (request, lease, downloader slot key)
+        self._ready: dict[str, deque[tuple[Request, LeasedEntry, str | None]]] = {}
         self._served: dict[str, float] = {}
         self._downloader: Any = None
         self._nready = 0
@@ -144,8 +142,7 @@ class StreamsScheduler(BaseScheduler):
             per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
             download_delay=settings.getfloat("DOWNLOAD_DELAY"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
-            url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", False),
-            inline_pump=settings.getbool("STREAMS_INLINE_PUMP", False),
+            url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", True),
         )
         from .metrics import attach_worker_metrics
 
@@ -209,13 +206,7 @@ class StreamsScheduler(BaseScheduler):
             # will never be finished by anyone holding them; hand them back now.
             release_orphans(frontier, self.node_id, frontier.sites(), set(), why="left by a previous run of this node")
         self._pump.refresh_policy()
-        if self.inline_pump and self._hooks is not None:
-            from ._inline_pump import InlinePump
-
-            self._inline = InlinePump(self._pump, self._hooks._nextcall.schedule)
-            self._inline.start()
-        else:
-            self._pump.start()
+        self._pump.start()
         logger.info(
             "streams-sched %s opened: crawl=%s node=%s redis=%s dedupe=%s lease_s=%g"
             " max_deliveries=%d band_ratio=%s close_on_drain=%s",
@@ -245,7 +236,7 @@ class StreamsScheduler(BaseScheduler):
             return
         pump.begin_close()
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
-        flushed = self._inline.finish(30.0) if self._inline is not None else pump.finish(timeout=30.0)
+        flushed = pump.finish(timeout=30.0)
         self._apply_stats(pump)
         self._pump = None
         if self._hooks is not None:
@@ -261,7 +252,7 @@ class StreamsScheduler(BaseScheduler):
         self._absorb()
         n = 0
         for queue in self._ready.values():
-            for _request, entry in queue:
+            for _request, entry, _slot in queue:
                 self._outbox_put(("R", entry))
                 n += 1
         self._ready.clear()
@@ -381,6 +372,10 @@ class StreamsScheduler(BaseScheduler):
             return None
         if pump.stats:
             self._apply_stats()
+        if not self._ready:
+            # Tell the I/O thread to wake the engine when requests arrive. Set before
+            # looking at the arrivals: the thread appends first and reads this after.
+            pump.starved = True
         if pump.arrivals:
             self._absorb()
         if not self._ready:
@@ -390,7 +385,7 @@ class StreamsScheduler(BaseScheduler):
         if site is None:
             return None  # every site with requests has a full downloader slot
         queue = self._ready[site]
-        request, entry = queue.popleft()
+        request, entry, _slot = queue.popleft()
         if not queue:
             del self._ready[site]
         self._served[site] = self._served.get(site, 0.0) + 1.0
@@ -418,7 +413,7 @@ class StreamsScheduler(BaseScheduler):
         best_key = 0.0
         for site, queue in ready.items():
             if slots:
-                slot = slots.get(self._downloader.get_slot_key(queue[0][0]))
+                slot = slots.get(queue[0][2])
                 if slot is not None and len(slot.active) >= slot.concurrency:
                     continue
             hint = hints.get(site)
@@ -480,6 +475,7 @@ class StreamsScheduler(BaseScheduler):
         arrivals = pump.arrivals
         ready = self._ready
         served = self._served
+        slot_key = self._downloader.get_slot_key if self._downloader is not None else None
         n = 0
         while arrivals:
             request, entry = arrivals.popleft()
@@ -490,7 +486,7 @@ class StreamsScheduler(BaseScheduler):
                 if others:
                     # a site coming back starts level with the least served, not far behind
                     served[entry.site] = max(served.get(entry.site, 0.0), min(others))
-            queue.append((request, entry))
+            queue.append((request, entry, slot_key(request) if slot_key is not None else None))
             n += 1
         self._nready += n
 

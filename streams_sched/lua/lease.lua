@@ -24,7 +24,7 @@
 --              holds two requests that may have crashed a worker before
 -- ARGV[11..15] the crawl's defaults for fields the site's policy does not set:
 --              rate, burst, paused ('1'/'0'), weight, max_browser ('' = none)
--- Returns {backlog_http, backlog_browser, pending, delayed, ms until the next delayed
+-- Returns {backlog_http, backlog_browser, pending (both 0 for a task type asked for 0), delayed, ms until the next delayed
 --          request is due (-1 none),
 --          wait_ms (0 ok, >0 rate-limited for that long, -1 paused),
 --          entries put back because of ARGV[10], the site's weight (string),
@@ -72,7 +72,11 @@ local leased = 0
 local deferred = 0
 for t = 1, 2 do
   for b = 1, 3 do
-    local n, p = backlog_of(streams[(t - 1) * 3 + b], group)
+    -- a task type this worker does not lease is not even looked at
+    local n, p = 0, 0
+    if want[t] > 0 then
+      n, p = backlog_of(streams[(t - 1) * 3 + b], group)
+    end
     per_band[t][b] = n
     pending = pending + p
     backlog[t] = backlog[t] + n
