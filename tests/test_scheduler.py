@@ -149,3 +149,14 @@ def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, 
     finally:
         s.close("test")
     assert r.xpending(stream, GROUP)["pending"] == 0
+
+
+def test_extend_lease_resets_the_lease_clock(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:
+    """A long-running request can extend its own lease: its idle time in Redis starts over."""
+    sched.enqueue_request(scrapy.Request("http://slow.test/"))
+    req = next_request(sched)
+    stream = SiteKeys(crawl, "slow.test").stream("http", "default")
+    wait_for(lambda: r.xpending_range(stream, GROUP, "-", "+", 1)[0]["time_since_delivered"] >= 300, timeout=10)
+    assert sched.extend_lease(req)
+    wait_for(lambda: r.xpending_range(stream, GROUP, "-", "+", 1)[0]["time_since_delivered"] < 300, timeout=10, what="the lease to be extended")
+    assert not sched.extend_lease(scrapy.Request("http://never-leased.test/"))
