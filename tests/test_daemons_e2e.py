@@ -25,14 +25,21 @@ def test_worker_metrics_add_up_to_the_monitor_and_redis(plain_redis_url: str, cr
     """Two workers export leased/acked/dedupe/latency; their acks sum to the monitor's and to Redis."""
     items = tmp_path / "items.jsonl"
     ports = [free_port(), free_port()]
-    settings = base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=2, SYNTH_PAGES=60, STREAMS_CLOSE_ON_DRAIN=False)
-    workers = [
-        Worker({**settings, "SYNTH_SEED": n == 0, "STREAMS_METRICS_PORT": str(p), "RECORD_TAG": f"w{n}"}, tmp_path / f"w{n}.log")
-        for n, p in enumerate(ports)
-    ]
+    settings = base_settings(
+        plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=2, SYNTH_PAGES=60, SYNTH_DELAY_SECONDS=0.1, STREAMS_CLOSE_ON_DRAIN=False
+    )
+
+    def start(n: int) -> Worker:
+        extra = {"SYNTH_SEED": n == 0, "STREAMS_METRICS_PORT": str(ports[n]), "RECORD_TAG": f"w{n}"}
+        return Worker({**settings, **extra}, tmp_path / f"w{n}.log")
+
     mport = free_port()
     mon = Daemon("monitor", ["--redis-url", plain_redis_url, "--metrics-port", str(mport), "--cache-seconds", "0"], tmp_path / "m.log")
+    # The idle worker is up and polling before the seeding one starts, so both take part.
+    workers = [start(1)]
     try:
+        wait_for(lambda: try_scrape(ports[1]) is not None, timeout=60, what="the idle worker's metrics")
+        workers.append(start(0))
         wait_for(lambda: len(read_items(items)) >= 120, timeout=90, what="120 pages")
         f = frontier(plain_redis_url, crawl)
 
