@@ -3,7 +3,7 @@
 # ratios (see bench/__main__.py and README "Benchmarks"). Installs the bench
 # extra (scrapy-redis 0.9.1, py-spy, pyinstrument) into .venv if missing.
 #   scripts/bench.sh --quick          # tiny sizes, well under a minute
-#   scripts/bench.sh                  # the full run (about 30 minutes on 2 cores)
+#   scripts/bench.sh                  # the full run (15-30 minutes on 2 cores)
 #   scripts/bench.sh --only ab --repeat 5 --profile
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
