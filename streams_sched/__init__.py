@@ -8,6 +8,8 @@ Enable it in a Scrapy project with two settings::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
 from .config import StreamsConfig
@@ -23,7 +25,19 @@ from .errors import (
 from .frontier import BloomParams, Frontier
 from .keys import CrawlKeys, SiteKeys
 from .policy import pause_site, resume_site, set_policy
-from .scheduler import StreamsScheduler
+
+if TYPE_CHECKING:
+    from .scheduler import StreamsScheduler
+
+
+def __getattr__(name: str) -> Any:
+    # The scheduler pulls in Scrapy and Twisted; the daemons and the CLI's Redis-only
+    # commands import this package without them, so it loads on first use.
+    if name == "StreamsScheduler":
+        from .scheduler import StreamsScheduler
+
+        return StreamsScheduler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "BloomParams",
