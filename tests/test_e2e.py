@@ -80,7 +80,7 @@ def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, c
     items = tmp_path / "items.jsonl"
     settings = base_settings(
         redis_url, crawl, dedupe, items,
-        SYNTH_SITES=2, SYNTH_PAGES=60, SYNTH_DELAY_SECONDS=0.01,
+        SYNTH_SITES=2, SYNTH_PAGES=60, SYNTH_DELAY_SECONDS=0.05,  # slow enough that the idle worker joins in
         SYNTH_SPECIAL={"http://site0.test/p/0": {"delay": 2.0, "times": 1}},
     )
     workers = [
