@@ -41,6 +41,7 @@ def fail(message: str, code: int) -> None:
 @click.option("--send-resolved/--no-send-resolved", default=True, show_default=True, help="Also POST when an alert clears.")
 @click.option("--events/--no-events", default=True, show_default=True, help="Listen to node events (pub/sub) besides the nodes hash.")
 @click.option("--connect-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for Redis at start.")
+@click.option("--state-file", default=None, help="Keep the alert state in this file, so a restart neither repeats nor loses an alert.")
 @click.option("--burst", is_flag=True, help="Read once, send due alerts, print the metrics on stdout and exit.")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG.")
@@ -60,6 +61,7 @@ def main(
     send_resolved: bool,
     events: bool,
     connect_timeout: float,
+    state_file: str | None,
     burst: bool,
     log_format: str,
     verbose: bool,
@@ -85,6 +87,7 @@ def main(
             events=events,
             connect_timeout_s=connect_timeout,
             burst=burst,
+            state_file=state_file,
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None

@@ -12,12 +12,17 @@ Conditions, evaluated on every monitor pass:
 :class:`Debouncer` turns the set of active conditions into notifications: one
 ``firing`` when a condition starts, nothing while it holds, one ``resolved``
 when it clears. A condition that clears and comes back fires again.
+
+Both keep state between passes; ``snapshot()`` / ``restore()`` turn it into
+plain JSON data, so a restarted monitor (``--state-file``) neither repeats an
+alert that is still firing nor forgets one that cleared while it was down.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from streams_sched.liveness import DEAD, NodeState
 
@@ -104,6 +109,20 @@ class AlertRules:
                 )
         return active
 
+    def snapshot(self, now_s: float) -> dict[str, Any]:
+        """The dead-letter baselines as JSON data; growth times as ages (``now_s``: monotonic)."""
+        return {
+            crawl: {"count": t.count, "grew_ago_s": None if t.grew_at is None else max(0.0, now_s - t.grew_at)}
+            for crawl, t in self._dlq.items()
+        }
+
+    def restore(self, data: Mapping[str, Any], now_s: float, elapsed_s: float) -> None:
+        """Take back a :meth:`snapshot` taken ``elapsed_s`` seconds ago."""
+        for crawl, t in data.items():
+            ago = t.get("grew_ago_s")
+            grew_at = None if ago is None else now_s - float(ago) - elapsed_s
+            self._dlq[str(crawl)] = _DlqTrack(int(t["count"]), grew_at)
+
 
 class Debouncer:
     """One notification when a condition starts, one when it clears."""
@@ -120,3 +139,13 @@ class Debouncer:
         for key in [k for k in self.active if k not in conditions]:
             out.append((RESOLVED, self.active.pop(key)))
         return out
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        return [asdict(a) for a in self.active.values()]
+
+    def restore(self, data: Sequence[Mapping[str, Any]]) -> None:
+        for item in data:
+            alert = Alert(**{**item, "key": tuple(item["key"])})
+            if len(alert.key) != 3:
+                raise ValueError(f"alert key {alert.key!r}: expected (kind, crawl, subject)")
+            self.active[alert.key] = alert

@@ -28,6 +28,7 @@ from .events import EventListener
 from .exporter import FrontierCollector, SiteLabeller
 from .settings import MonitorSettings
 from .snapshot import CrawlSnapshot, read_crawl
+from .state import AlertState
 from .webhook import WebhookSender, render
 
 __all__ = ["Monitor", "View"]
@@ -63,6 +64,9 @@ class Monitor:
         self.labeller = SiteLabeller(settings.max_sites)
         self.rules = AlertRules(settings.backlog_threshold, settings.dlq_quiet_s)
         self.debouncer = Debouncer()
+        self.state = AlertState(settings.state_file) if settings.state_file else None
+        if self.state is not None:
+            self.state.load(self.rules, self.debouncer, time.monotonic())
         self.sender: WebhookSender | None = None
         self.events: EventListener | None = None
         self.registry = CollectorRegistry(auto_describe=False)
@@ -178,8 +182,15 @@ class Monitor:
     def run_once(self) -> View:
         """Read Redis, evaluate the alerts, queue the notifications. Raises on Redis errors."""
         view = self.read()
-        conditions = self.rules.evaluate(view.snaps, view.states, time.monotonic())
+        now_s = time.monotonic()
+        conditions = self.rules.evaluate(view.snaps, view.states, now_s)
         changes = self.debouncer.update(conditions)
+        if self.state is not None:
+            try:
+                self.state.save(self.rules, self.debouncer, now_s)
+            except OSError as exc:
+                log.error("state_file_not_written", path=str(self.state.path), error=str(exc),
+                          hint="alerts still go out; after a restart those still firing would be sent again")
         sent = 0
         for status, alert in changes:
             log.warning("alert", status=status, kind=alert.kind, crawl=alert.crawl, subject=alert.subject, summary=alert.summary)

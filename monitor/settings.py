@@ -59,6 +59,8 @@ class MonitorSettings:
     max_backoff_s: float = 30.0
     #: --burst: read once, send due alerts, print the metrics and exit.
     burst: bool = False
+    #: --state-file: keep the alert state here across restarts (None = in memory only).
+    state_file: str | None = None
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url, "--redis-url")
@@ -74,6 +76,10 @@ class MonitorSettings:
             raise ConfigError("--webhook-format", self.webhook_format, f"expected one of {WEBHOOK_FORMATS}")
         if self.backlog_threshold < 0:
             raise ConfigError("--backlog-threshold", self.backlog_threshold, "must be 0 (off) or more")
+        if self.state_file is not None:
+            directory = os.path.dirname(os.path.abspath(self.state_file))
+            if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+                raise ConfigError("--state-file", self.state_file, f"directory {directory} does not exist or is not writable")
         if self.max_sites < 0:
             raise ConfigError("--max-sites", self.max_sites, "must be 0 or more")
         for option, value, zero_ok in (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from pathlib import Path
 from urllib.parse import parse_qs, unquote_plus, urlparse
 
 import pytest
@@ -13,6 +14,7 @@ from monitor.alerts import FIRING, RESOLVED, AlertRules, Debouncer
 from monitor.exporter import OTHER, SiteLabeller, build_families, metric_names
 from monitor.settings import MonitorSettings
 from monitor.snapshot import CrawlSnapshot, bitmap_items
+from monitor.state import AlertState
 from monitor.webhook import render, signed_url
 from reclaimer.logic import crawl_limits, nodes_to_forget, prune_candidates
 from reclaimer.settings import ReclaimerSettings
@@ -135,6 +137,33 @@ def test_dead_node_alert_names_the_node() -> None:
     fired = deb.update(rules.evaluate([snap()], dead, 0))
     assert fired[0][0] == FIRING and "w1" in fired[0][1].summary and "box" in fired[0][1].summary
     assert [s for s, _ in deb.update(rules.evaluate([snap()], alive, 1))] == [RESOLVED]
+
+
+def test_alert_state_survives_a_restart(tmp_path: Path) -> None:
+    """Saved and loaded by a new monitor: a firing alert does not fire again, a cleared one resolves, DLQ growth counts."""
+    path = tmp_path / "alerts.json"
+    rules, deb = AlertRules(backlog_threshold=100, dlq_quiet_s=10), Debouncer()
+    high = [snap(sites=[site("a.test", (0, 150, 0), dead=2)])]
+    assert deb.update(rules.evaluate(high, {}, 1000.0)) != []  # backlog fires; dead letters: baseline 2
+    AlertState(path).save(rules, deb, 1000.0)
+
+    rules2, deb2 = AlertRules(backlog_threshold=100, dlq_quiet_s=10), Debouncer()
+    assert AlertState(path).load(rules2, deb2, 5.0)  # another process: another monotonic clock
+    assert deb2.update(rules2.evaluate(high, {}, 6.0)) == []  # still firing: not sent again
+    grown = [snap(sites=[site("a.test", (0, 50, 0), dead=4)])]  # backlog cleared, 2 more dead letters
+    changes = {(st, a.kind) for st, a in deb2.update(rules2.evaluate(grown, {}, 7.0))}
+    assert changes == {(RESOLVED, "backlog"), (FIRING, "dead_letters")}
+
+
+def test_unreadable_alert_state_is_set_aside_not_fatal(tmp_path: Path) -> None:
+    """A corrupt state file is moved to <file>.bad and the monitor starts with no alert state."""
+    path = tmp_path / "alerts.json"
+    path.write_text('{"version": 1, "active": [{"key": "x"}]')
+    rules, deb = AlertRules(), Debouncer()
+    assert AlertState(path).load(rules, deb, 0.0) is False
+    assert not path.exists() and (tmp_path / "alerts.json.bad").exists() and deb.active == {}
+    with pytest.raises(ConfigError, match="--state-file"):
+        MonitorSettings(state_file=str(tmp_path / "missing-dir" / "alerts.json"))
 
 
 def test_webhook_bodies_are_robot_text_or_plain_json() -> None:

@@ -151,6 +151,35 @@ def test_webhook_alert_arrives_once_and_resolves_once(plain_redis_url: str, craw
         sink.close()
 
 
+def test_restarted_monitor_with_a_state_file_does_not_repeat_a_firing_alert(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """With --state-file, a monitor restarted (SIGKILL) while an alert holds sends no second firing, then one resolved."""
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    f.register_sites(["a.test"])
+    f.enqueue("a.test", [out(i) for i in range(10)])  # backlog 10 > 5
+    sink = WebhookSink()
+    state = tmp_path / "alerts.json"
+    args = ["--redis-url", plain_redis_url, "--metrics-port", "0", "--interval", "0.2", "--prefix", crawl,
+            "--backlog-threshold", "5", "--webhook-url", sink.url, "--state-file", str(state)]
+    first = Daemon("monitor", args, tmp_path / "m1.log")
+    second = None
+    try:
+        wait_for(lambda: len(sink.alerts("firing")) == 1 and state.exists(), timeout=20, what="one firing alert, saved")
+        first.close()  # SIGKILL
+        second = Daemon("monitor", args, tmp_path / "m2.log")
+        assert second.wait_event("state_loaded")[0]["active_alerts"] == 1
+        second.wait_event("pass", count=5)
+        assert len(sink.alerts("firing")) == 1  # not sent again after the restart
+        f.lease("a.test", "w1", 8, (1, 1, 1))  # backlog 2: clears
+        wait_for(lambda: len(sink.alerts("resolved")) == 1, timeout=20, what=f"one resolved; got {sink.bodies}")
+        assert second.terminate() == 0
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+        sink.close()
+
+
 def test_node_heard_on_pubsub_is_alive_then_dead_after_three_heartbeats(plain_redis_url: str, crawl: str) -> None:
     """A node known only from its events is alive while it beats and dead three heartbeats after it stops."""
     f = frontier(plain_redis_url, crawl)
