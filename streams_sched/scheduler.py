@@ -55,7 +55,7 @@ from .pump import Pump, make_node_id
 from .recovery import release_orphans
 from .retry_after import retry_after_seconds
 from .seen import SeenCache
-from .selection import band_for
+from .selection import SiteHint, band_for, returning_credit
 from .startup import fail_clearly
 
 if TYPE_CHECKING:
@@ -416,12 +416,16 @@ class StreamsScheduler(BaseScheduler):
                 slot = slots.get(queue[0][2])
                 if slot is not None and len(slot.active) >= slot.concurrency:
                     continue
-            hint = hints.get(site)
-            weight = hint.weight if hint is not None and hint.weight > 0 else 1.0
-            key = served.get(site, 0.0) / weight
+            key = served.get(site, 0.0) / self._weight(site, hints)
             if best is None or key < best_key:
                 best, best_key = site, key
         return best
+
+    def _weight(self, site: str, hints: dict[str, SiteHint] | None = None) -> float:
+        if hints is None:
+            hints = self._pump.hints if self._pump is not None else {}
+        hint = hints.get(site)
+        return hint.weight if hint is not None and hint.weight > 0 else 1.0
 
     def __len__(self) -> int:
         return self._nready + len(self._pump.arrivals if self._pump else ())
@@ -482,10 +486,12 @@ class StreamsScheduler(BaseScheduler):
             queue = ready.get(entry.site)
             if queue is None:
                 queue = ready[entry.site] = deque()
-                others = [served.get(s, 0.0) for s in ready if s != entry.site]
-                if others:
+                if len(ready) > 1:
                     # a site coming back starts level with the least served, not far behind
-                    served[entry.site] = max(served.get(entry.site, 0.0), min(others))
+                    served[entry.site] = returning_credit(
+                        served.get(entry.site, 0.0), self._weight(entry.site),
+                        [(served.get(s, 0.0), self._weight(s)) for s in ready if s != entry.site],
+                    )
             queue.append((request, entry, slot_key(request) if slot_key is not None else None))
             n += 1
         self._nready += n

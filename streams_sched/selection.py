@@ -167,3 +167,18 @@ class DrainDetector:
 def weighted_order(sites: Iterable[str], hints: Mapping[str, SiteHint]) -> list[str]:
     """Sites ordered by how little they were served relative to their weight."""
     return sorted(sites, key=lambda s: hints[s].served / max(hints[s].weight, 1e-9))
+
+
+def returning_credit(served: float, weight: float, others: Iterable[tuple[float, float]]) -> float:
+    """The served count a site coming back to the ready set starts from.
+
+    ``others`` are the (served, weight) of the sites already ready. A site that
+    was away (its buffer ran dry, it was rate limited or paused) must not come
+    back far behind and then take every slot until it has "caught up"; it
+    starts level, in served-per-weight terms, with the least served of them,
+    and never below its own count.
+    """
+    levels = [s / w for s, w in others if w > 0]
+    if not levels or weight <= 0:
+        return served
+    return max(served, min(levels) * weight)

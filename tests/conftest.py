@@ -212,8 +212,8 @@ _REPORT: list[str] = []
 
 
 @pytest.fixture
-def fault_report(request: pytest.FixtureRequest) -> Any:
-    """report(text): a line for the "fault injection" section of the terminal summary."""
+def measured(request: pytest.FixtureRequest) -> Any:
+    """measured(text): a line for the "measured" section of the terminal summary (faults, policy, handover)."""
 
     def report(text: str) -> None:
         _REPORT.append(f"{request.node.name}: {text}")
@@ -223,6 +223,6 @@ def fault_report(request: pytest.FixtureRequest) -> Any:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _REPORT:
-        terminalreporter.section("fault injection report")
+        terminalreporter.section("measured")
         for line in _REPORT:
             terminalreporter.write_line(line)

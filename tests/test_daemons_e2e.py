@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -83,7 +84,7 @@ def _ts(event: dict) -> float:
     return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def test_reclaimer_hands_a_killed_workers_leases_to_another(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_reclaimer_hands_a_killed_workers_leases_to_another(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """SIGKILL a worker holding leases: the reclaimer requeues them within lease + one interval, another worker crawls them."""
     lease_s, interval_s = 3.0, 1.0
     web = SyntheticWeb(sites=1, pages=6)
@@ -112,8 +113,8 @@ def test_reclaimer_hands_a_killed_workers_leases_to_another(plain_redis_url: str
         requeued_after = _ts(events[-1]) - leased_at
         crawled = [i for i in read_items(items) if i["worker"] == "b"]
         handed_after = max(i["ts"] for i in crawled) - leased_at
-        print(f"\nhandover: leases requeued {requeued_after:.2f}s after A leased them"
-              f" (lease {lease_s:g}s + interval {interval_s:g}s); B finished them {handed_after:.2f}s after")
+        measured(f"leases requeued {requeued_after:.2f}s after A leased them"
+                 f" (lease {lease_s:g}s + interval {interval_s:g}s); B finished them {handed_after:.2f}s after")
         assert lease_s - 0.05 <= requeued_after <= lease_s + interval_s + 1.0  # + slack for a loaded machine
         assert handed_after <= lease_s + interval_s + 10  # B takes requeued entries one at a time
         assert set(crawled_urls(items)) == web.all_urls() and len(crawled) == 6

@@ -57,7 +57,7 @@ def no_tracebacks(*workers: Worker) -> None:
 @pytest.mark.cluster
 @pytest.mark.targets("bitmap", "cluster")
 def test_five_sigkills_at_random_moments_lose_no_page(
-    redis_url: str, dedupe: str, crawl: str, tmp_path: Path, fault_report: Any
+    redis_url: str, dedupe: str, crawl: str, tmp_path: Path, measured: Any
 ) -> None:
     """Workers SIGKILLed five times at random moments of one crawl: every page is crawled,
     and pages crawled twice are at most what the killed workers held when they died."""
@@ -114,7 +114,7 @@ def test_five_sigkills_at_random_moments_lose_no_page(
     missing = expected(sites, pages) - set(seen)
     repeats = sum(n - 1 for n in seen.values())
     held = sum(k[2] for k in kills)
-    fault_report(
+    measured(
         f"seed={seed} kills at pages {[k[1] for k in kills]} holding {[k[2] for k in kills]} leases;"
         f" crawled {len(seen)}/{total}, crawled twice: {repeats} (bound {held}), never crawled: {len(missing)}"
     )
@@ -128,7 +128,7 @@ def redis_with_aof(**kwargs: Any) -> RedisServer:
     return RedisServer(bloom=find_redisbloom() is not None, appendonly=True, appendfsync="always", **kwargs)
 
 
-def test_redis_killed_and_restarted_mid_crawl_loses_nothing(crawl: str, tmp_path: Path, fault_report: Any) -> None:
+def test_redis_killed_and_restarted_mid_crawl_loses_nothing(crawl: str, tmp_path: Path, measured: Any) -> None:
     """Redis (AOF, appendfsync always) is SIGKILLed mid-crawl and restarted: workers retry with
     back-off, nobody crashes, the crawl completes with nothing lost or crawled twice."""
     server = redis_with_aof().start()
@@ -161,7 +161,7 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(crawl: str, tmp_path
     try:
         seen = crawled_urls(items)
         repeats = sum(n - 1 for n in seen.values())
-        fault_report(
+        measured(
             f"Redis killed at {killed_at} pages, restarted; crawl done {after_restart:.1f}s later;"
             f" crawled {len(seen)}/450, crawled twice: {repeats}"
         )
@@ -202,7 +202,7 @@ def _debug_sleep(server: RedisServer, seconds: float) -> None:
 
 
 @pytest.mark.parametrize("stall", ["debug-sleep", "sigstop"])
-def test_redis_stall_does_not_crash_or_leak_leases(stall: str, crawl: str, tmp_path: Path, fault_report: Any) -> None:
+def test_redis_stall_does_not_crash_or_leak_leases(stall: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """Redis stops answering for 4s (DEBUG SLEEP, or SIGSTOP of the server) mid-crawl: socket
     timeouts are retried, leases granted while the worker had given up are handed back at once,
     and the crawl completes without waiting for any lease to expire."""
@@ -238,7 +238,7 @@ def test_redis_stall_does_not_crash_or_leak_leases(stall: str, crawl: str, tmp_p
     try:
         seen = crawled_urls(items)
         released = w.log().count("whose replies were lost")
-        fault_report(f"{stall}: crawl done {elapsed:.1f}s after the stall began; lost-reply hand-backs: {released}")
+        measured(f"{stall}: crawl done {elapsed:.1f}s after the stall began; lost-reply hand-backs: {released}")
         assert set(seen) == expected(3, 150) and max(seen.values()) == 1
         assert_drained(server.url, crawl)
         no_tracebacks(w)
@@ -252,7 +252,7 @@ def _announced(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(crawl: str, tmp_path: Path, fault_report: Any) -> None:
+def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(crawl: str, tmp_path: Path, measured: Any) -> None:
     """SIGTERM: the worker stops leasing, hands back its prefetched leases at once, finishes the
     requests in progress, acks them and exits 0; another worker finishes the crawl, no page twice."""
     server = RedisServer().start()
@@ -291,7 +291,7 @@ def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(craw
         finally:
             fast.close()
         seen = crawled_urls(items)
-        fault_report(
+        measured(
             f"SIGTERM with {held} leases ({len(in_progress)} in progress): handed back {held - len(in_progress)} at once;"
             f" the next worker finished in {time.monotonic() - started:.1f}s; crawled twice: {sum(n - 1 for n in seen.values())}"
         )
@@ -343,7 +343,7 @@ def test_ctrl_c_hands_back_requests_still_in_progress_after_the_timeout(crawl: s
         server.cleanup()
 
 
-def test_leases_whose_replies_were_lost_are_handed_back_at_once(crawl: str, tmp_path: Path, fault_report: Any) -> None:
+def test_leases_whose_replies_were_lost_are_handed_back_at_once(crawl: str, tmp_path: Path, measured: Any) -> None:
     """Redis runs a batch with lease calls but its replies are lost (a proxy drops them, then
     everything for 3s): the leases granted are handed back as soon as Redis answers again,
     instead of blocking the end of the crawl until they expire."""
@@ -379,7 +379,7 @@ def test_leases_whose_replies_were_lost_are_handed_back_at_once(crawl: str, tmp_
     try:
         seen = crawled_urls(items)
         handed_back = [line.split("WARNING: ")[-1] for line in w.log().splitlines() if "whose replies were lost" in line]
-        fault_report(f"{proxy.dropped_bytes} reply bytes dropped; {handed_back or 'nothing handed back'}; done {elapsed:.1f}s after")
+        measured(f"{proxy.dropped_bytes} reply bytes dropped; {handed_back or 'nothing handed back'}; done {elapsed:.1f}s after")
         assert set(seen) == expected(3, 150) and max(seen.values()) == 1
         assert handed_back, w.log()
         assert "took over an expired lease" not in w.log()

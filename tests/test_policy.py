@@ -37,7 +37,7 @@ def max_in_window(times: list[float], window: float = 1.0) -> int:
     return best
 
 
-def test_rate_limit_holds_across_workers(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_rate_limit_holds_across_workers(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """Two workers together never send a rate-limited site more than rate + burst in any second,
     and keep serving an unlimited site meanwhile."""
     rec = tmp_path / "downloads.jsonl"
@@ -57,14 +57,16 @@ def test_rate_limit_holds_across_workers(plain_redis_url: str, crawl: str, tmp_p
     limited = [r["t"] for r in rows if "site0.test" in r["url"]]
     free = [r["t"] for r in rows if "site1.test" in r["url"]]
     assert len(limited) == 60 and len(free) == 60
-    assert max_in_window(limited) <= 8 + 4
     duration = max(limited) - min(limited)
+    measured(f"rate 8/s + burst 4 over 2 workers: busiest 1 s window {max_in_window(limited)} requests (bound 12);"
+             f" 60 pages in {duration:.1f}s ({59 / duration:.1f}/s); the unlimited site done {max(limited) - max(free):.1f}s earlier")
+    assert max_in_window(limited) <= 8 + 4
     assert duration >= (60 - 4) / 8 * 0.9  # it really was held to the rate
     assert {r["worker"] for r in rows if "site0.test" in r["url"]} == {"w0", "w1"}
     assert max(free) < max(limited) - 2  # the unlimited site did not wait for the limited one
 
 
-def test_weights_share_a_busy_worker(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_weights_share_a_busy_worker(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """With weights 3:1 and both sites backlogged, a worker serves them within 10% of 3:1."""
     rec = tmp_path / "downloads.jsonl"
     settings = base_settings(
@@ -87,10 +89,11 @@ def test_weights_share_a_busy_worker(plain_redis_url: str, crawl: str, tmp_path:
     first = [r["url"] for r in downloads(rec)][:160]
     counts = Counter("site0" if "site0.test" in u else "site1" for u in first)
     ratio = counts["site0"] / counts["site1"]
+    measured(f"weights 3:1, first 160 downloads: {counts['site0']}:{counts['site1']} = {ratio:.2f}:1 (allowed 2.7-3.3)")
     assert 2.7 <= ratio <= 3.3, counts
 
 
-def test_band_ratio_serves_every_band(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_band_ratio_serves_every_band(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """With STREAMS_BAND_RATIO 5:3:2 and all bands backlogged, low is served from the start."""
     rec = tmp_path / "downloads.jsonl"
     client = redis.Redis.from_url(plain_redis_url)
@@ -112,11 +115,12 @@ def test_band_ratio_serves_every_band(plain_redis_url: str, crawl: str, tmp_path
         w.close()
     first = [int(r["url"].rsplit("/", 1)[1]) for r in downloads(rec)][:50]
     bands = Counter("high" if p < 100 else "default" if p < 200 else "low" for p in first)
+    measured(f"band ratio 5:3:2, first 50 downloads: high {bands['high']}, default {bands['default']}, low {bands['low']}")
     assert bands["low"] >= 5 and bands["default"] >= 8 and bands["high"] >= 15, bands
     assert bands["high"] > bands["default"] > bands["low"]
 
 
-def test_browser_requests_go_only_to_capable_workers_within_the_cap(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_browser_requests_go_only_to_capable_workers_within_the_cap(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """A browser site's requests reach only the worker with the browser capability, never more
     than STREAMS_BROWSER_MAX at once; the other worker does the http site."""
     rec = tmp_path / "downloads.jsonl"
@@ -136,13 +140,15 @@ def test_browser_requests_go_only_to_capable_workers_within_the_cap(plain_redis_
     rows = downloads(rec)
     site1 = [r for r in rows if "site1.test" in r["url"]]
     assert len(site1) == 40
+    measured(f"browser site: {len(site1)} requests, workers {sorted({r['worker'] for r in site1})},"
+             f" most at once {max(r['browser_inflight'] for r in site1)} (cap 2)")
     assert {r["worker"] for r in site1} == {"browser"}
     assert all(r["browser"] for r in site1)
     assert max(r["browser_inflight"] for r in site1) <= 2
     assert any(r["worker"] == "http-only" for r in rows if "site0.test" in r["url"])
 
 
-def test_live_site_set_changes_the_rate(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_live_site_set_changes_the_rate(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """`streams-sched site set --rate` on a running crawl changes the observed rate within seconds."""
     from click.testing import CliRunner
 
@@ -163,6 +169,9 @@ def test_live_site_set_changes_the_rate(plain_redis_url: str, crawl: str, tmp_pa
         wait_for(lambda: len([r for r in downloads(rec) if r["t"] > changed + 3]) >= 8, timeout=60, what="downloads after the change")
         after = sorted(r["t"] for r in downloads(rec) if r["t"] > changed + 2)
         rate = (len(after) - 1) / (after[-1] - after[0])
+        before = sorted(r["t"] for r in downloads(rec) if r["t"] < changed)[-40:]
+        measured(f"site set --rate 4 on a live crawl: {(len(before) - 1) / (before[-1] - before[0]):.1f}/s before,"
+                 f" {rate:.1f}/s from 2 s after")
         assert rate <= 4 * 1.5, rate
     finally:
         w.close()

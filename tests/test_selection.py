@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streams_sched.retry_after import retry_after_seconds
 from streams_sched.seen import SeenCache
-from streams_sched.selection import DrainDetector, SiteHint, band_for, plan_leases
+from streams_sched.selection import DrainDetector, SiteHint, band_for, plan_leases, returning_credit
 
 
 def test_band_for_thresholds() -> None:
@@ -33,6 +33,16 @@ def test_plan_serves_sites_in_proportion_to_weight() -> None:
     plans = plan_leases(0.0, hints, {}, total_room=8, per_site_cap=100, browser_room=0)
     assert plans[0].site == "small"
     assert {p.site: p.total for p in plans} == {"small": 2, "big": 6}
+
+
+def test_returning_site_starts_level_in_served_per_weight() -> None:
+    """A site back from a dry spell starts level with the least served per weight: no catch-up burst, no lost share."""
+    # weight 3 back while a weight-1 site served 40: level is 40 per weight, so 120
+    assert returning_credit(100.0, 3.0, [(40.0, 1.0)]) == 120.0
+    # weight 1 back while a weight-3 site served 120 (40 per weight): 40, not 120
+    assert returning_credit(10.0, 1.0, [(120.0, 3.0), (90.0, 1.0)]) == 40.0
+    assert returning_credit(50.0, 1.0, [(120.0, 3.0)]) == 50.0  # never below its own count
+    assert returning_credit(5.0, 1.0, []) == 5.0
 
 
 def test_plan_browser_only_with_room() -> None:
