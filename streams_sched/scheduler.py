@@ -55,7 +55,7 @@ from .pump import Pump, make_node_id
 from .recovery import release_orphans
 from .retry_after import retry_after_seconds
 from .seen import SeenCache
-from .selection import SiteHint, band_for, returning_credit
+from .selection import band_for, returning_credit
 from .startup import fail_clearly
 
 if TYPE_CHECKING:
@@ -416,15 +416,14 @@ class StreamsScheduler(BaseScheduler):
                 slot = slots.get(queue[0][2])
                 if slot is not None and len(slot.active) >= slot.concurrency:
                     continue
-            key = served.get(site, 0.0) / self._weight(site, hints)
+            hint = hints.get(site)  # inline self._weight: this loop runs once per request
+            key = served.get(site, 0.0) / (hint.weight if hint is not None and hint.weight > 0 else 1.0)
             if best is None or key < best_key:
                 best, best_key = site, key
         return best
 
-    def _weight(self, site: str, hints: dict[str, SiteHint] | None = None) -> float:
-        if hints is None:
-            hints = self._pump.hints if self._pump is not None else {}
-        hint = hints.get(site)
+    def _weight(self, site: str) -> float:
+        hint = self._pump.hints.get(site) if self._pump is not None else None
         return hint.weight if hint is not None and hint.weight > 0 else 1.0
 
     def __len__(self) -> int:
