@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from streams_sched.daemon import TRANSIENT, Backoff, MetricsServer, StopFlag, connect_at_start
+from streams_sched.daemon import TRANSIENT, MetricsServer, StopFlag, connect_at_start, run_passes
 from streams_sched.frontier import Frontier
 from streams_sched.liveness import ALIVE, DEAD, NodeState, node_states
 
@@ -229,35 +229,21 @@ class Monitor:
             burst=s.burst,
             pid=os.getpid(),
         )
-        backoff = Backoff(max_s=s.max_backoff_s)
-        while True:
-            started = time.monotonic()
-            try:
-                self.run_once()
-            except TRANSIENT + (ResponseError,) as exc:
-                if s.burst:
-                    log.error("pass_failed", error=str(exc))
-                    return 1
-                delay = backoff.next()
-                log.warning(
-                    "redis_unreachable" if isinstance(exc, TRANSIENT) else "redis_refused",
-                    error=str(exc),
-                    retry_in_s=delay,
-                    down_for_s=round(backoff.failing_s, 1),
-                    hint="retrying with back-off; /metrics reports streams_sched_redis_up 0 meanwhile",
-                )
-                if self.stop_flag.wait(delay):
-                    break
-                continue
-            if backoff.since is not None:
-                log.warning("redis_reachable_again", after_s=round(backoff.reset(), 1))
-            if s.burst:
-                from prometheus_client import generate_latest
+        code = run_passes(
+            self.run_once,
+            interval_s=s.interval_s,
+            burst=s.burst,
+            stop_flag=self.stop_flag,
+            max_backoff_s=s.max_backoff_s,
+            log=log,
+            hint="retrying with back-off; /metrics reports streams_sched_redis_up 0 meanwhile",
+        )
+        if code != 0:
+            return code
+        if s.burst:
+            from prometheus_client import generate_latest
 
-                sys.stdout.write(generate_latest(self.registry).decode())
-                sys.stdout.flush()
-                break
-            if self.stop_flag.wait(s.interval_s - (time.monotonic() - started)):
-                break
+            sys.stdout.write(generate_latest(self.registry).decode())
+            sys.stdout.flush()
         log.info("stopped", passes=self.passes, notifications=self.alerts_sent, signal=self.stop_flag.signal)
         return 0

@@ -26,7 +26,7 @@ from .alerts import AlertRules, Debouncer
 
 __all__ = ["AlertState"]
 
-log = structlog.get_logger("streams-monitor")
+log = structlog.get_logger("monitor.state")
 
 VERSION = 1
 

@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 from redis.exceptions import NoScriptError, ResponseError
 
-from streams_sched.daemon import TRANSIENT, Backoff, MetricsServer, StopFlag, connect_at_start
+from streams_sched.daemon import TRANSIENT, MetricsServer, StopFlag, connect_at_start, run_passes
 from streams_sched.frontier import NO_MASK, Frontier, parse_claim
 from streams_sched.keys import GROUP, health_key
 from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
@@ -187,42 +187,18 @@ class Reclaimer:
             burst=s.burst,
             pid=os.getpid(),
         )
-        backoff = Backoff(max_s=s.max_backoff_s)
-        while True:
-            started = time.monotonic()
-            try:
-                result = self.run_pass()
-            except TRANSIENT as exc:
-                self.metrics.errors.inc()
-                if s.burst:
-                    log.error("pass_failed", error=str(exc))
-                    return 1
-                delay = backoff.next()
-                log.warning(
-                    "redis_unreachable",
-                    error=str(exc),
-                    retry_in_s=delay,
-                    down_for_s=round(backoff.failing_s, 1),
-                    hint="retrying with back-off; nothing is lost meanwhile",
-                )
-                if self.stop_flag.wait(delay):
-                    break
-                continue
-            except ResponseError as exc:
-                self.metrics.errors.inc()
-                if s.burst:
-                    log.error("pass_failed", error=str(exc))
-                    return 1
-                delay = backoff.next()
-                log.error("redis_refused", error=str(exc), retry_in_s=delay)
-                if self.stop_flag.wait(delay):
-                    break
-                continue
-            if backoff.since is not None:
-                log.warning("redis_reachable_again", after_s=round(backoff.reset(), 1))
-            self._record(result)
-            if s.burst or self.stop_flag.wait(s.interval_s - (time.monotonic() - started)):
-                break
+        code = run_passes(
+            lambda: self._record(self.run_pass()),
+            interval_s=s.interval_s,
+            burst=s.burst,
+            stop_flag=self.stop_flag,
+            max_backoff_s=s.max_backoff_s,
+            log=log,
+            hint="retrying with back-off; nothing is lost meanwhile",
+            on_error=self.metrics.errors.inc,
+        )
+        if code != 0:
+            return code
         log.info("stopped", passes=self.passes, signal=self.stop_flag.signal)
         return 0
 

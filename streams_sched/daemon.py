@@ -7,7 +7,9 @@
   passes, and wake its sleep at once;
 - :class:`Backoff`: growing delays while Redis is unreachable;
 - :func:`connect_at_start`: a client whose Redis answered, or one clear error;
-- :class:`MetricsServer`: a Prometheus ``/metrics`` endpoint for a registry.
+- :class:`MetricsServer`: a Prometheus ``/metrics`` endpoint for a registry;
+- :func:`run_passes`: the loop both daemons run (a pass every interval, back-off
+  while Redis fails, SIGTERM between passes, ``--burst``).
 
 Exit codes of every daemon and of ``streams-sched``: see :data:`EXIT_CODES`.
 """
@@ -19,11 +21,13 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 import structlog
+from redis.exceptions import ResponseError
 
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .connection import connect_ready
@@ -41,6 +45,7 @@ __all__ = [
     "StopFlag",
     "configure_logging",
     "connect_at_start",
+    "run_passes",
 ]
 
 EXIT_OK = 0
@@ -151,6 +156,52 @@ class Backoff:
         self.current_s = 0.0
         self.since = None
         return lasted
+
+
+def run_passes(
+    one_pass: Callable[[], object],
+    *,
+    interval_s: float,
+    burst: bool,
+    stop_flag: StopFlag,
+    max_backoff_s: float,
+    log: Any,
+    hint: str,
+    on_error: Callable[[], object] = lambda: None,
+) -> int:
+    """Run ``one_pass`` every ``interval_s`` until ``stop_flag`` is set; the exit code.
+
+    A pass that fails on Redis (unreachable, or a command refused: ACL, OOM) is
+    logged (``redis_unreachable`` / ``redis_refused`` with ``hint``) and retried
+    with back-off; the first pass that works again logs ``redis_reachable_again``.
+    With ``burst`` it runs one pass: 0 if it worked, 1 (``pass_failed``) if not.
+    """
+    backoff = Backoff(max_s=max_backoff_s)
+    while True:
+        started = time.monotonic()
+        try:
+            one_pass()
+        except TRANSIENT + (ResponseError,) as exc:
+            on_error()
+            if burst:
+                log.error("pass_failed", error=str(exc))
+                return EXIT_ERROR
+            delay = backoff.next()
+            unreachable = isinstance(exc, TRANSIENT)
+            (log.warning if unreachable else log.error)(
+                "redis_unreachable" if unreachable else "redis_refused",
+                error=str(exc),
+                retry_in_s=delay,
+                down_for_s=round(backoff.failing_s, 1),
+                hint=hint,
+            )
+            if stop_flag.wait(delay):
+                return EXIT_OK
+            continue
+        if backoff.since is not None:
+            log.warning("redis_reachable_again", after_s=round(backoff.reset(), 1))
+        if burst or stop_flag.wait(interval_s - (time.monotonic() - started)):
+            return EXIT_OK
 
 
 def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -> Any:
