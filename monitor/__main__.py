@@ -7,22 +7,16 @@ unreachable at start (one line on stderr).
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from streams_sched.daemon import EXIT_ERROR, EXIT_UNREACHABLE, configure_logging
-from streams_sched.errors import ConfigError, RedisUnavailable
+from streams_sched.daemon import configure_logging, serve
+from streams_sched.errors import ConfigError
 
 from .core import Monitor
 from .settings import WEBHOOK_FORMATS, MonitorSettings
 
 PROG = "streams-monitor"
 
-
-def fail(message: str, code: int) -> None:
-    click.echo(f"{PROG}: error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMS_MONITOR"})
@@ -91,20 +85,7 @@ def main(
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    monitor = Monitor(settings)
-    code = EXIT_ERROR
-    try:
-        monitor.connect()
-        monitor.stop_flag.install()
-        code = monitor.run()
-    except RedisUnavailable as exc:
-        fail(str(exc), EXIT_UNREACHABLE)
-    except OSError as exc:
-        fail(str(exc), EXIT_ERROR)
-    finally:
-        if monitor.client is not None:
-            monitor.close()
-    sys.exit(code)
+    serve(PROG, Monitor(settings))
 
 
 if __name__ == "__main__":  # pragma: no cover

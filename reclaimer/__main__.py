@@ -14,7 +14,14 @@ from typing import Any
 
 import click
 
-from streams_sched.daemon import EXIT_ERROR, EXIT_UNREACHABLE, configure_logging, connect_at_start
+from streams_sched.daemon import (
+    EXIT_ERROR,
+    EXIT_UNREACHABLE,
+    configure_logging,
+    connect_at_start,
+    fail,
+    serve,
+)
 from streams_sched.errors import ConfigError, RedisUnavailable
 from streams_sched.keys import health_key
 
@@ -23,10 +30,6 @@ from .settings import ReclaimerSettings
 
 PROG = "streams-reclaimer"
 
-
-def fail(message: str, code: int) -> None:
-    click.echo(f"{PROG}: error: {message}", err=True)
-    sys.exit(code)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "STREAMS_RECLAIMER"})
@@ -90,27 +93,14 @@ def main(
         raise click.UsageError(str(exc)) from None
     if check:
         sys.exit(_check(settings))
-    reclaimer = Reclaimer(settings)
-    try:
-        reclaimer.connect()
-        reclaimer.stop_flag.install()
-        reclaimer.start_metrics()
-        code = reclaimer.run()
-    except RedisUnavailable as exc:
-        fail(str(exc), EXIT_UNREACHABLE)
-    except OSError as exc:
-        fail(str(exc), EXIT_ERROR)
-    finally:
-        if reclaimer.client is not None:
-            reclaimer.close()
-    sys.exit(code)
+    serve(PROG, Reclaimer(settings))
 
 
 def _check(settings: ReclaimerSettings) -> int:
     try:
         client = connect_at_start(settings.redis_url, settings.connect_timeout_s)
     except RedisUnavailable as exc:
-        fail(str(exc), EXIT_UNREACHABLE)
+        fail(PROG, str(exc), EXIT_UNREACHABLE)
     raw: Any = client.get(health_key("reclaimer", settings.name))
     if raw is None:
         click.echo(f"{PROG}: no recent pass of reclaimer {settings.name!r}", err=True)

@@ -9,7 +9,9 @@
 - :func:`connect_at_start`: a client whose Redis answered, or one clear error;
 - :class:`MetricsServer`: a Prometheus ``/metrics`` endpoint for a registry;
 - :func:`run_passes`: the loop both daemons run (a pass every interval, back-off
-  while Redis fails, SIGTERM between passes, ``--burst``).
+  while Redis fails, SIGTERM between passes, ``--burst``);
+- :func:`serve`: a daemon's life in its command line, from connecting to the
+  exit code, and :func:`fail`, the one line on stderr before an error exit.
 
 Exit codes of every daemon and of ``streams-sched``: see :data:`EXIT_CODES`.
 """
@@ -24,13 +26,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
+import click
 import structlog
 from redis.exceptions import ResponseError
 
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .connection import connect_ready
+from .errors import RedisUnavailable
 
 __all__ = [
     "EXIT_CODES",
@@ -45,7 +49,9 @@ __all__ = [
     "StopFlag",
     "configure_logging",
     "connect_at_start",
+    "fail",
     "run_passes",
+    "serve",
 ]
 
 EXIT_OK = 0
@@ -202,6 +208,46 @@ def run_passes(
             log.warning("redis_reachable_again", after_s=round(backoff.reset(), 1))
         if burst or stop_flag.wait(interval_s - (time.monotonic() - started)):
             return EXIT_OK
+
+
+class Daemon(Protocol):
+    """What :func:`serve` needs of a daemon (``reclaimer.Reclaimer``, ``monitor.Monitor``)."""
+
+    client: Any
+    stop_flag: StopFlag
+
+    def connect(self) -> None: ...
+
+    def run(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def fail(prog: str, message: str, code: int) -> NoReturn:
+    """``PROG: error: MESSAGE`` on stderr, then exit with ``code``."""
+    click.echo(f"{prog}: error: {message}", err=True)
+    sys.exit(code)
+
+
+def serve(prog: str, daemon: Daemon) -> NoReturn:
+    """Connect, handle SIGTERM/SIGINT, run until stopped, close, exit with the code.
+
+    Redis unreachable at start exits 3 and a port or file that cannot be used
+    exits 1, each with one line on stderr.
+    """
+    code = EXIT_ERROR
+    try:
+        daemon.connect()
+        daemon.stop_flag.install()
+        code = daemon.run()
+    except RedisUnavailable as exc:
+        fail(prog, str(exc), EXIT_UNREACHABLE)
+    except OSError as exc:
+        fail(prog, str(exc), EXIT_ERROR)
+    finally:
+        if daemon.client is not None:
+            daemon.close()
+    sys.exit(code)
 
 
 def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -> Any:
