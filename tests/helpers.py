@@ -107,6 +107,16 @@ class Worker:
         self.log_file.close()
 
 
+def crawl_to_end(*workers: Worker, timeout: float = 120) -> None:
+    """Wait for each worker to exit 0 (failing with its log if not), then close them all."""
+    try:
+        for w in workers:
+            assert w.wait(timeout) == 0, w.log()
+    finally:
+        for w in workers:
+            w.close()
+
+
 def read_items(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []

@@ -13,7 +13,7 @@ import redis
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.keys import CrawlKeys
 
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
+from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, read_items, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -34,10 +34,7 @@ def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: st
     """A single worker crawls the whole synthetic web exactly once, drains the frontier and exits."""
     items = tmp_path / "items.jsonl"
     w = Worker(base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True), tmp_path / "w.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     seen = crawled_urls(items)
     assert set(seen) == expected(3, 100)
     assert max(seen.values()) == 1
@@ -59,10 +56,7 @@ def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: s
         first.kill()
         killed_at = len(read_items(items))
         second = Worker({**settings, "RECORD_TAG": "second"}, tmp_path / "second.log")
-        try:
-            assert second.wait(120) == 0, second.log()
-        finally:
-            second.close()
+        crawl_to_end(second)
     finally:
         first.close()
     seen = crawled_urls(items)
@@ -121,10 +115,7 @@ def test_every_outcome_is_acked_exactly_once(redis_url: str, dedupe: str, crawl:
         DOWNLOADER_MIDDLEWARES={"spiders.IgnoreSomeMiddleware": 50},
     )
     w = Worker(settings, tmp_path / "w.log", spider="spiders.OutcomesSpider")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     lines = [json.loads(line) for line in acks.read_text().splitlines()]
     per_entry = Counter((line["site"], line["stream"], line["id"]) for line in lines)
     assert max(per_entry.values()) == 1  # no entry acked twice
@@ -157,10 +148,7 @@ def test_garbage_entry_goes_to_dead_letters_and_crawl_goes_on(redis_url: str, de
     f.client.sadd(CrawlKeys(crawl).sites, "site0.test")
     items = tmp_path / "items.jsonl"
     w = Worker(base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=30), tmp_path / "w.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     letters = f.dead_letters("site0.test")
     reasons = sorted(letter["reason"].decode() for letter in letters)
     assert len(letters) == 2
@@ -220,10 +208,7 @@ def test_oversize_and_unencodable_requests_are_refused_at_enqueue_and_counted(re
         redis_url, crawl, dedupe, items, SYNTH_SITES=1, SYNTH_PAGES=20, STREAMS_MAX_REQUEST_BYTES=2000,
     )
     w = Worker(settings, tmp_path / "w.log", spider="spiders.OversizeSpider")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     log = w.log()
     assert "cannot enqueue <POST http://site0.test/big-body>: size: encoded request is" in log
     assert "over STREAMS_MAX_REQUEST_BYTES=2000" in log
@@ -264,10 +249,7 @@ def test_retry_after_waits_in_the_delay_queue(redis_url: str, dedupe: str, crawl
     )
     started = time.time()
     w = Worker(settings, tmp_path / "w.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     first = min(i["ts"] for i in read_items(items) if i["url"].endswith("/p/0"))
     assert first - started >= 2.0
     st = frontier(redis_url, crawl, dedupe).status("site0.test")
@@ -280,20 +262,14 @@ def test_stopped_worker_keeps_state_and_a_new_one_resumes(redis_url: str, dedupe
     items = tmp_path / "items.jsonl"
     settings = base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True)
     w = Worker({**settings, "CLOSESPIDER_ITEMCOUNT": 40}, tmp_path / "a.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     first = len(read_items(items))
     assert 40 <= first < 300
     f = frontier(redis_url, crawl, dedupe)
     assert sum(f.status(s).backlog for s in f.sites()) > 0
     assert sum(f.status(s).pending for s in f.sites()) == 0  # unstarted leases were handed back
     w2 = Worker({**settings, "SYNTH_SEED": False}, tmp_path / "b.log")
-    try:
-        assert w2.wait(120) == 0, w2.log()
-    finally:
-        w2.close()
+    crawl_to_end(w2)
     seen = crawled_urls(items)
     assert set(seen) == expected(3, 100)
     assert max(seen.values()) == 1
@@ -328,10 +304,7 @@ def test_node_events_are_published(plain_redis_url: str, crawl: str, tmp_path: P
     sub.subscribe(CrawlKeys(crawl).events)
     items = tmp_path / "items.jsonl"
     w = Worker(base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SEED=True, SYNTH_DELAY_SECONDS=0.01), tmp_path / "w.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     events = []
     while (msg := sub.get_message(timeout=0.5)) is not None:
         if msg["type"] == "message":
@@ -347,12 +320,7 @@ def test_two_crawls_in_one_redis_do_not_touch_each_other(plain_redis_url: str, t
     for name in ("crawl-a", "crawl-b"):
         settings = base_settings(plain_redis_url, name, "bitmap", tmp_path / f"{name}.jsonl", SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=50)
         workers.append(Worker(settings, tmp_path / f"{name}.log"))
-    try:
-        for w in workers:
-            assert w.wait(120) == 0, w.log()
-    finally:
-        for w in workers:
-            w.close()
+    crawl_to_end(*workers)
     for name in ("crawl-a", "crawl-b"):
         seen = crawled_urls(tmp_path / f"{name}.jsonl")
         assert set(seen) == expected(2, 50) and max(seen.values()) == 1
@@ -364,10 +332,7 @@ def test_node_events_use_sharded_pubsub_on_a_cluster(redis_url: str, dedupe: str
     sub = frontier(redis_url, crawl).subscribe_events()
     items = tmp_path / "items.jsonl"
     w = Worker(base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=30), tmp_path / "w.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     events = []
     while (msg := sub.get_sharded_message(timeout=0.5)) is not None:
         if msg["type"] == "smessage":

@@ -21,7 +21,7 @@ from streams_sched.demo.web import SyntheticWeb
 from streams_sched.recovery import find_orphans
 from streams_sched.testing import RedisServer, find_redisbloom, free_port
 
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
+from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, read_items, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -286,10 +286,7 @@ def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(craw
         assert in_progress <= finished  # requests in progress were allowed to finish
         started = time.monotonic()
         fast = Worker({**settings, "SYNTH_SEED": False, "SYNTH_DELAY_SECONDS": 0.0, "RECORD_TAG": "fast"}, tmp_path / "fast.log")
-        try:
-            assert fast.wait(60) == 0, fast.log()
-        finally:
-            fast.close()
+        crawl_to_end(fast, timeout=60)
         seen = crawled_urls(items)
         measured(
             f"SIGTERM with {held} leases ({len(in_progress)} in progress): handed back {held - len(in_progress)} at once;"
@@ -331,10 +328,7 @@ def test_ctrl_c_hands_back_requests_still_in_progress_after_the_timeout(crawl: s
         assert "still in progress after STREAMS_SHUTDOWN_TIMEOUT_SECONDS=1" in stuck.log()
         started = time.monotonic()
         fast = Worker({**settings, "SYNTH_SEED": False, "SYNTH_DELAY_SECONDS": 0.0}, tmp_path / "fast.log")
-        try:
-            assert fast.wait(60) == 0, fast.log()
-        finally:
-            fast.close()
+        crawl_to_end(fast, timeout=60)
         assert time.monotonic() - started < 60  # nobody waited for the 300s lease
         assert set(crawled_urls(items)) == expected(1, 20)
         assert "took over an expired lease" not in fast.log()

@@ -16,7 +16,7 @@ from streams_sched.cli import push_urls
 from streams_sched.frontier import BloomParams, Frontier, Outgoing
 from streams_sched.policy import get_policy, pause_site, resume_site
 
-from helpers import Worker, base_settings, crawled_urls, read_items, wait_for
+from helpers import Worker, base_settings, crawl_to_end, crawled_urls, read_items, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -47,12 +47,7 @@ def test_rate_limit_holds_across_workers(plain_redis_url: str, crawl: str, tmp_p
         STREAMS_SITES={"site0.test": {"rate": 8, "burst": 4}},
     )
     workers = [Worker({**settings, "RECORD_TAG": f"w{i}"}, tmp_path / f"w{i}.log") for i in range(2)]
-    try:
-        for w in workers:
-            assert w.wait(180) == 0, w.log()
-    finally:
-        for w in workers:
-            w.close()
+    crawl_to_end(*workers, timeout=180)
     rows = downloads(rec)
     limited = [r["t"] for r in rows if "site0.test" in r["url"]]
     free = [r["t"] for r in rows if "site1.test" in r["url"]]
@@ -82,10 +77,7 @@ def test_weights_share_a_busy_worker(plain_redis_url: str, crawl: str, tmp_path:
     web = SyntheticWeb(sites=2, pages=400)
     push_urls(client, crawl, [web.url(s, p) for s in range(2) for p in range(150)])
     w = Worker(settings, tmp_path / "w.log")
-    try:
-        assert w.wait(180) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w, timeout=180)
     first = [r["url"] for r in downloads(rec)][:160]
     counts = Counter("site0" if "site0.test" in u else "site1" for u in first)
     ratio = counts["site0"] / counts["site1"]
@@ -109,10 +101,7 @@ def test_band_ratio_serves_every_band(plain_redis_url: str, crawl: str, tmp_path
         SYNTH_EXTRA_LINKS=0,
     )
     w = Worker(settings, tmp_path / "w.log")
-    try:
-        assert w.wait(180) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w, timeout=180)
     first = [int(r["url"].rsplit("/", 1)[1]) for r in downloads(rec)][:50]
     bands = Counter("high" if p < 100 else "default" if p < 200 else "low" for p in first)
     measured(f"band ratio 5:3:2, first 50 downloads: high {bands['high']}, default {bands['default']}, low {bands['low']}")
@@ -208,10 +197,7 @@ def test_default_policy_applies_to_unlisted_sites(plain_redis_url: str, crawl: s
         STREAMS_SITES={"*": {"task_type": "browser", "rate": 20, "burst": 2}, "site0.test": {"task_type": "http"}},
     )
     w = Worker(settings, tmp_path / "w.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     rows = downloads(rec)
     assert all(r["browser"] for r in rows if "site1.test" in r["url"])
     assert not any(r["browser"] for r in rows if "site0.test" in r["url"])

@@ -19,7 +19,7 @@ from streams_sched.errors import RedisUnavailable
 from streams_sched.keys import CrawlKeys, SiteKeys
 from streams_sched.testing import RedisServer, TlsFiles, make_tls_files
 
-from helpers import Worker, base_settings, crawled_urls, frontier, wait_for, with_user
+from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, wait_for, with_user
 
 PACKAGE = Path(__file__).resolve().parent.parent / "streams_sched"
 
@@ -36,10 +36,7 @@ def test_worker_runs_with_only_its_acl_rules(redis_url: str, target: str, dedupe
         items = tmp_path / "items.jsonl"
         url = with_user(redis_url, "worker", "w-secret")
         w = Worker(base_settings(url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=60), tmp_path / "w.log")
-        try:
-            assert w.wait(120) == 0, w.log()
-        finally:
-            w.close()
+        crawl_to_end(w)
         assert set(crawled_urls(items)) == SyntheticWeb(sites=2, pages=60).all_urls()
         assert acl.denials(admin, "worker") == []
         assert "w-secret" not in w.log()  # the URL is logged redacted
@@ -147,10 +144,7 @@ def test_worker_crawls_over_mutual_tls_as_an_acl_user(tls_server: RedisServer, t
     url = with_user(tls_url(tls_server, tls_files), "worker", "w-secret")
     items = tmp_path / "items.jsonl"
     w = Worker(base_settings(url, crawl, "auto", items, SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=40), tmp_path / "w.log")
-    try:
-        assert w.wait(120) == 0, w.log()
-    finally:
-        w.close()
+    crawl_to_end(w)
     assert set(crawled_urls(items)) == SyntheticWeb(sites=2, pages=40).all_urls()
     assert acl.denials(admin, "worker") == []
     assert "rediss://worker:***@127.0.0.1" in w.log() and "w-secret" not in w.log()
