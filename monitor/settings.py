@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from streams_sched.config import validate_redis_url
+from streams_sched.config import check_port, check_positive, validate_redis_url
 from streams_sched.errors import ConfigError
 from streams_sched.keys import validate_crawl_name
 
@@ -66,8 +65,7 @@ class MonitorSettings:
         validate_redis_url(self.redis_url, "--redis-url")
         for crawl in self.crawls:
             validate_crawl_name(crawl, "--prefix")
-        if not (0 <= self.metrics_port <= 65535):
-            raise ConfigError("--metrics-port", self.metrics_port, "expected a port (0-65535)")
+        check_port("--metrics-port", self.metrics_port)
         if self.webhook_url is not None:
             parts = urlparse(self.webhook_url)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -90,5 +88,4 @@ class MonitorSettings:
             ("--connect-timeout", self.connect_timeout_s, True),
             ("max_backoff_s", self.max_backoff_s, False),
         ):
-            if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-                raise ConfigError(option, value, "must be 0 or more" if zero_ok else "must be greater than 0")
+            check_positive(option, value, zero_ok)

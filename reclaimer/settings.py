@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 from dataclasses import dataclass, field
 
-from streams_sched.config import validate_redis_url
+from streams_sched.config import check_port, check_positive, validate_redis_url
 from streams_sched.errors import ConfigError
 from streams_sched.keys import validate_crawl_name
 
@@ -66,11 +65,11 @@ class ReclaimerSettings:
         validate_redis_url(self.redis_url, "--redis-url")
         for crawl in self.crawls:
             validate_crawl_name(crawl, "--prefix")
-        _positive("--interval", self.interval_s)
-        if self.metrics_port is not None and not (0 <= self.metrics_port <= 65535):
-            raise ConfigError("--metrics-port", self.metrics_port, "expected a port (0-65535)")
+        check_positive("--interval", self.interval_s)
+        if self.metrics_port is not None:
+            check_port("--metrics-port", self.metrics_port)
         if self.lease_s is not None:
-            _positive("--lease-seconds", self.lease_s)
+            check_positive("--lease-seconds", self.lease_s)
         if self.max_deliveries is not None and self.max_deliveries < 1:
             raise ConfigError("--max-deliveries", self.max_deliveries, "must be at least 1")
         for option, value in (
@@ -80,17 +79,13 @@ class ReclaimerSettings:
         ):
             if value < 1:
                 raise ConfigError(option, value, "must be at least 1")
-        _positive("dead_after_heartbeats", self.dead_after_heartbeats)
-        _positive("--prune-interval", self.prune_interval_s)
-        _positive("--node-retention", self.node_retention_s, zero_ok=True)
-        _positive("--connect-timeout", self.connect_timeout_s, zero_ok=True)
-        _positive("max_backoff_s", self.max_backoff_s)
+        check_positive("dead_after_heartbeats", self.dead_after_heartbeats)
+        check_positive("--prune-interval", self.prune_interval_s)
+        check_positive("--node-retention", self.node_retention_s, zero_ok=True)
+        check_positive("--connect-timeout", self.connect_timeout_s, zero_ok=True)
+        check_positive("max_backoff_s", self.max_backoff_s)
         if not self.consumer or not all(c.isalnum() or c in "._:@-" for c in self.consumer):
             raise ConfigError("--consumer", self.consumer, "use letters, digits and . _ : @ -")
         if not self.name or any(c.isspace() for c in self.name):
             raise ConfigError("--name", self.name, "a non-empty name without spaces")
 
-
-def _positive(option: str, value: float, zero_ok: bool = False) -> None:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        raise ConfigError(option, value, "must be 0 or more" if zero_ok else "must be greater than 0")

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse, urlunparse
 from .errors import ConfigError
 from .keys import BANDS, TASK_TYPES, validate_crawl_name
 
-__all__ = ["URL_OPTIONS", "StreamsConfig", "parse_band_ratio", "redact", "validate_redis_url"]
+__all__ = ["URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "parse_band_ratio", "redact", "validate_redis_url"]
 
 #: Band weights used for "strict": high always first, low only when nothing else.
 STRICT_RATIO: tuple[int, int, int] = (1_000_000_000_000, 1_000_000, 1)
@@ -209,7 +209,7 @@ class StreamsConfig:
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
         validate_crawl_name(self.crawl)
-        _positive("STREAMS_LEASE_SECONDS", self.lease_seconds)
+        check_positive("STREAMS_LEASE_SECONDS", self.lease_seconds)
         _whole("STREAMS_MAX_DELIVERIES", self.max_deliveries, minimum=1)
         if self.dedupe not in DEDUPE_BACKENDS:
             raise ConfigError("STREAMS_DEDUPE", self.dedupe, f"expected one of {DEDUPE_BACKENDS}")
@@ -229,20 +229,20 @@ class StreamsConfig:
             )
         _whole("STREAMS_PREFETCH", self.prefetch, minimum=0)
         _whole("STREAMS_PREFETCH_PER_SITE", self.prefetch_per_site, minimum=0)
-        _positive("STREAMS_IDLE_POLL_SECONDS", self.idle_poll_seconds)
-        _positive("STREAMS_FLUSH_INTERVAL_SECONDS", self.flush_interval_seconds)
-        _positive("STREAMS_HEARTBEAT_SECONDS", self.heartbeat_seconds)
-        _positive("STREAMS_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds)
+        check_positive("STREAMS_IDLE_POLL_SECONDS", self.idle_poll_seconds)
+        check_positive("STREAMS_FLUSH_INTERVAL_SECONDS", self.flush_interval_seconds)
+        check_positive("STREAMS_HEARTBEAT_SECONDS", self.heartbeat_seconds)
+        check_positive("STREAMS_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds)
         _whole("STREAMS_LOCAL_SEEN_CACHE", self.local_seen_cache, minimum=0)
-        _positive("STREAMS_CONNECT_TIMEOUT_SECONDS", self.connect_timeout_seconds, zero_ok=True)
-        _positive("STREAMS_SOCKET_TIMEOUT_SECONDS", self.socket_timeout_seconds)
-        _positive("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", self.shutdown_timeout_seconds, zero_ok=True)
+        check_positive("STREAMS_CONNECT_TIMEOUT_SECONDS", self.connect_timeout_seconds, zero_ok=True)
+        check_positive("STREAMS_SOCKET_TIMEOUT_SECONDS", self.socket_timeout_seconds)
+        check_positive("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", self.shutdown_timeout_seconds, zero_ok=True)
         _whole("STREAMS_MAX_REQUEST_BYTES", self.max_request_bytes, minimum=0)
         _whole("STREAMS_BROWSER_MAX", self.browser_max, minimum=0)
-        _positive("STREAMS_REVISIT_AFTER_SECONDS", self.revisit_after_seconds, zero_ok=True)
+        check_positive("STREAMS_REVISIT_AFTER_SECONDS", self.revisit_after_seconds, zero_ok=True)
         _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
-        _positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
-        _positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
+        check_positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
+        check_positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -378,9 +378,15 @@ def _bool(settings: Any, name: str, default: bool) -> bool:
     raise ConfigError(name, value, "expected True or False")
 
 
-def _positive(name: str, value: float, zero_ok: bool = False) -> None:
-    if value < 0 or (value == 0 and not zero_ok):
-        raise ConfigError(name, value, "must be greater than 0" if not zero_ok else "must be 0 or more")
+def check_positive(name: str, value: float, zero_ok: bool = False) -> None:
+    """A finite number above 0 (or 0 too with ``zero_ok``), else a ConfigError naming ``name``."""
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(name, value, "must be 0 or more" if zero_ok else "must be greater than 0")
+
+
+def check_port(name: str, port: int) -> None:
+    if not (0 <= port <= 65535):
+        raise ConfigError(name, port, "expected a port (0-65535)")
 
 
 def _whole(name: str, value: int, minimum: int | None) -> None:
