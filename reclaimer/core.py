@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -368,6 +368,3 @@ def _server_time(client: Any) -> float:
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
-
-def result_dict(result: PassResult) -> dict[str, Any]:
-    return {**result.summary(), "per_crawl": [asdict(c) for c in result.crawls]}

@@ -164,10 +164,6 @@ class DrainDetector:
         self.last = None
 
 
-def weighted_order(sites: Iterable[str], hints: Mapping[str, SiteHint]) -> list[str]:
-    """Sites ordered by how little they were served relative to their weight."""
-    return sorted(sites, key=lambda s: hints[s].served / max(hints[s].weight, 1e-9))
-
 
 def returning_credit(served: float, weight: float, others: Iterable[tuple[float, float]]) -> float:
     """The served count a site coming back to the ready set starts from.

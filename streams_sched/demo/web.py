@@ -27,9 +27,6 @@ class SyntheticWeb:
     base: str = "http://site{site}.test/p/{page}"
     padding: int = 2000
 
-    def site_name(self, site: int) -> str:
-        return f"site{site}.test"
-
     def url(self, site: int, page: int) -> str:
         return self.base.format(site=site, ip=site + 1, page=page)
 
