@@ -34,6 +34,7 @@ from .errors import ConfigError
 
 __all__ = [
     "BANDS",
+    "BROWSER_FIRST_STREAM",
     "GROUP",
     "ROOT",
     "STREAMS",
@@ -56,6 +57,8 @@ BANDS: tuple[str, ...] = ("high", "default", "low")
 TASK_TYPES: tuple[str, ...] = ("http", "browser")
 #: Every (task, band) stream of a site, in the order scripts receive them in KEYS.
 STREAMS: tuple[tuple[str, str], ...] = tuple((t, b) for t in TASK_TYPES for b in BANDS)
+#: Index in :data:`STREAMS` of the first browser stream (the http streams come first).
+BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
 
 _CRAWL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")

@@ -36,7 +36,7 @@ from .errors import EntryError
 from .frontier import Frontier, LeasedEntry, parse_enqueue, parse_lease
 from .keys import BANDS
 from .recovery import LeaseKey, release_orphans
-from .selection import DrainDetector, SiteHint, plan_leases
+from .selection import DrainDetector, SiteHint, empty_lease_backoff, plan_leases
 
 __all__ = ["Pump"]
 
@@ -496,10 +496,9 @@ class Pump(threading.Thread):
             hint.not_before = now + r.wait_ms / 1000.0
         elif not hint.may_have_work(self.browser_cap > 0, self.http) or r.delayed:
             hint.empty_streak += 1
-            backoff = min(0.05 * (2 ** min(hint.empty_streak, 8)), self.config.idle_poll_seconds)
-            if r.next_due_in_ms >= 0:
-                backoff = min(backoff, r.next_due_in_ms / 1000.0)
-            hint.not_before = now + backoff
+            hint.not_before = now + empty_lease_backoff(
+                hint.empty_streak, self.config.idle_poll_seconds, r.next_due_in_ms
+            )
         return self._accept(r.entries)
 
     def _accept(self, entries: list[LeasedEntry]) -> int:
