@@ -25,10 +25,11 @@ quietly) only from Redis 7.2.
 from __future__ import annotations
 
 import re
-from importlib import resources
 from typing import Any
 
 from .keys import ROOT, CrawlKeys, validate_crawl_name
+from .replies import text
+from .scripts import read_lua
 
 __all__ = [
     "OPTIONAL_COMMANDS",
@@ -49,9 +50,6 @@ _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z.]+)'(?:\s*,\s*'([A-Za-z-]+)')?"
 _FUNC = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 
 
-def _read_lua(name: str) -> str:
-    return resources.files("streams_sched").joinpath("lua", name).read_text(encoding="utf-8")
-
 
 def _commands_in(text: str) -> set[str]:
     out = set()
@@ -63,7 +61,7 @@ def _commands_in(text: str) -> set[str]:
 
 def _lib_functions() -> dict[str, str]:
     """Body of every helper in lua/_lib.lua, by name."""
-    lib = _read_lua("_lib.lua")
+    lib = read_lua("_lib.lua")
     starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(lib)]
     return {
         name: lib[pos : (starts[i + 1][0] if i + 1 < len(starts) else len(lib))]
@@ -76,16 +74,16 @@ def script_commands(script: str) -> set[str]:
     helpers it calls (directly or through other helpers). Read from the shipped
     scripts, so the rules follow the scripts when they change."""
     helpers = _lib_functions()
-    text = _read_lua(f"{script}.lua")
+    source = read_lua(f"{script}.lua")
     used: set[str] = set()
-    todo = [name for name in helpers if re.search(rf"\b{name}\(", text)]
+    todo = [name for name in helpers if re.search(rf"\b{name}\(", source)]
     while todo:
         name = todo.pop()
         if name in used:
             continue
         used.add(name)
         todo += [o for o in helpers if o != name and re.search(rf"\b{o}\(", helpers[name])]
-    commands = _commands_in(text)
+    commands = _commands_in(source)
     for name in used:
         commands |= _commands_in(helpers[name])
     return commands
@@ -250,14 +248,11 @@ def denials(client: Any, user: str | None = None) -> list[dict[str, Any]]:
     out = []
     for e in raw:
         entry = e if isinstance(e, dict) else dict(zip(e[::2], e[1::2], strict=True))
-        entry = {_text(k): (_text(v) if isinstance(v, bytes) else v) for k, v in entry.items()}
+        entry = {text(k): (text(v) if isinstance(v, bytes) else v) for k, v in entry.items()}
         if user is None or entry.get("username") == user:
             out.append(entry)
     return out
 
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def setuser_line(role: str, crawl: str | None = None, user: str | None = None, *, cluster: bool = False) -> str:
