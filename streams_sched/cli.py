@@ -30,9 +30,9 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
 
 from .codec import RequestCodec
-from .connection import redact
-from .daemon import EXIT_ERROR, EXIT_UNREACHABLE, connect_at_start
+from .connection import connect_ready, redact
 from .errors import RedisUnavailable, StreamsSchedError
+from .exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
 from .frontier import Frontier, Outgoing, SiteStatus, crawl_bloom
 from .keys import BANDS, validate_crawl_name, validate_site_name
 from .rates import ack_rate_per_s
@@ -58,7 +58,7 @@ def _client(url: str) -> Any:
         timeout_s = float(os.environ.get("STREAMS_CONNECT_TIMEOUT_SECONDS", "3"))
     except ValueError:
         timeout_s = 3.0
-    return connect_at_start(url, timeout_s, "--redis-url")
+    return connect_ready(url, timeout_s, setting="--redis-url", quiet=True)
 
 
 def known_crawl(client: Any, crawl: str, redis_url: str) -> Frontier:

@@ -30,8 +30,8 @@ from .cli import (
     summary_line,
     totals,
 )
-from .daemon import EXIT_TIMEOUT
 from .dlq import DeadLetter, iter_letters, purge_letters, requeue_letters
+from .exit_codes import EXIT_TIMEOUT
 from .frontier import Frontier
 from .keys import validate_site_name
 from .liveness import node_states

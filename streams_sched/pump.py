@@ -29,6 +29,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from .backoff import Backoff
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
@@ -124,7 +125,7 @@ class Pump(threading.Thread):
         self.next_busy_claim = now + config.lease_seconds
         self.next_drain_check = now
         self.drain_interval = 0.05
-        self.backoff = 0.0
+        self.retry = Backoff(initial_s=0.1, max_s=5.0)
         self.outage_since: float | None = None
 
     # -- called from the reactor thread ------------------------------------
@@ -182,6 +183,7 @@ class Pump(threading.Thread):
             if timeout > 0:
                 self._kick.wait(timeout)
             self._kick.clear()
+            delay = 0.0
             try:
                 self._cycle()
                 if self.outage_since is not None:
@@ -190,17 +192,18 @@ class Pump(threading.Thread):
                     )
                     self._release_orphans()
                     self.outage_since = None
-                self.backoff = 0.0
+                self.retry.reset()
             except TRANSIENT as exc:
                 self._on_outage(exc)
+                delay = self.retry.next()
             except Exception:
                 logger.exception("streams-sched I/O cycle failed; retrying")
-                self.backoff = min(max(self.backoff * 2, 0.1), 5.0)
+                delay = self.retry.next()
             with self._cycle_done:
                 self._cycles += 1
                 self._cycle_done.notify_all()
-            if self.backoff:
-                time.sleep(self.backoff)
+            if delay:
+                time.sleep(delay)
         self._goodbye()
 
     def _release_orphans(self) -> None:
@@ -223,7 +226,6 @@ class Pump(threading.Thread):
         if self.outage_since is None:
             self.outage_since = time.monotonic()
             logger.warning("Redis unreachable (%s); retrying with back-off", exc)
-        self.backoff = min(max(self.backoff * 2, 0.1), 5.0)
         self.stats.append(("streams/redis_errors", 1))
 
     def _unsent(self) -> bool:
