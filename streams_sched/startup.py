@@ -54,5 +54,5 @@ def _count_as_bootstrap_failure(args: tuple[Any, ...]) -> None:
     for arg in args:
         crawler = arg if isinstance(arg, Crawler) else getattr(arg, "crawler", None)
         if isinstance(crawler, Crawler):
-            crawler.spider = None  # type: ignore[assignment]
+            crawler.spider = None
             return
