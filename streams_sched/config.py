@@ -205,6 +205,10 @@ class StreamsConfig:
     #: STREAMS_EMPTY_CRAWL_WAIT_SECONDS: how long a worker on a crawl that never had a
     #: request waits for seeds before it counts the crawl as drained.
     empty_crawl_wait_seconds: float = 60.0
+    #: STREAMS_ALLOW_UNTESTED_SCRAPY (or the environment variable): let a Scrapy release
+    #: above the tested range start (with a warning), to try it; the engine's hook
+    #: points are checked all the same.
+    allow_untested_scrapy: bool = False
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -318,6 +322,10 @@ class StreamsConfig:
             revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
             policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
             empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
+            allow_untested_scrapy=_bool(
+                settings, "STREAMS_ALLOW_UNTESTED_SCRAPY",
+                os.environ.get("STREAMS_ALLOW_UNTESTED_SCRAPY", "").strip().lower() in _TRUE,
+            ),
         )
 
     def describe(self) -> dict[str, Any]:

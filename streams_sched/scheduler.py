@@ -44,7 +44,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
 
 from . import __version__
-from ._engine import EngineHooks
+from ._engine import EngineHooks, check_scrapy
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import connect_ready, redact
@@ -133,6 +133,7 @@ class StreamsScheduler(BaseScheduler):
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider is not None else None
         config = StreamsConfig.from_settings(settings, spider_name)
+        check_scrapy(allow_untested=config.allow_untested_scrapy)
         scheduler = cls(
             config,
             fingerprinter=crawler.request_fingerprinter,
@@ -567,9 +568,9 @@ class StreamsScheduler(BaseScheduler):
         self._fatal_reported = True
         logger.error("streams-sched I/O thread died: %r; closing the spider", self._pump.fatal if self._pump else None)
         if self.crawler is not None and self.crawler.engine is not None:
-            from scrapy.utils.defer import deferred_from_coro
+            from ._engine import close_spider
 
-            deferred_from_coro(self.crawler.engine.close_spider_async(reason="streams_sched_error"))
+            close_spider(self.crawler.engine, "streams_sched_error")
 
 
 def _sha1(data: bytes) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -44,6 +45,14 @@ def with_user(url: str, user: str, password: str) -> str:
     return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest.split('@', 1)[-1]}"
 
 
+#: the remote-control extension listens on a port; older Scrapy has none (and 2.16 fails to load the name)
+_NO_REMOTE_CONTROL = (
+    {"scrapy.extensions.remote_control.RemoteControl": None}
+    if importlib.util.find_spec("scrapy.extensions.remote_control") is not None
+    else {}
+)
+
+
 def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
@@ -58,7 +67,7 @@ def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra
         "LOG_LEVEL": "INFO",
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
-        "EXTENSIONS": {"scrapy.extensions.remote_control.RemoteControl": None},
+        "EXTENSIONS": _NO_REMOTE_CONTROL,
         "SYNTH_SITES": 3,
         "SYNTH_PAGES": 100,
     }

@@ -30,6 +30,7 @@ def assert_frontier_empty(url: str, crawl: str, dedupe: str) -> None:
         assert st.stats.get("enqueued", 0) == st.stats.get("acked", 0) + st.stats.get("dead", 0), (site, st.stats)
 
 
+@pytest.mark.scrapy_matrix
 def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A single worker crawls the whole synthetic web exactly once, drains the frontier and exits."""
     items = tmp_path / "items.jsonl"
@@ -42,6 +43,7 @@ def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: st
     assert f"crawl {crawl} is drained" in w.log()
 
 
+@pytest.mark.scrapy_matrix
 def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """SIGKILL a worker mid-crawl, start another: every page is crawled; repeats stay within the kill's leases."""
     items = tmp_path / "items.jsonl"
@@ -69,6 +71,7 @@ def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: s
     assert "took over" in second.log()
 
 
+@pytest.mark.scrapy_matrix
 def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """While one worker holds the only request (slow page 0), the other must not close; both exit at the end."""
     items = tmp_path / "items.jsonl"
@@ -102,6 +105,7 @@ def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, c
     assert_frontier_empty(redis_url, crawl, dedupe)
 
 
+@pytest.mark.scrapy_matrix
 def test_every_outcome_is_acked_exactly_once(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """Redirect, retry, errback, download error, IgnoreRequest, callback exception, 404: one ack each."""
     from spiders import OUTCOME_SPECIAL

@@ -252,6 +252,7 @@ def _announced(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.scrapy_matrix
 def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(crawl: str, tmp_path: Path, measured: Any) -> None:
     """SIGTERM: the worker stops leasing, hands back its prefetched leases at once, finishes the
     requests in progress, acks them and exits 0; another worker finishes the crawl, no page twice."""
@@ -300,6 +301,7 @@ def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(craw
         server.cleanup()
 
 
+@pytest.mark.scrapy_matrix
 def test_ctrl_c_hands_back_requests_still_in_progress_after_the_timeout(crawl: str, tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) with downloads that would take 60s: after STREAMS_SHUTDOWN_TIMEOUT_SECONDS
     the worker hands their leases back and exits; the next worker crawls them at once."""
@@ -412,6 +414,7 @@ reactor.run()
 """
 
 
+@pytest.mark.scrapy_matrix
 def test_close_wait_is_bounded_on_a_plain_twisted_reactor() -> None:
     """The bounded wait for requests in progress also works without asyncio (Twisted's epoll reactor)."""
     import subprocess
