@@ -11,13 +11,14 @@ from scrapy import Spider
 from scrapy.utils.request import RequestFingerprinter
 from scrapy_redis.spiders import RedisSpider
 
-from helpers import Worker, base_settings, crawl_to_end, read_items, wait_for
 from streams_sched.codec import RequestCodec
 from streams_sched.connection import connect
 from streams_sched.feed import FEED_DLQ_SITE, FeedMover, parse_feed_entry
 from streams_sched.frontier import Frontier, crawl_bloom
 from streams_sched.keys import SiteKeys
 from streams_sched.redis_spider import adopt_redis_spider, is_redis_spider
+
+from helpers import Worker, base_settings, crawl_to_end, read_items, wait_for
 
 ENTRIES = [
     "http://a.test/plain",
@@ -168,7 +169,7 @@ def test_producer_lpushes_while_two_workers_run(plain_redis_url: str, crawl: str
             client.lpush(key, json.dumps({"url": url}), url)  # the same URL twice: crawled once
             want[url] = {"method": "GET", "job": None}
         if i % 50 == 49:
-            wait_for(lambda: len(read_items(items)) >= i - 60, timeout=60, what="the workers to keep up")
+            wait_for(lambda n=i: len(read_items(items)) >= n - 60, timeout=60, what="the workers to keep up")
     crawl_to_end(*workers, timeout=120)
     got = read_items(items)
     assert sorted(i["url"] for i in got) == sorted(want)  # every URL, each once
