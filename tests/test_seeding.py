@@ -102,11 +102,12 @@ def test_cli_push_follows_site_policy_task_type(plain_redis_url: str, crawl: str
     assert _entries(client, crawl, "js.test", "http") == []
 
 
-def test_seed_skips_what_a_migrated_scrapy_redis_crawl_saw(plain_redis_url: str, crawl: str) -> None:
-    """With a legacy scrapy-redis dupefilter recorded, seeds it already saw count as duplicates."""
-    client = connect(plain_redis_url)
+@pytest.mark.cluster
+def test_seed_skips_what_a_migrated_scrapy_redis_crawl_saw(redis_url: str, crawl: str) -> None:
+    """With a legacy scrapy-redis dupefilter recorded, seeds it already saw count as duplicates (on a cluster too)."""
+    client = connect(redis_url)
     f = Frontier(client, crawl)
-    client.sadd("legacy", legacy_fingerprint(Request("http://a.test/old")))
-    client.hset(f.keys.meta, LEGACY_FIELD, "legacy")
+    client.sadd(f.keys.legacy_seen, legacy_fingerprint(Request("http://a.test/old")))
+    client.hset(f.keys.meta, LEGACY_FIELD, f.keys.legacy_seen)
     result = seed(client, crawl, ["http://a.test/old", "http://a.test/new"])
     assert result.added == ["http://a.test/new"] and result.duplicates == ["http://a.test/old"]
