@@ -206,7 +206,8 @@ class StreamsConfig:
     #: request waits for seeds before it counts the crawl as drained.
     empty_crawl_wait_seconds: float = 60.0
     #: STREAMS_FEED_KEY (or scrapy-redis's REDIS_START_URLS_KEY): the scrapy-redis feed the
-    #: worker moves into the crawl, "%(name)s" = the spider name; "" = no feed.
+    #: worker moves into the crawl, "%(name)s" = the crawl name (STREAMS_PREFIX, by default
+    #: the spider name, as in scrapy-redis); "" = no feed.
     feed_key: str = ""
     #: REDIS_START_URLS_AS_SET / REDIS_START_URLS_AS_ZSET (scrapy-redis's): "list", "set" or "zset".
     feed_kind: str = "list"
@@ -337,7 +338,7 @@ class StreamsConfig:
             revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
             policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
             empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
-            feed_key=_feed_key(settings, spider_name or crawl),
+            feed_key=_feed_key(settings, crawl),
             feed_kind=_feed_kind(settings),
             feed_batch=_int(settings, "STREAMS_FEED_BATCH", 100),
             feed_poll_seconds=_num(settings, "STREAMS_FEED_POLL_SECONDS", 1.0),

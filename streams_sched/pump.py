@@ -27,7 +27,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from .codec import RequestCodec
 from .config import StreamsConfig
@@ -307,6 +307,27 @@ class Pump(threading.Thread):
         if self.feed is not None and now >= self.next_feed and not (self._closing or self._stop_requested):
             self._move_feed(now)
 
+    def _feed_pending(self) -> int:
+        assert self.feed is not None
+        try:
+            return self.feed.pending()
+        except ResponseError as exc:
+            self._feed_refused(exc)
+            return 0
+
+    def _feed_refused(self, exc: Exception) -> None:
+        """Redis refused a feed command (an ACL without the feed key, a key of another
+        type): say so once and stop moving the feed; the crawl goes on."""
+        assert self.feed is not None
+        logger.error(
+            "streams-sched stops moving the feed %s: Redis refused (%s). Give the worker's ACL user"
+            " the feed key, fix REDIS_START_URLS_AS_SET / REDIS_START_URLS_AS_ZSET, or set"
+            " STREAMS_FEED_KEY = \"\" to turn the feed off",
+            self.feed.key, exc,
+        )
+        self.stats.append(("streams/feed_refused", 1))
+        self.feed = None
+
     def _legacy_filter(self, ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """Drop requests a migrated scrapy-redis crawl already saw (one SMISMEMBER).
         Ops carry scrapy-redis's fingerprint as op[3] until they are checked."""
@@ -326,7 +347,11 @@ class Pump(threading.Thread):
         feed = self.feed
         assert feed is not None
         self.next_feed = now + self.config.feed_poll_seconds
-        result = feed.move()
+        try:
+            result = feed.move()
+        except ResponseError as exc:
+            self._feed_refused(exc)
+            return
         if result.read >= feed.batch or (result.length and not result.read):
             # more to move, or another worker holds the lock: look again soon
             self.next_feed = now + (0.0 if result.read else 0.2)
@@ -683,7 +708,7 @@ class Pump(threading.Thread):
 
     def _check_drain(self, now: float) -> None:
         f = self.frontier
-        if self.feed is not None and self.feed.pending():
+        if self.feed is not None and self._feed_pending():
             # the feed still has entries: not drained, and move them now
             self.drain.reset()
             self.next_feed = now

@@ -149,7 +149,7 @@ def _feed_settings(url: str, crawl: str, items: Path, **extra: Any) -> dict[str,
 def test_producer_lpushes_while_two_workers_run(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """Plain and JSON entries LPUSHed into <spider>:start_urls while two workers run are all crawled, each once."""
     client = connect(plain_redis_url)
-    key = "feedspider:start_urls"
+    key = f"{crawl}:start_urls"  # %(name)s is the crawl name (STREAMS_PREFIX; by default the spider's)
     items = tmp_path / "items.jsonl"
     settings = _feed_settings(plain_redis_url, crawl, items, SYNTH_DELAY_SECONDS=0.02, STREAMS_FEED_BATCH=10, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=30)
     workers = [Worker(settings, tmp_path / f"w{n}.log", spider="spiders.FeedSpider") for n in range(2)]
@@ -185,7 +185,7 @@ def test_producer_lpushes_while_two_workers_run(plain_redis_url: str, crawl: str
 def test_worker_sigkilled_while_moving_the_feed_loses_nothing(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """A worker SIGKILLed in the middle of moving a 3000-entry feed loses no entry: a second worker crawls every URL."""
     client = connect(plain_redis_url)
-    key = "feedspider:start_urls"
+    key = f"{crawl}:start_urls"
     urls = [f"http://site{i % 3}.test/p/{i // 3}" for i in range(3000)]
     client.lpush(key, *urls)
     items = tmp_path / "items.jsonl"
@@ -220,3 +220,63 @@ def test_unchanged_redis_spider_crawls_the_feed(plain_redis_url: str, crawl: str
     finally:
         w.close()
     assert sorted(i["url"] for i in read_items(items)) == sorted(urls + ["http://site0.test/p/99"])
+
+
+def test_feed_moves_under_the_worker_acl(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """A worker whose ACL user has only the worker rules of its crawl moves the feed <crawl>:start_urls, denied nothing."""
+    from streams_sched import acl
+
+    from helpers import with_user
+
+    admin = connect(plain_redis_url)
+    admin.execute_command("ACL LOG", "RESET")
+    acl.setuser(admin, "worker", "pw", "worker", crawl)
+    admin.lpush(f"{crawl}:start_urls", *[f"http://site0.test/p/{i}" for i in range(20)], "bad entry")
+    items = tmp_path / "items.jsonl"
+    try:
+        settings = _feed_settings(with_user(plain_redis_url, "worker", "pw"), crawl, items)
+        crawl_to_end(Worker(settings, tmp_path / "w.log", spider="spiders.FeedSpider"), timeout=60)
+        assert len(read_items(items)) == 20
+        assert acl.denials(admin, "worker") == []
+        assert admin.xlen(SiteKeys(crawl, FEED_DLQ_SITE).dlq) == 1
+    finally:
+        acl.deluser(admin, "worker")
+
+
+def test_a_refused_feed_is_turned_off_and_the_crawl_goes_on(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """A feed key of the wrong type (or out of the ACL) is reported once and left alone; the rest of the crawl is crawled."""
+    client = connect(plain_redis_url)
+    client.set(f"{crawl}:start_urls", "a string, not a list")
+    items = tmp_path / "items.jsonl"
+    from streams_sched import seed
+
+    seed(client, crawl, [f"http://site0.test/p/{i}" for i in range(5)])
+    w = Worker(_feed_settings(plain_redis_url, crawl, items), tmp_path / "w.log", spider="spiders.FeedSpider")
+    crawl_to_end(w, timeout=60)
+    assert len(read_items(items)) == 5
+    assert w.log().count(f"stops moving the feed {crawl}:start_urls") == 1
+
+
+def test_feed_settings() -> None:
+    """STREAMS_FEED_KEY (or REDIS_START_URLS_KEY) names the feed with %(name)s = the crawl; bad values fail naming the setting."""
+    from streams_sched.config import StreamsConfig
+    from streams_sched.errors import ConfigError
+
+    def cfg(**s: Any) -> StreamsConfig:
+        return StreamsConfig.from_settings({"REDIS_URL": "redis://localhost:6379/0", **s}, "books")
+
+    assert cfg().feed_key == "books:start_urls" and cfg().feed_kind == "list"
+    assert cfg(STREAMS_PREFIX="books-2").feed_key == "books-2:start_urls"
+    assert cfg(STREAMS_FEED_KEY="").feed_key == ""
+    assert cfg(REDIS_START_URLS_KEY="q:%(name)s").feed_key == "q:books"
+    assert cfg(REDIS_START_URLS_AS_SET=True).feed_kind == "set"
+    assert cfg(REDIS_START_URLS_AS_ZSET="1").feed_kind == "zset"
+    for bad, setting in (
+        ({"STREAMS_FEED_KEY": "%(spider)s:x"}, "STREAMS_FEED_KEY"),
+        ({"REDIS_START_URLS_AS_SET": True, "REDIS_START_URLS_AS_ZSET": True}, "REDIS_START_URLS_AS_ZSET"),
+        ({"STREAMS_FEED_BATCH": 0}, "STREAMS_FEED_BATCH"),
+        ({"STREAMS_FEED_POLL_SECONDS": -1}, "STREAMS_FEED_POLL_SECONDS"),
+        ({"REDIS_ENCODING": "klingon"}, "REDIS_ENCODING"),
+    ):
+        with pytest.raises(ConfigError, match=setting):
+            cfg(**bad)
