@@ -107,3 +107,43 @@ def test_nothing_to_migrate_is_said_plainly(plain_redis_url: str, crawl: str) ->
     assert out.exit_code == 0, out.output
     assert "0 start URL(s)" in out.output and "0 pending request(s)" in out.output
     assert crawl in Frontier.crawls(connect(plain_redis_url))
+
+
+@pytest.mark.cluster
+@pytest.mark.targets("cluster")
+def test_migrates_from_a_plain_redis_into_a_cluster(redis_url: str, plain_redis_url: str, crawl: str) -> None:
+    """--from-redis-url: a scrapy-redis crawl on a plain Redis (all three queue classes' keys, written by
+    scrapy-redis itself) is copied into a crawl on Redis Cluster, and a second run adds nothing."""
+    from scrapy_redis.dupefilter import RFPDupeFilter
+    from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
+
+    from streams_sched.demo.spider import SyntheticSpider
+
+    source = connect(plain_redis_url)
+    spider = SyntheticSpider()
+    dupefilter = RFPDupeFilter(source, "synthetic:dupefilter")
+    queues = {"synthetic:requests": PriorityQueue, "fifo:requests": FifoQueue, "lifo:requests": LifoQueue}
+    for key, cls in queues.items():
+        q = cls(source, spider, key)
+        for i in range(30):
+            r = Request(f"http://site{i % 3}.test/p/{i}?{key}", priority=i % 4 - 1, callback=spider.parse_other, meta={"k": key})
+            dupefilter.request_seen(r)
+            q.push(r)
+    source.lpush("synthetic:start_urls", "http://site0.test/p/99", json.dumps({"url": "http://site1.test/p/99"}))
+    client = connect(redis_url)
+    for queue_key, queue_class in (("synthetic:requests", "PriorityQueue"), ("fifo:requests", "FifoQueue"), ("lifo:requests", "LifoQueue")):
+        args = ["--from-redis-url", plain_redis_url, "-c", crawl, "--trust-pickle", "--queue-key", queue_key, "--queue-class", queue_class]
+        out = CliRunner().invoke(main, ["migrate-scrapy-redis", "--redis-url", redis_url, "--spider", "synthetic", *args])
+        assert out.exit_code == 0, out.output
+        assert "pending requests: 30 read, 30 added" in out.output, out.output
+        again = CliRunner().invoke(main, ["migrate-scrapy-redis", "--redis-url", redis_url, "--spider", "synthetic", *args])
+        assert "pending requests: 30 read, 0 added, 30 already there" in again.output, again.output
+    assert client.scard(CrawlKeys(crawl).legacy_seen) == 90
+    backlog = sum(client.xlen(k) for s in range(3) for k in SiteKeys(crawl, f"site{s}.test").streams)
+    assert backlog == 90 + 2
+    high = client.xrange(SiteKeys(crawl, "site1.test").stream("http", "high"))
+    codec_spider = SyntheticSpider()
+    from streams_sched.codec import RequestCodec
+
+    decoded = [RequestCodec(codec_spider).decode(fields[b"r"]) for _, fields in high]
+    assert decoded and all(r.callback == codec_spider.parse_other and r.priority >= 1 for r in decoded)
