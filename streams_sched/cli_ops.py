@@ -402,8 +402,7 @@ def migrate_scrapy_redis(redis_url: str, spider: str, crawl: str | None, from_re
         raise click.BadParameter(str(exc)) from None
     source = _client(from_redis_url or redis_url)
     target = _client(redis_url) if from_redis_url else source
-    seeder = Seeder(target, crawl)
-    job = ScrapyRedisCrawl(source, seeder, start_urls_key=keys["start"], queue_key=keys["queue"],
+    job = ScrapyRedisCrawl(source, None, start_urls_key=keys["start"], queue_key=keys["queue"],
                            dupefilter_key=keys["dupefilter"], lifo=queue_class == "LifoQueue")
     counts = job.count()
     click.echo(
@@ -425,6 +424,7 @@ def migrate_scrapy_redis(redis_url: str, spider: str, crawl: str | None, from_re
             job.copy_queue(counts.queue_kind, trust_pickle=False)
         except PickleRefused as exc:
             raise CliError(str(exc), 2) from None
+    job.seeder = seeder = Seeder(target, crawl)
     total = counts.dupefilter.found + counts.start_urls.found + (0 if skip_queue else counts.queue.found)
     with click.progressbar(length=total, label="migrating", file=sys.stderr, show_pos=True) as bar:
         # the pending queue first, unchecked: scrapy-redis put these in its SET when it queued them

@@ -117,7 +117,7 @@ class ScrapyRedisCrawl:
     def __init__(
         self,
         source: Any,
-        seeder: Seeder,
+        seeder: Seeder | None,
         *,
         start_urls_key: str,
         queue_key: str,
@@ -135,6 +135,11 @@ class ScrapyRedisCrawl:
         self.chunk = chunk
         self.encoding = encoding
         self.node = "migrate-scrapy-redis"
+
+    def _s(self) -> Seeder:
+        if self.seeder is None:
+            raise RuntimeError("ScrapyRedisCrawl.seeder is not set: counting needs none, copying does")
+        return self.seeder
 
     def count(self) -> MigrationCounts:
         """What there is to migrate (reads only)."""
@@ -184,8 +189,8 @@ class ScrapyRedisCrawl:
     def copy_dupefilter(self, progress: Callable[[int], None] = lambda n: None) -> Part:
         """Copy the fingerprint SET into ss:{C}:legacy-seen and record it for the workers."""
         part = Part(found=int(self.source.scard(self.dupefilter_key)))
-        target = self.seeder.client
-        keys = self.seeder.frontier.keys
+        target = self._s().client
+        keys = self._s().frontier.keys
         for chunk in self._entries(self.dupefilter_key, "set"):
             part.read += len(chunk)
             part.added += int(target.sadd(keys.legacy_seen, *chunk))
@@ -193,25 +198,26 @@ class ScrapyRedisCrawl:
         part.duplicates = part.read - part.added
         if part.read or target.exists(keys.legacy_seen):
             target.hset(keys.meta, LEGACY_FIELD, keys.legacy_seen)
-            self.seeder.legacy = keys.legacy_seen
-        self.seeder.frontier.register()
+            self._s().legacy = keys.legacy_seen
+        self._s().frontier.register()
         return part
 
     def copy_start_urls(self, kind: str, progress: Callable[[int], None] = lambda n: None) -> Part:
         part = Part()
+        s = self._s()
         for chunk in self._entries(self.start_urls_key, kind):
-            requests: list[Request] = []
+            seeds: list[Seed] = []
             dead: list[tuple[bytes, str]] = []
             for raw in chunk:
                 try:
-                    requests += parse_feed_entry(raw, self.encoding)
-                except EntryError as exc:
+                    seeds += [
+                        outgoing_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None)
+                        for r in parse_feed_entry(raw, self.encoding)
+                    ]
+                except (EntryError, SerializationError, ValueError) as exc:
                     dead.append((raw, str(exc)))
             part.read += len(chunk)
-            try:
-                part.take(self.seeder.seed(requests))
-            except (SerializationError, ValueError) as exc:
-                raise StreamsSchedError(f"start URLs: {exc}") from None
+            part.take(s.send(seeds))
             part.dead += self._dead_letter(dead, self.start_urls_key)
             progress(len(chunk))
         return part
@@ -227,7 +233,7 @@ class ScrapyRedisCrawl:
                 " --trust-pickle if only your own scrapy-redis workers ever wrote to it (or migrate"
                 " without the queue: --skip-queue)"
             )
-        s = self.seeder
+        s = self._s()
         codec = RequestCodec(None)
         for chunk in self._entries(self.queue_key, kind, oldest_first=not self.lifo):
             seeds: list[Seed] = []
@@ -253,9 +259,9 @@ class ScrapyRedisCrawl:
         """Record entries that cannot be migrated, once each (a second run finds them there)."""
         if not entries:
             return 0
-        f = self.seeder.frontier
+        f = self._s().frontier
         keys = SiteKeys(f.crawl, MIGRATE_DLQ_SITE)
-        client = self.seeder.client
+        client = self._s().client
         done_key = keys.stats
         new = 0
         pipe = client.pipeline(transaction=False)

@@ -65,7 +65,7 @@ def test_half_done_scrapy_redis_crawl_is_finished_by_streams_sched(plain_redis_u
     assert not client.exists(CrawlKeys(crawl).legacy_seen)
     dry = _migrate(plain_redis_url, "-c", crawl, "--dry-run")
     assert dry.exit_code == 0 and f"{queued} pending request(s)" in dry.output and "3 start URL(s)" in dry.output
-    assert not client.exists(CrawlKeys(crawl).legacy_seen)
+    assert not client.exists(CrawlKeys(crawl).legacy_seen) and not client.exists(CrawlKeys(crawl).meta)
     done = _migrate(plain_redis_url, "-c", crawl, "--trust-pickle")
     assert done.exit_code == 0, done.output
     assert f"pending requests: {queued} read, {queued} added" in done.output, done.output
