@@ -154,6 +154,7 @@ class FeedMover:
         self.legacy: str | None = None
         self.legacy_checked = 0.0
         self.length = 0
+        self.logged_dead = False
 
     def _requests(self, raw: bytes) -> list[Request]:
         if self.make_requests is None:
@@ -256,10 +257,15 @@ class FeedMover:
         result.dead = len(dead)
         result.sites = frozenset(by_site)
         if dead:
-            logger.error(
-                "feed %s: %d entr%s moved to the dead-letter stream of site %s, e.g. %r: %s",
+            # the first time at error level, then at debug: they are counted (streams/feed_dead_lettered)
+            # and kept with their reasons (streams-sched dlq list --site _feed)
+            logger.log(
+                logging.DEBUG if self.logged_dead else logging.ERROR,
+                "feed %s: %d entr%s moved to the dead-letter stream of site %s, e.g. %r: %s%s",
                 self.key, len(dead), "y" if len(dead) == 1 else "ies", FEED_DLQ_SITE, dead[0][0][:200], dead[0][1],
+                "" if self.logged_dead else " (more are logged at DEBUG level only)",
             )
+            self.logged_dead = True
         self._remove(entries)
         return result
 
