@@ -28,6 +28,7 @@ from .policy import pause_site, resume_site, set_policy
 
 if TYPE_CHECKING:
     from .scheduler import StreamsScheduler
+    from .seeding import Seeder, SeedResult, seed
 
 
 def __getattr__(name: str) -> Any:
@@ -37,6 +38,10 @@ def __getattr__(name: str) -> Any:
         from .scheduler import StreamsScheduler
 
         return StreamsScheduler
+    if name in ("Seeder", "SeedResult", "seed"):
+        from . import seeding
+
+        return getattr(seeding, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
@@ -48,6 +53,8 @@ __all__ = [
     "Frontier",
     "RedisUnavailable",
     "ScrapyCompatError",
+    "SeedResult",
+    "Seeder",
     "SerializationError",
     "SiteKeys",
     "StreamsConfig",
@@ -56,5 +63,6 @@ __all__ = [
     "__version__",
     "pause_site",
     "resume_site",
+    "seed",
     "set_policy",
 ]

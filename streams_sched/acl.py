@@ -110,9 +110,14 @@ _ROLE_OWN: dict[str, tuple[str, ...]] = {
     # worker: extend a lease (XCLAIM), crawl meta (HSETNX/HMGET), registries (SADD,
     # SMEMBERS), node record (HSET), events (PUBLISH; SPUBLISH on a cluster), the
     # RedisBloom probe (BF.EXISTS), lost-reply recovery (XPENDING).
+    # The scrapy-redis feed (feed.py): its length, a batch read without removing, the
+    # removal, the mover lock (SET NX PX / GET / DEL), the _feed dead letters (XADD,
+    # HINCRBY); a migrated scrapy-redis dupefilter (SMISMEMBER).
     "worker": (
         *_BASE, "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
         "publish", "spublish", "bf.exists",
+        "llen", "scard", "zcard", "lrange", "srandmember", "zrevrange", "lrem", "srem", "zrem",
+        "set", "get", "del", "xadd", "hincrby", "smismember",
     ),
     # reclaimer (reclaimer/core.py): crawl and site registries, the nodes hash (lease
     # settings of live workers; records of gone nodes deleted), consumers that are gone
@@ -160,7 +165,8 @@ def key_patterns(crawl: str | None = None) -> list[str]:
         return [f"~{ROOT}:*"]
     validate_crawl_name(crawl, "crawl")
     # ss:{C}:...  (crawl level)   ss:{C/site}:...  (sites)   ss:crawls  (registry)
-    return [f"~{ROOT}:{{{crawl}}}:*", f"~{ROOT}:{{{crawl}/*", f"~{CrawlKeys.registry()}"]
+    # C:start_urls: the scrapy-redis feed of a crawl named like its spider (feed.py)
+    return [f"~{ROOT}:{{{crawl}}}:*", f"~{ROOT}:{{{crawl}/*", f"~{CrawlKeys.registry()}", f"~{crawl}:start_urls"]
 
 
 def channel_patterns(crawl: str | None = None) -> list[str]:

@@ -209,6 +209,18 @@ class StreamsConfig:
     #: above the tested range start (with a warning), to try it; the engine's hook
     #: points are checked all the same.
     allow_untested_scrapy: bool = False
+    #: STREAMS_FEED_KEY (or scrapy-redis's REDIS_START_URLS_KEY): the scrapy-redis feed the
+    #: worker moves into the crawl, "%(name)s" = the crawl name (STREAMS_PREFIX, by default
+    #: the spider name, as in scrapy-redis); "" = no feed.
+    feed_key: str = ""
+    #: REDIS_START_URLS_AS_SET / REDIS_START_URLS_AS_ZSET (scrapy-redis's): "list", "set" or "zset".
+    feed_kind: str = "list"
+    #: STREAMS_FEED_BATCH: feed entries moved per round.
+    feed_batch: int = 100
+    #: STREAMS_FEED_POLL_SECONDS: how often an empty feed is looked at (one LLEN).
+    feed_poll_seconds: float = 1.0
+    #: REDIS_ENCODING (scrapy-redis's): encoding of feed entries.
+    feed_encoding: str = "utf-8"
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -247,6 +259,14 @@ class StreamsConfig:
         _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
         check_positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
         check_positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
+        _whole("STREAMS_FEED_BATCH", self.feed_batch, minimum=1)
+        check_positive("STREAMS_FEED_POLL_SECONDS", self.feed_poll_seconds)
+        if self.feed_kind not in ("list", "set", "zset"):
+            raise ConfigError("REDIS_START_URLS_AS_SET", self.feed_kind, "expected list, set or zset")
+        try:
+            "".encode(self.feed_encoding)
+        except LookupError:
+            raise ConfigError("REDIS_ENCODING", self.feed_encoding, "unknown encoding") from None
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -326,6 +346,11 @@ class StreamsConfig:
                 settings, "STREAMS_ALLOW_UNTESTED_SCRAPY",
                 os.environ.get("STREAMS_ALLOW_UNTESTED_SCRAPY", "").strip().lower() in _TRUE,
             ),
+            feed_key=_feed_key(settings, crawl),
+            feed_kind=_feed_kind(settings),
+            feed_batch=_int(settings, "STREAMS_FEED_BATCH", 100),
+            feed_poll_seconds=_num(settings, "STREAMS_FEED_POLL_SECONDS", 1.0),
+            feed_encoding=str(get("REDIS_ENCODING", "utf-8")),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -335,6 +360,36 @@ class StreamsConfig:
 
 def validate_node_id(node_id: str) -> bool:
     return 0 < len(node_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in node_id)
+
+
+#: scrapy-redis's default START_URLS_KEY.
+DEFAULT_FEED_KEY = "%(name)s:start_urls"
+
+
+def _feed_key(settings: Any, name: str) -> str:
+    setting = "STREAMS_FEED_KEY"
+    value = settings.get(setting)
+    if value is None:
+        setting = "REDIS_START_URLS_KEY"
+        value = settings.get(setting, DEFAULT_FEED_KEY)
+    if value is None or value is False:
+        return ""
+    if value is True:
+        value = DEFAULT_FEED_KEY
+    if not isinstance(value, str):
+        raise ConfigError(setting, value, 'expected a key name like "%(name)s:start_urls", or "" for no feed')
+    try:
+        return value.strip() % {"name": name}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(setting, value, f"only %(name)s may be substituted ({exc})") from None
+
+
+def _feed_kind(settings: Any) -> str:
+    as_set = _bool(settings, "REDIS_START_URLS_AS_SET", False)
+    as_zset = _bool(settings, "REDIS_START_URLS_AS_ZSET", False)
+    if as_set and as_zset:
+        raise ConfigError("REDIS_START_URLS_AS_ZSET", True, "REDIS_START_URLS_AS_SET is set too; choose one")
+    return "set" if as_set else "zset" if as_zset else "list"
 
 
 def _raw(settings: Any, name: str) -> Any:

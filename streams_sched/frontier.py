@@ -576,12 +576,14 @@ class Frontier:
         return self._target(pipe).delete(*keys)
 
     def purge(self) -> int:
-        """Delete the whole crawl: every site's keys, the registry, nodes and meta."""
+        """Delete the whole crawl: every site's keys, the registry, nodes, meta, the feed
+        lock and a migrated scrapy-redis dupefilter (never the scrapy-redis keys themselves)."""
         sites = self.sites()
         deleted = 0
         for s in sites:
             deleted += int(self.purge_site(s))
-        deleted += int(self.client.delete(self.keys.sites, self.keys.nodes, self.keys.meta))
+        k = self.keys
+        deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen))
         self.client.srem(CrawlKeys.registry(), self.crawl)
         return deleted
 

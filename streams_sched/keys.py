@@ -12,6 +12,9 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen, ...}
     ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
     ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
+    ss:{C}:feed-lock                STRING  node moving the scrapy-redis feed now (short TTL)
+    ss:{C}:legacy-seen              SET     a migrated scrapy-redis dupefilter (read-only)
+    ss:{C/_feed}:dlq                STREAM  feed entries that are not requests, with the reason
     ss:{C/S}:q:<task>:<band>        STREAM  requests; consumer group "workers"; task in
                                             (http, browser), band in (high, default, low)
     ss:{C/S}:delayed                ZSET    requests that must wait, scored by due time (ms)
@@ -121,6 +124,14 @@ class CrawlKeys:
     @cached_property
     def events(self) -> str:
         return f"{ROOT}:{self.tag}:events"
+
+    @cached_property
+    def feed_lock(self) -> str:
+        return f"{ROOT}:{self.tag}:feed-lock"
+
+    @cached_property
+    def legacy_seen(self) -> str:
+        return f"{ROOT}:{self.tag}:legacy-seen"
 
     @staticmethod
     def registry() -> str:

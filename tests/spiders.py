@@ -141,3 +141,29 @@ class OversizeSpider(SyntheticSpider):
         yield scrapy.Request("http://site0.test/big-body", method="POST", body=b"x" * 5000, callback=self.parse)
         yield scrapy.Request("http://site0.test/big-meta", meta={"blob": "y" * 5000}, callback=self.parse)
         yield scrapy.Request("http://site0.test/obj-meta", meta={"obj": object()}, callback=self.parse)
+
+
+class FeedSpider(scrapy.Spider):
+    """Crawls only what it is fed (no link following); one item per page with its method, body and meta."""
+
+    name = "feedspider"
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        request = response.request
+        assert request is not None
+        yield {"url": response.url, "method": request.method, "body": request.body.decode(), "job": request.meta.get("job"), "pid": os.getpid()}
+
+
+def _redis_feed_spider() -> type[scrapy.Spider]:
+    from scrapy_redis.spiders import RedisSpider
+
+    class RedisFeedSpider(RedisSpider):  # type: ignore[misc]
+        """An unchanged scrapy-redis spider: only SCHEDULER and REDIS_URL point at streams-sched."""
+
+        name = "feedspider"
+        parse = FeedSpider.parse
+
+    return RedisFeedSpider
+
+
+RedisFeedSpider = _redis_feed_spider()

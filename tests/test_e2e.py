@@ -282,17 +282,17 @@ def test_stopped_worker_keeps_state_and_a_new_one_resumes(redis_url: str, dedupe
 
 def test_close_on_drain_false_waits_for_new_work(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """With STREAMS_CLOSE_ON_DRAIN=False a drained worker stays up and crawls what is pushed later."""
-    from streams_sched.cli import push_urls
+    from streams_sched import seed
 
     items = tmp_path / "items.jsonl"
     settings = base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=3, STREAMS_CLOSE_ON_DRAIN=False)
     w = Worker(settings, tmp_path / "w.log")
     try:
-        push_urls(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/0"])
+        seed(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/0"])
         wait_for(lambda: len(read_items(items)) == 3, timeout=60, what="3 pages")
         time.sleep(1.0)
         assert w.alive()
-        push_urls(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/99"])
+        seed(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/99"])
         wait_for(lambda: any(i["url"].endswith("/p/99") for i in read_items(items)) or "p/99" in w.log(), timeout=30)
         assert w.alive()
     finally:

@@ -90,7 +90,8 @@ def test_monitor_rules_are_read_only(plain_redis_url: str, crawl: str) -> None:
 
 
 def test_no_pickle_eval_or_import_from_data_in_the_package() -> None:
-    """No module of the package imports pickle/marshal/shelve or calls eval/exec/__import__."""
+    """No module of the package imports pickle/marshal/shelve or calls eval/exec/__import__, except
+    migrate.py's pickle (scrapy-redis queues, only with --trust-pickle), which only the CLI imports."""
     banned_modules = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle"}
     banned_calls = {"eval", "exec", "__import__", "compile"}
     found = []
@@ -103,7 +104,9 @@ def test_no_pickle_eval_or_import_from_data_in_the_package() -> None:
                 found.append((path.name, node.module))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in banned_calls:
                 found.append((path.name, node.func.id))
-    assert found == []
+            if isinstance(node, ast.ImportFrom) and node.module == "migrate" and path.name != "cli_ops.py":
+                found.append((path.name, "streams_sched.migrate"))
+    assert found == [("migrate.py", "pickle")]
 
 
 @pytest.fixture(scope="module")
