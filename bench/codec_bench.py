@@ -54,7 +54,7 @@ def _json_codec(spider: SyntheticSpider) -> RequestCodec:
 
     c = RequestCodec(spider)
     c._packb = dumps  # type: ignore[method-assign]
-    c.values.unpack = json.loads  # type: ignore[method-assign]
+    c._unpackb = json.loads  # type: ignore[assignment]
     return c
 
 

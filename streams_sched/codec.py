@@ -37,6 +37,7 @@ allowlist built from trusted settings.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from types import MethodType
 from typing import Any
 
 from scrapy import Request, Spider
@@ -67,6 +68,8 @@ TRANSIENT_META_KEYS: frozenset[str] = frozenset({"download_latency"})
 
 _KNOWN_KEYS = frozenset({"v", "u", "c", "e", "m", "h", "b", "k", "mt", "a", "p", "df", "en", "f", "t", "x"})
 _BASE_ATTRIBUTES = frozenset(Request.attributes)
+#: request classes whose __init__ leaves meta as given (no need to restore it on decode)
+_KEEPS_META = frozenset({Request, FormRequest, JsonRequest})
 
 
 class RequestCodec:
@@ -107,6 +110,8 @@ class RequestCodec:
             classes.append(cls)
         self.values = ValueCodec(classes, registered_codecs(meta_codecs))
         self._packb = self.values.pack
+        self._unpackb = self.values.unpackb
+        self._valid_names: set[str] = set()
         self._method_names: dict[Any, str] = {}
 
     # -- encode ---------------------------------------------------------
@@ -240,7 +245,7 @@ class RequestCodec:
     def decode(self, payload: bytes) -> Request:
         """Return the request of ``payload``; raise EntryError with the reason if it has none."""
         try:
-            d = self.values.unpack(payload)
+            d = self._unpackb(payload)
         except EntryError:
             raise
         except Exception as exc:
@@ -288,19 +293,20 @@ class RequestCodec:
                     f"request class {d['t']!r} is not allowed (see STREAMS_REQUEST_CLASSES)"
                 )
             cls = found
-            extras = d.get("x", {})
-            if not isinstance(extras, dict) or not all(
-                isinstance(k, str) and k in cls.attributes and k not in _BASE_ATTRIBUTES for k in extras
-            ):
-                raise EntryError(f"extra attributes (key 'x') {extras!r} are not attributes of {d['t']}")
-            kwargs.update(extras)
+            if "x" in d:
+                extras = d["x"]
+                if not isinstance(extras, dict) or not all(
+                    isinstance(k, str) and k in cls.attributes and k not in _BASE_ATTRIBUTES for k in extras
+                ):
+                    raise EntryError(f"extra attributes (key 'x') {extras!r} are not attributes of {d['t']}")
+                kwargs.update(extras)
         elif "x" in d:
             raise EntryError("extra attributes (key 'x') without a request class (key 't')")
         try:
             request = cls(url, **kwargs)
         except Exception as exc:
             raise EntryError(f"Scrapy rejects the request: {type(exc).__name__}: {exc}") from None
-        if cls is not Request:
+        if cls not in _KEEPS_META:
             # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
             # defaults); the request had exactly the meta that travelled
             meta = kwargs.get("meta", {})
@@ -315,10 +321,16 @@ class RequestCodec:
         spider = self.spider
         if spider is None:
             raise EntryError(f"{what} {name!r} cannot be resolved without a spider")
+        if name in self._valid_names:  # the same rule, its name-only half already checked
+            method = getattr(spider, name, None)
+            if type(method) is MethodType and method.__self__ is spider:
+                return method
         try:
-            return spider_method(spider, name)
+            method = spider_method(spider, name)
         except ValueError as exc:
             raise EntryError(f"{what} {name!r} of spider {spider.name!r}: {exc}") from None
+        self._valid_names.add(name)
+        return method
 
 
 _NO_DEFAULT = object()

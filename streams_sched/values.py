@@ -9,7 +9,7 @@ Everything else goes through msgpack's ``default`` hook and comes back as one
     1     tuple           msgpack array of the items
     2     set             msgpack array
     3     frozenset       msgpack array
-    4     bytearray       the bytes
+    (a bytearray is packed natively, as bin: it travels as bytes, as in version 1)
     5     datetime        [y, mo, d, h, mi, s, us, fold(, tz)]
     6     date            [y, mo, d]
     7     time            [h, mi, s, us, fold(, tz)]
@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import functools
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -52,7 +53,7 @@ from .meta_codecs import MetaCodec, class_path
 
 __all__ = ["ValueCodec", "Unencodable"]
 
-EXT_TUPLE, EXT_SET, EXT_FROZENSET, EXT_BYTEARRAY = 1, 2, 3, 4
+EXT_TUPLE, EXT_SET, EXT_FROZENSET = 1, 2, 3
 EXT_DATETIME, EXT_DATE, EXT_TIME, EXT_TIMEDELTA, EXT_DECIMAL, EXT_UUID = 5, 6, 7, 8, 9, 10
 EXT_CLASS, EXT_CODEC = 16, 17
 
@@ -265,7 +266,6 @@ class ValueCodec:
             tuple: lambda v: msgpack.ExtType(EXT_TUPLE, self._pack_inner(list(v))),
             set: lambda v: msgpack.ExtType(EXT_SET, self._pack_inner(list(v))),
             frozenset: lambda v: msgpack.ExtType(EXT_FROZENSET, self._pack_inner(list(v))),
-            bytearray: lambda v: msgpack.ExtType(EXT_BYTEARRAY, bytes(v)),
             dt.datetime: lambda v: msgpack.ExtType(EXT_DATETIME, self._pack_inner(_enc_datetime(v))),
             dt.date: lambda v: msgpack.ExtType(EXT_DATE, self._pack_inner([v.year, v.month, v.day])),
             dt.time: lambda v: msgpack.ExtType(EXT_TIME, self._pack_inner(_enc_time(v))),
@@ -281,7 +281,6 @@ class ValueCodec:
             EXT_TUPLE: lambda b: tuple(self._unpack_list(b)),
             EXT_SET: lambda b: set(self._unpack_list(b)),
             EXT_FROZENSET: lambda b: frozenset(self._unpack_list(b)),
-            EXT_BYTEARRAY: bytearray,
             EXT_DATETIME: lambda b: _dec_datetime(self.unpack(b)),
             EXT_DATE: lambda b: _dec_date(self.unpack(b)),
             EXT_TIME: lambda b: _dec_time(self.unpack(b)),
@@ -291,6 +290,10 @@ class ValueCodec:
             EXT_CLASS: self._dec_class,
             EXT_CODEC: self._dec_codec,
         }
+        #: unpack without a Python frame of our own (the I/O thread's hot path)
+        self.unpackb: Callable[[bytes], Any] = functools.partial(
+            msgpack.unpackb, raw=False, strict_map_key=False, ext_hook=self.ext_hook
+        )
         self._packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=self._default)
         # the base types a subclass falls back to, in the order they are tried
         self._bases: tuple[tuple[type, Callable[[Any], Any]], ...] = (
@@ -310,7 +313,6 @@ class ValueCodec:
             (tuple, self._encoders[tuple]),
             (frozenset, self._encoders[frozenset]),
             (set, self._encoders[set]),
-            (bytearray, self._encoders[bytearray]),
         )
 
     # -- encode -------------------------------------------------------------
