@@ -321,7 +321,7 @@ class RequestCodec:
         spider = self.spider
         if spider is None:
             raise EntryError(f"{what} {name!r} cannot be resolved without a spider")
-        if name in self._valid_names:  # the same rule, its name-only half already checked
+        if type(name) is str and name in self._valid_names:  # the same rule, its name half checked
             method = getattr(spider, name, None)
             if type(method) is MethodType and method.__self__ is spider:
                 return method

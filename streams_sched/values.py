@@ -21,8 +21,8 @@ Everything else goes through msgpack's ``default`` hook and comes back as one
 
     tz:  [0, offset_us, name or None]   a fixed offset (datetime.timezone; other tzinfos
                                          travel as their offset at that instant)
-         [1, key, offset_us]             a zoneinfo.ZoneInfo; a worker without that key
-                                         gets the fixed offset
+         [1, key, offset_us]             a zoneinfo.ZoneInfo; rebuilt from the zone file of
+                                         the system TZPATH, else (or for a time) the offset
 
 Decoding never imports. A class named in an entry is looked up in
 ``sys.modules`` only (walking module and class ``__dict__``s, so no module
@@ -39,6 +39,8 @@ import dataclasses
 import datetime as dt
 import enum
 import functools
+import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -81,18 +83,31 @@ def _tz_spec(tz: dt.tzinfo, when: dt.datetime | None) -> list[Any]:
     return [0, offset // _US, name]
 
 
-_ZONE_KEYS: frozenset[str] | None = None
+_ZONE_KEY = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+_ZONE_KEYS: dict[str, bool] = {}
+
+
+def _zone_on_disk(zoneinfo: Any, key: str) -> bool:
+    """Whether ``key`` names a zone file under the system TZPATH (so ZoneInfo(key) reads that
+    file and imports nothing); the key's shape admits no path tricks."""
+    known = _ZONE_KEYS.get(key)
+    if known is None:
+        known = bool(_ZONE_KEY.fullmatch(key)) and any(
+            os.path.isfile(os.path.join(root, key)) for root in zoneinfo.TZPATH
+        )
+        if len(_ZONE_KEYS) < 4096:
+            _ZONE_KEYS[key] = known
+    return known
 
 
 def _zone(key: Any, offset_us: Any) -> dt.tzinfo:
-    global _ZONE_KEYS
     zoneinfo = sys.modules.get("zoneinfo")
-    if zoneinfo is not None and isinstance(key, str):
-        if _ZONE_KEYS is None:
-            _ZONE_KEYS = frozenset(zoneinfo.available_timezones())
-        if key in _ZONE_KEYS:
+    if zoneinfo is not None and isinstance(key, str) and _zone_on_disk(zoneinfo, key):
+        try:
             tz: dt.tzinfo = zoneinfo.ZoneInfo(key)
             return tz
+        except Exception:  # not a TZif file after all
+            pass
     if not isinstance(offset_us, int):
         raise EntryError(f"time zone {key!r} is not known on this worker")
     return dt.timezone(dt.timedelta(microseconds=offset_us))

@@ -18,7 +18,6 @@ import pytest
 import scrapy
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from itemadapter import ItemAdapter
 from scrapy import Request, Spider
 from scrapy.http import FormRequest, JsonRequest
 from scrapy.http.request import NO_CALLBACK
@@ -31,6 +30,8 @@ from streams_sched.callbacks import spider_method
 from streams_sched.codec import RequestCodec
 from streams_sched.errors import ConfigError, EntryError, SerializationError
 from streams_sched.meta_codecs import MetaCodec, register_meta_codec
+
+from helpers import same
 
 
 def _import_splash_request() -> type[Request]:
@@ -458,29 +459,6 @@ class NotAllowed:
     pass
 
 
-def same(a: Any, b: Any, where: str = "") -> None:
-    """Deep equality that also requires the same type at every level (and the same tzinfo)."""
-    assert type(a) is type(b), (where, a, b)
-    if isinstance(a, dict):
-        assert list(a) == list(b), where
-        for k in a:
-            same(a[k], b[k], f"{where}[{k!r}]")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            same(x, y, f"{where}[{i}]")
-    elif ItemAdapter.is_item(a) and not isinstance(a, dict):
-        same(dict(ItemAdapter(a).items()), dict(ItemAdapter(b).items()), where)
-        assert a == b, where
-    else:
-        assert a == b, (where, a, b)
-        if isinstance(a, (dt.datetime, dt.time)):
-            assert (a.tzinfo, a.fold) == (b.tzinfo, b.fold), where
-            if a.tzinfo is not None:
-                assert a.tzinfo.tzname(None if isinstance(a, dt.time) else a) == b.tzinfo.tzname(
-                    None if isinstance(b, dt.time) else b), where
-
-
 _NAIVE = dt.datetime(2026, 3, 29, 1, 30, 5, 123456)
 VALUES: dict[str, Any] = {
     "datetime": _NAIVE,
@@ -534,19 +512,15 @@ def test_all_values_in_one_request_and_non_init_fields() -> None:
     assert back.meta["offer"].computed == 41
 
 
-def test_zoneinfo_unknown_on_the_worker_falls_back_to_the_fixed_offset() -> None:
+def test_zoneinfo_unknown_on_the_worker_falls_back_to_the_fixed_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     """A zone key this worker does not know arrives as the fixed offset of that instant."""
     from streams_sched import values as values_module
 
     codec = RequestCodec(MySpider())
     when = VALUES["datetime_zoneinfo"]
     payload = codec.encode(Request("http://a.test/", meta={"t": when}))
-    saved = values_module._ZONE_KEYS
-    values_module._ZONE_KEYS = frozenset()
-    try:
-        back = codec.decode(payload).meta["t"]
-    finally:
-        values_module._ZONE_KEYS = saved
+    monkeypatch.setattr(values_module, "_ZONE_KEYS", {"Europe/Paris": False})
+    back = codec.decode(payload).meta["t"]
     assert back == when and back.utcoffset() == when.utcoffset()
     assert isinstance(back.tzinfo, dt.timezone)
 
