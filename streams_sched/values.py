@@ -320,7 +320,6 @@ class ValueCodec:
             (dt.timedelta, self._encoders[dt.timedelta]),
             (Decimal, self._encoders[Decimal]),
             (uuid.UUID, self._encoders[uuid.UUID]),
-            (bool, bool),
             (int, int),
             (float, float),
             (str, str.__str__),
