@@ -773,3 +773,25 @@ def test_version_mark_with_every_field_set() -> None:
     same(back.meta, req.meta)
     same(back.cb_kwargs, req.cb_kwargs)
     assert (back.method, back.body, back.priority, back.encoding, back.flags) == ("PUT", req.body, 3, "latin-1", ["f"])
+
+
+def test_scheduler_builds_its_codec_from_the_settings(plain_redis_url: str, crawl: str) -> None:
+    """A worker's codec takes STREAMS_META_CLASSES and STREAMS_META_CODECS from its settings."""
+    from scrapy.utils.request import RequestFingerprinter
+
+    from streams_sched.config import StreamsConfig
+    from streams_sched.scheduler import StreamsScheduler
+
+    config = StreamsConfig.from_settings({
+        "REDIS_URL": plain_redis_url, "STREAMS_PREFIX": crawl,
+        "STREAMS_META_CLASSES": f"{__name__}.Slotted",
+        "STREAMS_META_CODECS": {f"{__name__}.Money": f"{__name__}.money_codec"},
+    })
+    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=2, per_site_concurrency=2)
+    sched.open(MySpider())
+    try:
+        assert sched.codec is not None
+        meta = {"s": Slotted(1, 2), "m": Money(Decimal(1), "EUR")}
+        same(_round_trip(sched.codec, Request("http://a.test/", meta=meta)).meta, meta)
+    finally:
+        sched.close("finished")
