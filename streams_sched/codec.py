@@ -170,7 +170,7 @@ class RequestCodec:
         values.ext_used = False
         try:
             payload: bytes = self._packb(d)
-        except (TypeError, ValueError, OverflowError) as exc:
+        except Exception as exc:  # TypeError (Unencodable), ValueError, OverflowError from msgpack
             raise self._explain(request, d, exc) from None
         if v2 or values.ext_used:
             payload = _with_version(payload)
@@ -223,14 +223,14 @@ class RequestCodec:
         for field, value in d.items():
             try:
                 pack(value)
-            except (TypeError, ValueError, OverflowError) as inner:
+            except Exception as inner:
                 label = names.get(field, field)
                 if isinstance(value, Mapping):
                     for key, item in value.items():
                         try:
                             pack(key)
                             pack(item)
-                        except (TypeError, ValueError, OverflowError) as leaf:
+                        except Exception as leaf:
                             return SerializationError(
                                 repr(request),
                                 f"{label}[{key!r}]",

@@ -60,6 +60,7 @@ EXT_DATETIME, EXT_DATE, EXT_TIME, EXT_TIMEDELTA, EXT_DECIMAL, EXT_UUID = 5, 6, 7
 EXT_CLASS, EXT_CODEC = 16, 17
 
 _US = dt.timedelta(microseconds=1)
+_MAX_DEPTH = 64
 
 
 class Unencodable(TypeError):
@@ -342,6 +343,8 @@ class ValueCodec:
         # Packer.pack is not re-entrant: each nesting depth of extension values has a packer
         # of its own, made once (a new Packer costs ~5 us, its reuse ~0.3 us)
         depth = self._depth
+        if depth >= _MAX_DEPTH:
+            raise Unencodable(f"values nest deeper than {_MAX_DEPTH} tuples, sets or objects (a cycle?)")
         packers = self._inner_packers
         if depth == len(packers):
             packers.append(msgpack.Packer(use_bin_type=True, strict_types=True, default=self._default))
@@ -359,7 +362,12 @@ class ValueCodec:
         if encoder is None:
             encoder = self._encoder_for(cls)
             self._encoders[cls] = encoder
-        return encoder(obj)
+        try:
+            return encoder(obj)
+        except Unencodable:
+            raise
+        except Exception as exc:  # a project codec or an object's attributes failed
+            raise Unencodable(f"{class_path(cls)} cannot be encoded: {type(exc).__name__}: {exc}") from None
 
     def _codec_encoder(self, codec: MetaCodec) -> Callable[[Any], Any]:
         name = codec.name

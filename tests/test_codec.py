@@ -795,3 +795,20 @@ def test_scheduler_builds_its_codec_from_the_settings(plain_redis_url: str, craw
         same(_round_trip(sched.codec, Request("http://a.test/", meta=meta)).meta, meta)
     finally:
         sched.close("finished")
+
+
+def test_failing_codecs_and_cycles_are_serialization_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A project codec that raises, or a cycle through tuples, is a SerializationError naming the key,
+    never another exception out of enqueue."""
+    monkeypatch.setattr(meta_codecs, "_REGISTERED", {})
+    register_meta_codec(Money, lambda m: m.missing_attribute, lambda d: d)
+    codec = RequestCodec(MySpider())
+    with pytest.raises(SerializationError) as info:
+        codec.encode(Request("http://a.test/", meta={"price": Money(Decimal(1), "EUR")}))
+    assert info.value.field == "meta['price']" and "AttributeError" in str(info.value)
+    cycle: list[Any] = []
+    cycle.append((cycle,))
+    with pytest.raises(SerializationError, match="deeper than") as info:
+        codec.encode(Request("http://a.test/", cb_kwargs={"loop": cycle}))
+    assert info.value.field == "cb_kwargs['loop']"
+    assert codec.decode(codec.encode(Request("http://a.test/", meta={"ok": (1,)}))).meta == {"ok": (1,)}
