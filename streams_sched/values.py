@@ -278,7 +278,8 @@ class ValueCodec:
         self.codecs: dict[type, MetaCodec] = dict(codecs or {})
         self._codec_by_name = {c.name: c for c in self.codecs.values()}
         self.ext_used = False
-        self._depth = 0
+        self._depth = 0  # of encoding (the reactor thread)
+        self._unpack_depth = 0  # of decoding (the I/O thread)
         self._inner_packers: list[Any] = []
         self._encoders: dict[type, Callable[[Any], Any]] = {
             tuple: lambda v: msgpack.ExtType(EXT_TUPLE, self._pack_inner(list(v))),
@@ -402,8 +403,16 @@ class ValueCodec:
     # -- decode -------------------------------------------------------------
 
     def unpack(self, data: bytes) -> Any:
-        """The value of ``data``; extension codes decoded, EntryError for bad ones."""
-        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=self.ext_hook)
+        """The value of ``data`` inside an extension value; EntryError for bad ones and for
+        nesting deeper than the encoder writes."""
+        depth = self._unpack_depth
+        if depth >= _MAX_DEPTH:
+            raise EntryError(f"values nest deeper than {_MAX_DEPTH} tuples, sets or objects")
+        self._unpack_depth = depth + 1
+        try:
+            return self.unpackb(data)
+        finally:
+            self._unpack_depth = depth
 
     def _unpack_list(self, data: bytes) -> list[Any]:
         value = self.unpack(data)

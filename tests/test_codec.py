@@ -812,3 +812,15 @@ def test_failing_codecs_and_cycles_are_serialization_errors(monkeypatch: pytest.
         codec.encode(Request("http://a.test/", cb_kwargs={"loop": cycle}))
     assert info.value.field == "cb_kwargs['loop']"
     assert codec.decode(codec.encode(Request("http://a.test/", meta={"ok": (1,)}))).meta == {"ok": (1,)}
+
+
+def test_nesting_deeper_than_the_encoder_writes_is_refused() -> None:
+    """An entry nesting extension values deeper than encode ever writes is an EntryError, not a RecursionError."""
+    value = msgpack.packb([1])
+    for _ in range(500):
+        value = msgpack.packb([msgpack.ExtType(1, value)])
+    payload = msgpack.packb({"u": "http://a.test/", "v": 2, "mt": {"x": msgpack.ExtType(1, value)}})
+    codec = RequestCodec(MySpider())
+    with pytest.raises(EntryError, match="deeper than 64"):
+        codec.decode(payload)
+    assert codec.decode(codec.encode(Request("http://a.test/", meta={"t": ((((1,),),),)}))).meta["t"] == ((((1,),),),)
