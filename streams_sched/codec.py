@@ -308,10 +308,8 @@ class RequestCodec:
         if cls not in _KEEPS_META:
             # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
             # defaults); the request had exactly the meta that travelled
-            meta = kwargs.get("meta", {})
-            if request.meta != meta:
-                request.meta.clear()
-                request.meta.update(meta)
+            request.meta.clear()
+            request.meta.update(kwargs.get("meta", {}))
         return request
 
     def _resolve(self, name: Any, what: str) -> Any:

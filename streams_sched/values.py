@@ -42,6 +42,7 @@ import functools
 import os
 import re
 import sys
+import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
@@ -140,7 +141,8 @@ def find_class(module: str, qualname: str) -> type | None:
     for part in qualname.split("."):
         if not part.isidentifier():
             return None
-        obj = vars(obj).get(part) if hasattr(obj, "__dict__") else None
+        # only module and class dictionaries: no __getattr__ or descriptor of anything runs
+        obj = vars(obj).get(part) if isinstance(obj, (types.ModuleType, type)) else None
         if obj is None:
             return None
     return obj if isinstance(obj, type) else None
