@@ -24,6 +24,7 @@ from .errors import (
 )
 from .frontier import BloomParams, Frontier
 from .keys import CrawlKeys, SiteKeys
+from .meta_codecs import MetaCodec, register_meta_codec
 from .policy import pause_site, resume_site, set_policy
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ __all__ = [
     "DedupeBackendError",
     "EntryError",
     "Frontier",
+    "MetaCodec",
     "RedisUnavailable",
     "ScrapyCompatError",
     "SeedResult",
@@ -62,6 +64,7 @@ __all__ = [
     "StreamsScheduler",
     "__version__",
     "pause_site",
+    "register_meta_codec",
     "resume_site",
     "seed",
     "set_policy",
