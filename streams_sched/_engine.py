@@ -1,4 +1,4 @@
-"""The two places where streams-sched reaches into Scrapy's engine.
+"""The places where streams-sched reaches into Scrapy's engine.
 
 Scrapy has no public "request finished" hook (scrapy/scrapy#7978). The exact
 point is the engine slot's ``remove_request``: the engine calls it once per
@@ -19,6 +19,13 @@ waits until every request in progress is done. :meth:`EngineHooks.on_closing`
 runs a callback when closing begins (the scheduler stops leasing and hands
 back what it has not started) and bounds that wait.
 
+The fourth, only with ``STREAMS_UNSERIALIZABLE = "error"``, is the engine's
+``_closewait``, the Deferred that ``ExecutionEngine.start_async`` awaits until
+the engine stops: :meth:`EngineHooks.fail_crawl` makes it fail, so the crawl
+raises, ``CrawlerProcess.bootstrap_failed`` is set and ``scrapy crawl`` (and
+``runspider``, and scripts that check it) exit with code 1. Scrapy has no
+public way for a component to set the exit code.
+
 All are private. :class:`EngineHooks` checks them at start and raises
 :class:`~streams_sched.errors.ScrapyCompatError` if a Scrapy upgrade moved
 them; ``tests/test_engine_hook.py`` fails loudly too.
@@ -33,7 +40,7 @@ from typing import Any
 
 from scrapy import Request
 
-from .errors import ScrapyCompatError
+from .errors import RequestsRefused, ScrapyCompatError
 
 __all__ = ["EngineHooks", "thread_safe_caller"]
 
@@ -55,7 +62,14 @@ def thread_safe_caller() -> Callable[..., Any]:
 class EngineHooks:
     """Hooks the engine slot of a running crawl for one scheduler."""
 
-    def __init__(self, crawler: Any, scheduler: Any, on_release: Callable[[Request], None]) -> None:
+    def __init__(
+        self,
+        crawler: Any,
+        scheduler: Any,
+        on_release: Callable[[Request], None],
+        *,
+        fail_at_end: bool = False,
+    ) -> None:
         engine = getattr(crawler, "engine", None)
         slot = getattr(engine, "_slot", None)
         missing = [
@@ -63,6 +77,8 @@ class EngineHooks:
             for name in ("remove_request", "nextcall", "inprogress", "scheduler", "close")
             if not hasattr(slot, name)
         ]
+        if fail_at_end and not hasattr(engine, "_closewait"):
+            missing.append("engine._closewait")
         if slot is None or missing:
             raise ScrapyCompatError(
                 "streams-sched needs the engine slot's remove_request/nextcall"
@@ -82,6 +98,7 @@ class EngineHooks:
                 on_release(request)
 
         slot.remove_request = remove_request
+        self._engine = engine
         self._slot = slot
         self._original = original
         self._nextcall = slot.nextcall
@@ -113,6 +130,28 @@ class EngineHooks:
 
         slot.close = close
         self._original_close = original
+
+    def fail_crawl(self, message: str) -> bool:
+        """Make the crawl end with :class:`RequestsRefused` (``message``) once the engine
+        stops, so that ``scrapy crawl`` exits with code 1. False if the engine is not running.
+
+        ``start_async`` awaits ``_closewait``, and ``stop_async`` fires it with ``None``:
+        a stand-in takes its place and, when fired, fails the original instead."""
+        from twisted.internet.defer import Deferred
+
+        engine: Any = self._engine
+        awaited = getattr(engine, "_closewait", None)
+        if not isinstance(awaited, Deferred) or awaited.called:
+            logger.error("streams-sched cannot set the exit code: the engine is not running (%s)", message)
+            return False
+
+        def fail(_: Any) -> None:
+            awaited.errback(RequestsRefused(message))
+
+        stand_in: Deferred[None] = Deferred()
+        stand_in.addCallback(fail)
+        engine._closewait = stand_in
+        return True
 
     def wake(self) -> None:
         """From any thread: ask the engine to pull requests now."""

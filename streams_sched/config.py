@@ -25,6 +25,8 @@ __all__ = ["URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "pars
 STRICT_RATIO: tuple[int, int, int] = (1_000_000_000_000, 1_000_000, 1)
 
 DEDUPE_BACKENDS = ("auto", "redisbloom", "bitmap")
+#: What a worker does with a request the codec cannot encode (STREAMS_UNSERIALIZABLE).
+UNSERIALIZABLE_MODES = ("local", "error")
 
 
 def parse_band_ratio(value: Any, setting: str = "STREAMS_BAND_RATIO") -> tuple[int, int, int]:
@@ -205,6 +207,11 @@ class StreamsConfig:
     #: STREAMS_EMPTY_CRAWL_WAIT_SECONDS: how long a worker on a crawl that never had a
     #: request waits for seeds before it counts the crawl as drained.
     empty_crawl_wait_seconds: float = 60.0
+    #: STREAMS_UNSERIALIZABLE: a request that cannot be encoded (a lambda callback, a
+    #: Response in meta, over STREAMS_MAX_REQUEST_BYTES) is crawled by this worker from
+    #: its memory ("local": not shared, not leased, lost if the worker dies) or refused
+    #: with an error, and the crawl then ends with exit code 1 ("error").
+    unserializable: str = "local"
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -243,6 +250,8 @@ class StreamsConfig:
         _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
         check_positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
         check_positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
+        if self.unserializable not in UNSERIALIZABLE_MODES:
+            raise ConfigError("STREAMS_UNSERIALIZABLE", self.unserializable, f"expected one of {UNSERIALIZABLE_MODES}")
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -318,6 +327,7 @@ class StreamsConfig:
             revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
             policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
             empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
+            unserializable=str(get("STREAMS_UNSERIALIZABLE", "local")).strip().lower(),
         )
 
     def describe(self) -> dict[str, Any]:

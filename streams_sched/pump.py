@@ -78,6 +78,9 @@ class Pump(threading.Thread):
         self.stats: deque[tuple[str, int]] = deque()
         self.inflight = 0  # written by the reactor thread: requests handed to the engine
         self.drained = False
+        #: enqueue operations whose reply came back (the scheduler compares it with what it
+        #: queued: until they match, the crawl may not be drained even if it looked so)
+        self.enqueues_done = 0
         self.starved = True  # written by the reactor thread: it found nothing to hand out
         self.fatal: BaseException | None = None
         self._kick = threading.Event()
@@ -408,6 +411,7 @@ class Pump(threading.Thread):
     def _handle(self, handlers: list[tuple[Any, ...]], replies: list[Any]) -> int:
         """Apply the replies of one pipeline; return how many requests arrived."""
         arrived = 0
+        confirmed = False
         noscript = False
         transient: BaseException | None = None
         for h, reply in zip(handlers, replies, strict=True):
@@ -429,6 +433,7 @@ class Pump(threading.Thread):
                 continue
             if kind == "enq":
                 self._on_enqueued(h[1], h[2], reply)
+                confirmed = True
             elif kind == "reg":
                 self.registered |= h[1]
             elif kind == "after":
@@ -439,12 +444,14 @@ class Pump(threading.Thread):
             self.frontier.scripts.load()
         if arrived:
             self.drained = False
+        if arrived or confirmed:
             self._wake_if_starved()
         if transient is not None:
             raise transient
         return arrived
 
     def _on_enqueued(self, site: str, chunk: list[tuple[Any, ...]], reply: Any) -> None:
+        self.enqueues_done += len(chunk)
         added, dups, delayed, _flags = parse_enqueue(reply)
         st = self.stats
         if added:
