@@ -17,7 +17,6 @@ import json
 import pickle
 import statistics
 import time
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,6 @@ from scrapy import Request
 from scrapy.http import FormRequest
 from scrapy.utils.request import request_from_dict
 
-from streams_sched import codec as codec_module
 from streams_sched.codec import RequestCodec
 from streams_sched.demo.spider import SyntheticSpider
 
@@ -54,11 +52,9 @@ def _json_codec(spider: SyntheticSpider) -> RequestCodec:
     def dumps(d: Any) -> bytes:
         return json.dumps(d, default=lambda b: b.decode("latin-1"), separators=(",", ":")).encode()
 
-    shim = types.SimpleNamespace(unpackb=lambda payload, **_: json.loads(payload))
-    g = {**vars(codec_module), "_packb": dumps, "msgpack": shim}
     c = RequestCodec(spider)
-    c.encode = types.MethodType(types.FunctionType(RequestCodec.encode.__code__, g), c)  # type: ignore[method-assign]
-    c.decode = types.MethodType(types.FunctionType(RequestCodec.decode.__code__, g), c)  # type: ignore[method-assign]
+    c._packb = dumps  # type: ignore[method-assign]
+    c._unpackb = json.loads  # type: ignore[assignment]
     return c
 
 

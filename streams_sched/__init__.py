@@ -25,6 +25,7 @@ from .errors import (
 )
 from .frontier import BloomParams, Frontier
 from .keys import CrawlKeys, SiteKeys
+from .meta_codecs import MetaCodec, register_meta_codec
 from .policy import pause_site, resume_site, set_policy
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ __all__ = [
     "DedupeBackendError",
     "EntryError",
     "Frontier",
+    "MetaCodec",
     "RedisUnavailable",
     "RequestsRefused",
     "ScrapyCompatError",
@@ -57,6 +59,7 @@ __all__ = [
     "StreamsScheduler",
     "__version__",
     "pause_site",
+    "register_meta_codec",
     "resume_site",
     "set_policy",
 ]

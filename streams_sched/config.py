@@ -190,6 +190,12 @@ class StreamsConfig:
     max_request_bytes: int = 1_000_000
     #: STREAMS_REQUEST_CLASSES: import paths of extra Request subclasses allowed in entries.
     request_classes: tuple[str, ...] = ()
+    #: STREAMS_META_CLASSES: import paths of classes (beyond item classes) whose objects may
+    #: travel in meta and cb_kwargs, as their attributes; loaded at start.
+    meta_classes: tuple[str, ...] = ()
+    #: STREAMS_META_CODECS: {class import path: codec import path}, a codec being an object
+    #: with encode(obj) -> plain data and decode(data) -> obj callables; loaded at start.
+    meta_codecs: Mapping[str, str] = field(default_factory=dict)
     #: STREAMS_CAPABILITIES: task types this worker leases.
     capabilities: tuple[str, ...] = ("http",)
     #: STREAMS_BROWSER_MAX: most browser requests leased at once by this worker.
@@ -261,6 +267,14 @@ class StreamsConfig:
             raise ConfigError(
                 "STREAMS_CAPABILITIES", list(self.capabilities), f"expected a non-empty subset of {list(TASK_TYPES)}"
             )
+        if not isinstance(self.meta_codecs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.meta_codecs.items()
+        ):
+            raise ConfigError(
+                "STREAMS_META_CODECS", self.meta_codecs, "expected a dict of class import path -> codec import path"
+            )
+        if not all(isinstance(c, str) for c in self.meta_classes):
+            raise ConfigError("STREAMS_META_CLASSES", list(self.meta_classes), "expected a list of import paths")
         if not isinstance(self.sites, Mapping):
             raise ConfigError("STREAMS_SITES", self.sites, "expected a dict of site -> policy dict")
         from .policy import validate_policy
@@ -294,6 +308,15 @@ class StreamsConfig:
         classes = get("STREAMS_REQUEST_CLASSES", [])
         if isinstance(classes, str):
             classes = [c.strip() for c in classes.split(",") if c.strip()]
+        meta_classes = get("STREAMS_META_CLASSES", [])
+        if isinstance(meta_classes, str):
+            meta_classes = [c.strip() for c in meta_classes.split(",") if c.strip()]
+        meta_codecs = get("STREAMS_META_CODECS", {})
+        if isinstance(meta_codecs, str):
+            try:
+                meta_codecs = json.loads(meta_codecs) if meta_codecs.strip() else {}
+            except ValueError as exc:
+                raise ConfigError("STREAMS_META_CODECS", meta_codecs, f"not valid JSON ({exc})") from None
         return cls(
             redis_url=redis_url,
             crawl=crawl,
@@ -320,6 +343,8 @@ class StreamsConfig:
             shutdown_timeout_seconds=_num(settings, "STREAMS_SHUTDOWN_TIMEOUT_SECONDS", 25.0),
             max_request_bytes=_int(settings, "STREAMS_MAX_REQUEST_BYTES", 1_000_000),
             request_classes=tuple(classes),
+            meta_classes=tuple(meta_classes),
+            meta_codecs=dict(meta_codecs) if isinstance(meta_codecs, Mapping) else meta_codecs,
             capabilities=tuple(capabilities),
             browser_max=_int(settings, "STREAMS_BROWSER_MAX", 4),
             sites=sites,

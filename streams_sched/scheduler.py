@@ -181,7 +181,7 @@ class StreamsScheduler(BaseScheduler):
         frontier.scripts.load()
         frontier.register()
         self._apply_site_policies()
-        self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes)
+        self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
         node_info = {
             "host": socket.gethostname(),

@@ -54,7 +54,8 @@ def how_to_fix(field: str) -> str:
     if field.startswith(("meta", "cb_kwargs")):
         return (
             "keep only data in meta and cb_kwargs (plain values, items, dataclasses, classes listed in"
-            " STREAMS_META_CLASSES); pass what you parsed from a Response, a Selector or a browser"
+            " STREAMS_META_CLASSES, or a class given a codec in STREAMS_META_CODECS); pass what you parsed"
+            " from a Response, a Selector or a browser"
             " page instead of the object itself"
         )
     if field == "size":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from itemadapter import ItemAdapter
 
 from streams_sched.connection import connect
 from streams_sched.frontier import BloomParams, Frontier
@@ -164,3 +167,28 @@ def scrapy_crawl(project: Path, settings: dict[str, Any], timeout: float = 60.0)
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SCRAPY_SETTINGS_MODULE")}
     env["PYTHONPATH"] = os.pathsep.join([str(project), str(ROOT), env.get("PYTHONPATH", "")])
     return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def same(a: Any, b: Any, where: str = "") -> None:
+    """Deep equality that also requires the same type at every level (and the same tzinfo)."""
+    assert type(a) is type(b), (where, a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b) and [type(k) for k in a] == [type(k) for k in b], where
+        for k in a:
+            same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, (set, frozenset)):
+        assert a == b and sorted(type(x).__name__ for x in a) == sorted(type(x).__name__ for x in b), where
+    elif ItemAdapter.is_item(a) and not isinstance(a, dict):
+        same(dict(ItemAdapter(a).items()), dict(ItemAdapter(b).items()), where)
+        assert a == b, where
+    else:
+        assert a == b, (where, a, b)
+        if isinstance(a, (dt.datetime, dt.time)):
+            assert (a.tzinfo, a.fold) == (b.tzinfo, b.fold), where
+            if a.tzinfo is not None:
+                assert a.tzinfo.tzname(None if isinstance(a, dt.time) else a) == b.tzinfo.tzname(
+                    None if isinstance(b, dt.time) else b), where
