@@ -82,6 +82,8 @@ class Pump(threading.Thread):
         #: queued: until they match, the crawl may not be drained even if it looked so)
         self.enqueues_done = 0
         self.starved = True  # written by the reactor thread: it found nothing to hand out
+        #: set by the scheduler: how many requests only this worker holds (they cannot travel)
+        self.local_count: Callable[[], int] = lambda: 0
         self.fatal: BaseException | None = None
         self._kick = threading.Event()
         self._closing = False
@@ -403,6 +405,7 @@ class Pump(threading.Thread):
             "state": state,
             "last_seen": time.time(),
             "held": self.held_total,
+            "local": self.local_count(),
             "heartbeat_s": self.config.heartbeat_seconds,
         }
 

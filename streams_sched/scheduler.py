@@ -213,6 +213,7 @@ class StreamsScheduler(BaseScheduler):
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
             if not cfg.close_on_drain:
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
+        self._pump.local_count = lambda: self.local_held  # in the node record: lost if this worker dies
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
         if cfg.node_id:
