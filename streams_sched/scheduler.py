@@ -542,6 +542,7 @@ class StreamsScheduler(BaseScheduler):
             self._inc("streams/unserializable_refused")
             return False
         self._inc("streams/unserializable_local")
+        self._inc("scheduler/unserializable")  # Scrapy's own name, as its disk queues count them
         try:
             site = self._site_of(request, request.meta)
         except SerializationError:

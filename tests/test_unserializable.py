@@ -95,6 +95,7 @@ def test_request_that_cannot_travel_is_crawled_by_this_worker(sched: StreamsSche
     assert not sched.has_pending_requests()
     counts = stats(sched)
     assert counts["streams/unserializable_local"] == 1 and counts["streams/unserializable"] == 1
+    assert counts["scheduler/unserializable"] == 1  # as Scrapy's disk queues count them
     assert counts["scheduler/enqueued/memory"] == 1 and counts["scheduler/dequeued/memory"] == 1
     assert counts["scheduler/enqueued/redis"] == 1 and counts["scheduler/enqueued"] == 2
 
