@@ -170,11 +170,10 @@ class RequestCodec:
         values.ext_used = False
         try:
             payload: bytes = self._packb(d)
-            if v2 or values.ext_used:
-                d["v"] = SCHEMA_VERSION
-                payload = self._packb(d)
         except (TypeError, ValueError, OverflowError) as exc:
             raise self._explain(request, d, exc) from None
+        if v2 or values.ext_used:
+            payload = _with_version(payload)
         if self.max_bytes and len(payload) > self.max_bytes:
             raise SerializationError(
                 repr(request),
@@ -334,6 +333,18 @@ class RequestCodec:
 
 
 _NO_DEFAULT = object()
+_VERSION_PAIR = b"\xa1v" + bytes([SCHEMA_VERSION])  # msgpack of "v" and of the version
+
+
+def _with_version(payload: bytes) -> bytes:
+    """``payload`` with ``"v": SCHEMA_VERSION`` added, without packing it again: a payload
+    has at most 15 keys before "v", so it starts with a fixmap header (0x80 | count)."""
+    head = payload[0]
+    if head & 0xF0 != 0x80:  # pragma: no cover - every field set is at most 15 keys
+        raise AssertionError(f"payload map header {head:#x} is not a fixmap")
+    count = (head & 0x0F) + 1
+    new_head = bytes([0x80 | count]) if count <= 15 else b"\xde" + count.to_bytes(2, "big")
+    return new_head + _VERSION_PAIR + payload[1:]
 
 
 def _load(path: str, setting: str) -> Any:

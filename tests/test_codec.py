@@ -59,6 +59,9 @@ class MySpider(Spider):
     def on_error(self, failure):  # pragma: no cover
         pass
 
+    def __private(self, response):  # pragma: no cover
+        pass
+
 
 def other_function(response):  # pragma: no cover
     pass
@@ -750,3 +753,23 @@ def test_version_1_entries_decode_to_the_same_requests() -> None:
     assert got["nocb"].callback is NO_CALLBACK
     assert type(got["form"]) is FormRequest and got["form"].body == b"q=x" and got["form"].callback == spider.parse_item
     assert type(got["json"]) is JsonRequest and got["json"].body == b'{"a": 1}'
+
+
+def test_version_mark_with_every_field_set() -> None:
+    """A request using every payload key (15 of them) plus the version mark still decodes: the
+    mark grows the map header from a fixmap to a map16."""
+    spider = MySpider()
+    codec = RequestCodec(spider)
+    req = JsonRequest(
+        "http://a.test/all", data={"q": (1, 2)}, dumps_kwargs={"indent": 1}, callback=spider._MySpider__private,
+        errback=spider.on_error, method="PUT", cookies={"c": "1"}, meta={"when": dt.date(2020, 1, 2)},
+        cb_kwargs={"k": {1, 2}}, priority=3, dont_filter=True, encoding="latin-1", flags=["f"],
+    )
+    payload = codec.encode(req)
+    d = msgpack.unpackb(payload, strict_map_key=False)
+    assert payload[0] == 0xDE and len(d) == 16 and d["v"] == 2
+    back = codec.decode(payload)
+    assert back.callback == spider._MySpider__private and back.dumps_kwargs == {"indent": 1, "sort_keys": True}
+    same(back.meta, req.meta)
+    same(back.cb_kwargs, req.cb_kwargs)
+    assert (back.method, back.body, back.priority, back.encoding, back.flags) == ("PUT", req.body, 3, "latin-1", ["f"])
