@@ -38,7 +38,7 @@ TRAVELLING = sorted(set(ZOO) - {"zoo_local"})
 EXPECTED_COUNTS = {
     "zoo_crawl": 25, "zoo_sitemap": 17, "zoo_xmlfeed": 6, "zoo_csvfeed": 6, "zoo_item_meta": 12,
     "zoo_dataclass": 4, "zoo_typed_meta": 3, "zoo_login": 5, "zoo_json": 18, "zoo_redirect": 3,
-    "zoo_retry": 3, "zoo_local": 4,
+    "zoo_retry": 3, "zoo_playwright_meta": 3, "zoo_local": 4,
 }
 
 

@@ -24,7 +24,7 @@ from scrapy.spiders import CrawlSpider, CSVFeedSpider, Rule, SitemapSpider, XMLF
 __all__ = [
     "ZooCrawlSpider", "ZooSitemapSpider", "ZooXmlFeedSpider", "ZooCsvFeedSpider", "ZooItemMetaSpider",
     "ZooDataclassSpider", "ZooTypedMetaSpider", "ZooLoginSpider", "ZooJsonSpider", "ZooRedirectSpider",
-    "ZooRetrySpider", "ZooLocalSpider", "ZOO",
+    "ZooRetrySpider", "ZooPlaywrightMetaSpider", "ZooLocalSpider", "ZOO",
 ]
 
 
@@ -322,6 +322,39 @@ class ZooRetrySpider(ZooUrls, scrapy.Spider):
         yield {**errback_fields(failure), "retry_times": failure.request.meta.get("retry_times")}
 
 
+class ZooPlaywrightMetaSpider(ZooUrls, scrapy.Spider):
+    """scrapy-playwright's meta keys (PageMethod objects included) on every request. The zoo
+    has no browser, so plain HTTP downloads them: what is tested is that they travel."""
+
+    name = "zoo_playwright_meta"
+    start_paths = ("/cat/1",)
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        from scrapy_playwright.page import PageMethod
+
+        for n, href in enumerate(response.css("a[href*='/product/']::attr(href)").getall()):
+            yield response.follow(href, callback=self.parse_product, meta={
+                "playwright": True,
+                "playwright_include_page": False,
+                "playwright_context": f"zoo-{n % 2}",
+                "playwright_page_methods": [
+                    PageMethod("wait_for_selector", "h1", timeout=1000 + n),
+                    PageMethod("evaluate", "window.scrollBy(0, 100)"),
+                ],
+            })
+
+    def parse_product(self, response: Response) -> Iterator[Any]:
+        meta = response.meta
+        methods = [(type(pm).__qualname__, pm.method, pm.args, pm.kwargs) for pm in meta["playwright_page_methods"]]
+        yield {
+            **product_fields(response),
+            "playwright": meta["playwright"],
+            "include_page": meta["playwright_include_page"],
+            "context": meta["playwright_context"],
+            "page_methods": methods,
+        }
+
+
 class ZooLocalSpider(ZooUrls, scrapy.Spider):
     """Requests that cannot travel through a shared queue: a lambda callback, a Selector in meta."""
 
@@ -354,6 +387,6 @@ ZOO: dict[str, type[scrapy.Spider]] = {
     for cls in (
         ZooCrawlSpider, ZooSitemapSpider, ZooXmlFeedSpider, ZooCsvFeedSpider, ZooItemMetaSpider,
         ZooDataclassSpider, ZooTypedMetaSpider, ZooLoginSpider, ZooJsonSpider, ZooRedirectSpider,
-        ZooRetrySpider, ZooLocalSpider,
+        ZooRetrySpider, ZooPlaywrightMetaSpider, ZooLocalSpider,
     )
 }
