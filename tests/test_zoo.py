@@ -181,7 +181,13 @@ def test_crawlspider_with_a_worker_sigkilled_mid_crawl_loses_no_page(
             for node in ("w1", "w2")
         }
         try:
-            wait_for(lambda: len(read_records(records)) >= len(expected) // 4, timeout=90, what="a quarter of the crawl")
+            def by(node: str) -> int:
+                return sum(1 for r in read_records(records) if r["worker"] == node)
+
+            wait_for(
+                lambda: len(read_records(records)) >= len(expected) // 4 and by("w1") >= 5,
+                timeout=90, what="a quarter of the crawl, w1 in it",
+            )
             workers["w1"].kill()
             held = leases_of(redis_url, crawl, "w1")  # what it held when it died
             crawled_at_kill = len(read_records(records))
