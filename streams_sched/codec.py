@@ -170,7 +170,7 @@ class RequestCodec:
         values.ext_used = False
         try:
             payload: bytes = self._packb(d)
-        except (TypeError, ValueError, OverflowError) as exc:
+        except Exception as exc:  # TypeError (Unencodable), ValueError, OverflowError from msgpack
             raise self._explain(request, d, exc) from None
         if v2 or values.ext_used:
             payload = _with_version(payload)
@@ -223,14 +223,14 @@ class RequestCodec:
         for field, value in d.items():
             try:
                 pack(value)
-            except (TypeError, ValueError, OverflowError) as inner:
+            except Exception as inner:
                 label = names.get(field, field)
                 if isinstance(value, Mapping):
                     for key, item in value.items():
                         try:
                             pack(key)
                             pack(item)
-                        except (TypeError, ValueError, OverflowError) as leaf:
+                        except Exception as leaf:
                             return SerializationError(
                                 repr(request),
                                 f"{label}[{key!r}]",
@@ -308,10 +308,8 @@ class RequestCodec:
         if cls not in _KEEPS_META:
             # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
             # defaults); the request had exactly the meta that travelled
-            meta = kwargs.get("meta", {})
-            if request.meta != meta:
-                request.meta.clear()
-                request.meta.update(meta)
+            request.meta.clear()
+            request.meta.update(kwargs.get("meta", {}))
         return request
 
     def _resolve(self, name: Any, what: str) -> Any:

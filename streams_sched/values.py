@@ -42,6 +42,7 @@ import functools
 import os
 import re
 import sys
+import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
@@ -60,6 +61,7 @@ EXT_DATETIME, EXT_DATE, EXT_TIME, EXT_TIMEDELTA, EXT_DECIMAL, EXT_UUID = 5, 6, 7
 EXT_CLASS, EXT_CODEC = 16, 17
 
 _US = dt.timedelta(microseconds=1)
+_MAX_DEPTH = 64
 
 
 class Unencodable(TypeError):
@@ -139,7 +141,8 @@ def find_class(module: str, qualname: str) -> type | None:
     for part in qualname.split("."):
         if not part.isidentifier():
             return None
-        obj = vars(obj).get(part) if hasattr(obj, "__dict__") else None
+        # only module and class dictionaries: no __getattr__ or descriptor of anything runs
+        obj = vars(obj).get(part) if isinstance(obj, (types.ModuleType, type)) else None
         if obj is None:
             return None
     return obj if isinstance(obj, type) else None
@@ -277,7 +280,8 @@ class ValueCodec:
         self.codecs: dict[type, MetaCodec] = dict(codecs or {})
         self._codec_by_name = {c.name: c for c in self.codecs.values()}
         self.ext_used = False
-        self._depth = 0
+        self._depth = 0  # of encoding (the reactor thread)
+        self._unpack_depth = 0  # of decoding (the I/O thread)
         self._inner_packers: list[Any] = []
         self._encoders: dict[type, Callable[[Any], Any]] = {
             tuple: lambda v: msgpack.ExtType(EXT_TUPLE, self._pack_inner(list(v))),
@@ -320,7 +324,6 @@ class ValueCodec:
             (dt.timedelta, self._encoders[dt.timedelta]),
             (Decimal, self._encoders[Decimal]),
             (uuid.UUID, self._encoders[uuid.UUID]),
-            (bool, bool),
             (int, int),
             (float, float),
             (str, str.__str__),
@@ -343,6 +346,8 @@ class ValueCodec:
         # Packer.pack is not re-entrant: each nesting depth of extension values has a packer
         # of its own, made once (a new Packer costs ~5 us, its reuse ~0.3 us)
         depth = self._depth
+        if depth >= _MAX_DEPTH:
+            raise Unencodable(f"values nest deeper than {_MAX_DEPTH} tuples, sets or objects (a cycle?)")
         packers = self._inner_packers
         if depth == len(packers):
             packers.append(msgpack.Packer(use_bin_type=True, strict_types=True, default=self._default))
@@ -360,7 +365,12 @@ class ValueCodec:
         if encoder is None:
             encoder = self._encoder_for(cls)
             self._encoders[cls] = encoder
-        return encoder(obj)
+        try:
+            return encoder(obj)
+        except Unencodable:
+            raise
+        except Exception as exc:  # a project codec or an object's attributes failed
+            raise Unencodable(f"{class_path(cls)} cannot be encoded: {type(exc).__name__}: {exc}") from None
 
     def _codec_encoder(self, codec: MetaCodec) -> Callable[[Any], Any]:
         name = codec.name
@@ -395,8 +405,16 @@ class ValueCodec:
     # -- decode -------------------------------------------------------------
 
     def unpack(self, data: bytes) -> Any:
-        """The value of ``data``; extension codes decoded, EntryError for bad ones."""
-        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=self.ext_hook)
+        """The value of ``data`` inside an extension value; EntryError for bad ones and for
+        nesting deeper than the encoder writes."""
+        depth = self._unpack_depth
+        if depth >= _MAX_DEPTH:
+            raise EntryError(f"values nest deeper than {_MAX_DEPTH} tuples, sets or objects")
+        self._unpack_depth = depth + 1
+        try:
+            return self.unpackb(data)
+        finally:
+            self._unpack_depth = depth
 
     def _unpack_list(self, data: bytes) -> list[Any]:
         value = self.unpack(data)

@@ -773,3 +773,54 @@ def test_version_mark_with_every_field_set() -> None:
     same(back.meta, req.meta)
     same(back.cb_kwargs, req.cb_kwargs)
     assert (back.method, back.body, back.priority, back.encoding, back.flags) == ("PUT", req.body, 3, "latin-1", ["f"])
+
+
+def test_scheduler_builds_its_codec_from_the_settings(plain_redis_url: str, crawl: str) -> None:
+    """A worker's codec takes STREAMS_META_CLASSES and STREAMS_META_CODECS from its settings."""
+    from scrapy.utils.request import RequestFingerprinter
+
+    from streams_sched.config import StreamsConfig
+    from streams_sched.scheduler import StreamsScheduler
+
+    config = StreamsConfig.from_settings({
+        "REDIS_URL": plain_redis_url, "STREAMS_PREFIX": crawl,
+        "STREAMS_META_CLASSES": f"{__name__}.Slotted",
+        "STREAMS_META_CODECS": {f"{__name__}.Money": f"{__name__}.money_codec"},
+    })
+    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=2, per_site_concurrency=2)
+    sched.open(MySpider())
+    try:
+        assert sched.codec is not None
+        meta = {"s": Slotted(1, 2), "m": Money(Decimal(1), "EUR")}
+        same(_round_trip(sched.codec, Request("http://a.test/", meta=meta)).meta, meta)
+    finally:
+        sched.close("finished")
+
+
+def test_failing_codecs_and_cycles_are_serialization_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A project codec that raises, or a cycle through tuples, is a SerializationError naming the key,
+    never another exception out of enqueue."""
+    monkeypatch.setattr(meta_codecs, "_REGISTERED", {})
+    register_meta_codec(Money, lambda m: m.missing_attribute, lambda d: d)
+    codec = RequestCodec(MySpider())
+    with pytest.raises(SerializationError) as info:
+        codec.encode(Request("http://a.test/", meta={"price": Money(Decimal(1), "EUR")}))
+    assert info.value.field == "meta['price']" and "AttributeError" in str(info.value)
+    cycle: list[Any] = []
+    cycle.append((cycle,))
+    with pytest.raises(SerializationError, match="deeper than") as info:
+        codec.encode(Request("http://a.test/", cb_kwargs={"loop": cycle}))
+    assert info.value.field == "cb_kwargs['loop']"
+    assert codec.decode(codec.encode(Request("http://a.test/", meta={"ok": (1,)}))).meta == {"ok": (1,)}
+
+
+def test_nesting_deeper_than_the_encoder_writes_is_refused() -> None:
+    """An entry nesting extension values deeper than encode ever writes is an EntryError, not a RecursionError."""
+    value = msgpack.packb([1])
+    for _ in range(500):
+        value = msgpack.packb([msgpack.ExtType(1, value)])
+    payload = msgpack.packb({"u": "http://a.test/", "v": 2, "mt": {"x": msgpack.ExtType(1, value)}})
+    codec = RequestCodec(MySpider())
+    with pytest.raises(EntryError, match="deeper than 64"):
+        codec.decode(payload)
+    assert codec.decode(codec.encode(Request("http://a.test/", meta={"t": ((((1,),),),)}))).meta["t"] == ((((1,),),),)
