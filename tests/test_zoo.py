@@ -1,8 +1,9 @@
 """The spider zoo: every kind of Scrapy spider crawls the zoo's local site (tests/zoo/) once
 with Scrapy's in-memory scheduler and once through streams-sched, and gives the same items.
 
-The zoo's spiders run side by side in one process per way of crawling (memory, bitmap,
-redisbloom), each crawl once per module; the tests then compare spider by spider.
+The zoo's spiders run side by side in one process per way of crawling (memory, and through
+streams-sched on bitmap, redisbloom and a local 3-master Redis Cluster), each once per module;
+the tests then compare spider by spider.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ class ZooRuns:
             self.site.web.reset()
             extra: dict[str, Any] = {}
             if way != "memory":
-                url = flushed(self.redis_source.url(way))
-                extra = streams_settings(url, way)
+                url = flushed(self.redis_source.cluster_url() if way == "cluster" else self.redis_source.url(way))
+                extra = streams_settings(url, "auto" if way == "cluster" else way)
             batch = run_batch(zoo_settings(self.site.web, self.tmp / way, **extra), sorted(ZOO), self.tmp / way)
             assert batch.returncode == 0, batch.log_text()[-5000:]
             if way != "memory":
@@ -101,7 +102,7 @@ def assert_same_items(name: str, memory: Batch, streams: Batch) -> None:
     assert got == expected, f"{name}: " + describe_difference(expected, got)
 
 
-@pytest.mark.parametrize("way", ["bitmap", "redisbloom"])
+@pytest.mark.parametrize("way", ["bitmap", "redisbloom", "cluster"])
 @pytest.mark.parametrize("name", TRAVELLING)
 def test_zoo_spider_gives_the_in_memory_items_through_redis(name: str, way: str, zoo_runs: ZooRuns, measured: Any) -> None:
     """The spider gives through streams-sched exactly the items (fields, and the types of what
