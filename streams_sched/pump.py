@@ -84,6 +84,9 @@ class Pump(threading.Thread):
         self.starved = True  # written by the reactor thread: it found nothing to hand out
         #: set by the scheduler: how many requests only this worker holds (they cannot travel)
         self.local_count: Callable[[], int] = lambda: 0
+        #: set by the scheduler when it kept a request locally: the crawl has started even if
+        #: Redis never saw a request, so an empty Redis is not "waiting for seeds"
+        self.started_locally = False
         self.fatal: BaseException | None = None
         self._kick = threading.Event()
         self._closing = False
@@ -638,7 +641,7 @@ class Pump(threading.Thread):
     def _check_drain(self, now: float) -> None:
         f = self.frontier
         sites = f.sites()
-        if not sites and now - self.started < self.config.empty_crawl_wait_seconds:
+        if not sites and not self.started_locally and now - self.started < self.config.empty_crawl_wait_seconds:
             # a crawl that never had a request is not drained: it has not started yet
             if not self.waiting_for_seeds_logged:
                 logger.info(

@@ -555,6 +555,8 @@ class StreamsScheduler(BaseScheduler):
         self._nready += 1
         self._nlocal += 1
         self._n_local_in += 1
+        if self._pump is not None:
+            self._pump.started_locally = True
         if fp:  # deduplicated by this worker only: it never reaches the Redis filter
             self.seen.add(fp)
             if url_key is not None:

@@ -130,6 +130,20 @@ def test_follow_ups_of_a_local_request_keep_a_drained_worker_open_until_they_are
     wait_for(lambda: not sched.has_pending_requests(), timeout=10, what="the crawl to drain again")
 
 
+def test_worker_whose_every_request_is_local_closes_when_done(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A crawl whose only requests never reached Redis is not "waiting for seeds": once its
+    local requests are done the worker reports nothing pending, without the empty-crawl wait."""
+    s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=60)
+    try:
+        assert s.enqueue_request(lambda_request("http://a.test/only"))
+        request = s.next_request()
+        assert request is not None
+        s.request_done(request)
+        wait_for(lambda: not s.has_pending_requests(), timeout=10, what="the worker to be done")
+    finally:
+        s.close("test")
+
+
 def test_local_requests_are_deduplicated_by_this_worker(sched: StreamsScheduler) -> None:
     """A second local request with the same fingerprint is a duplicate; dont_filter is not."""
     assert sched.enqueue_request(lambda_request("http://a.test/1"))
