@@ -78,7 +78,7 @@ def _json_codec(spider: SyntheticSpider) -> RequestCodec:
 
     c = RequestCodec(spider)
     c._packb = dumps  # type: ignore[method-assign]
-    c._unpackb = json.loads  # type: ignore[assignment]
+    c._unpackb = lambda payload, **_: json.loads(payload)
     return c
 
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MethodType
 from typing import Any
 
+import msgpack
 from scrapy import Request, Spider
 from scrapy.http import FormRequest, JsonRequest
 from scrapy.http.request import NO_CALLBACK
@@ -110,7 +111,8 @@ class RequestCodec:
             classes.append(cls)
         self.values = ValueCodec(classes, registered_codecs(meta_codecs))
         self._packb = self.values.pack
-        self._unpackb = self.values.unpackb
+        self._unpackb: Callable[..., Any] = msgpack.unpackb
+        self._ext_hook = self.values.ext_hook
         self._valid_names: set[str] = set()
         self._method_names: dict[Any, str] = {}
 
@@ -244,7 +246,7 @@ class RequestCodec:
     def decode(self, payload: bytes) -> Request:
         """Return the request of ``payload``; raise EntryError with the reason if it has none."""
         try:
-            d = self._unpackb(payload)
+            d = self._unpackb(payload, raw=False, strict_map_key=False, ext_hook=self._ext_hook)
         except EntryError:
             raise
         except Exception as exc:
@@ -258,7 +260,7 @@ class RequestCodec:
         if unknown:
             raise EntryError(f"payload has unknown keys {sorted(map(str, unknown))}")
         v = d.get("v", 1)
-        if type(v) is not int or v not in READABLE_VERSIONS:
+        if v != 1 and (type(v) is not int or v not in READABLE_VERSIONS):
             raise EntryError(
                 f"payload schema version {v!r} is not supported (this worker reads"
                 f" {sorted(READABLE_VERSIONS)}; upgrade it)"
