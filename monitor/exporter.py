@@ -40,6 +40,10 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams_sched_reclaimed": ("counter", ("crawl",), "Expired leases taken over by workers or requeued by the reclaimer."),
     "streams_sched_duplicates": ("counter", ("crawl",), "Requests dropped as duplicates by the Redis seen filter."),
     "streams_sched_nodes": ("gauge", ("crawl", "state"), "Worker nodes by state: alive, or dead (silent for 3 heartbeats)."),
+    "streams_sched_local_requests": (
+        "gauge", ("crawl", "state"),
+        "Requests only one worker holds (they cannot travel through the queue), by its state; dead: lost.",
+    ),
     "streams_sched_sites": ("gauge", ("crawl", "state"), "Registered sites by state: active or paused."),
     "streams_sched_sites_unlabelled": ("gauge", ("crawl",), "Sites summed into site=\"_other\" (over --max-sites)."),
     "streams_sched_seen_estimate": ("gauge", ("crawl",), "Fingerprints in the seen filters (where the back-end and ACL can tell)."),
@@ -127,6 +131,9 @@ def build_families(
         crawl_states = states.get(c, {})
         for state in (ALIVE, DEAD):
             fam["streams_sched_nodes"].add_metric([c, state], sum(1 for n in crawl_states.values() if n.state == state))
+            fam["streams_sched_local_requests"].add_metric(
+                [c, state], sum(_count(n.info.get("local")) for n in crawl_states.values() if n.state == state)
+            )
         fam["streams_sched_sites"].add_metric([c, "active"], len(snap.sites) - paused)
         fam["streams_sched_sites"].add_metric([c, "paused"], paused)
         fam["streams_sched_sites_unlabelled"].add_metric([c], labeller.unlabelled(snap))
@@ -154,3 +161,8 @@ class FrontierCollector:
         yield took
         if view.ok:
             yield from build_families(view.snaps, view.states, self.monitor.labeller)
+
+
+def _count(value: Any) -> int:
+    """A count from a node record (absent, or written by an older worker: 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

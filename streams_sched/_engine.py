@@ -1,4 +1,4 @@
-"""The two places where streams-sched reaches into Scrapy's engine.
+"""The places where streams-sched reaches into Scrapy's engine.
 
 Scrapy has no public "request finished" hook (scrapy/scrapy#7978). The exact
 point is the engine slot's ``remove_request``: the engine calls it once per
@@ -24,6 +24,13 @@ Deferred that ``close_spider`` chains with ``addBoth``; from 2.14 it is a
 coroutine function that ``close_spider_async`` awaits. The replacement returns
 what the installed engine expects (a coroutine wrapped in a Deferred for 2.13).
 
+The fourth, only with ``STREAMS_UNSERIALIZABLE = "error"``, is the engine's
+``_closewait``, the Deferred that ``ExecutionEngine.start_async`` awaits until
+the engine stops: :meth:`EngineHooks.fail_crawl` makes it fail, so the crawl
+raises, ``CrawlerProcess.bootstrap_failed`` is set and ``scrapy crawl`` (and
+``runspider``, and scripts that check it) exit with code 1. Scrapy has no
+public way for a component to set the exit code.
+
 All are private. :func:`check_scrapy` (the version against the supported range,
 the slot class's methods) runs when the scheduler is built, and
 :class:`EngineHooks` checks the slot instance when the spider opens; both raise
@@ -43,7 +50,7 @@ from typing import Any
 
 from scrapy import Request
 
-from .errors import ScrapyCompatError
+from .errors import RequestsRefused, ScrapyCompatError
 
 __all__ = ["SUPPORTED_SCRAPY", "EngineHooks", "check_scrapy", "close_spider", "thread_safe_caller"]
 
@@ -127,16 +134,28 @@ def thread_safe_caller() -> Callable[..., Any]:
 class EngineHooks:
     """Hooks the engine slot of a running crawl for one scheduler."""
 
-    def __init__(self, crawler: Any, scheduler: Any, on_release: Callable[[Request], None]) -> None:
+    def __init__(
+        self,
+        crawler: Any,
+        scheduler: Any,
+        on_release: Callable[[Request], None],
+        *,
+        fail_at_end: bool = False,
+    ) -> None:
         import scrapy
 
         engine = getattr(crawler, "engine", None)
-        slot = getattr(engine, "_slot", None)
-        missing = [name for name in _SLOT_ATTRIBUTES if not hasattr(slot, name)]
-        if slot is None or missing:
+        slot: Any = getattr(engine, "_slot", None)
+        if slot is None:
+            missing = ["engine._slot"]
+        else:
+            missing = [f"engine._slot.{name}" for name in _SLOT_ATTRIBUTES if not hasattr(slot, name)]
+        if fail_at_end and not hasattr(engine, "_closewait"):
+            missing.append("engine._closewait")
+        if missing:
             raise ScrapyCompatError(
                 f"Scrapy {scrapy.__version__}'s engine no longer has the hook points streams-sched needs"
-                f" (engine._slot{'.' + '/'.join(missing) if slot is not None else ''} is missing);"
+                f" ({', '.join(missing)} missing);"
                 f" streams-sched supports Scrapy {SUPPORTED_SCRAPY}: install one of those and report it"
             )
         if slot.scheduler is not scheduler:
@@ -152,6 +171,7 @@ class EngineHooks:
                 on_release(request)
 
         slot.remove_request = remove_request
+        self._engine = engine
         self._slot = slot
         self._original = original
         self._nextcall = slot.nextcall
@@ -193,6 +213,28 @@ class EngineHooks:
 
             slot.close = close_deferred
         self._original_close = original
+
+    def fail_crawl(self, message: str) -> bool:
+        """Make the crawl end with :class:`RequestsRefused` (``message``) once the engine
+        stops, so that ``scrapy crawl`` exits with code 1. False if the engine is not running.
+
+        ``start_async`` awaits ``_closewait``, and ``stop_async`` fires it with ``None``:
+        a stand-in takes its place and, when fired, fails the original instead."""
+        from twisted.internet.defer import Deferred
+
+        engine: Any = self._engine
+        awaited = getattr(engine, "_closewait", None)
+        if not isinstance(awaited, Deferred) or awaited.called:
+            logger.error("streams-sched cannot set the exit code: the engine is not running (%s)", message)
+            return False
+
+        def fail(_: Any) -> None:
+            awaited.errback(RequestsRefused(message))
+
+        stand_in: Deferred[None] = Deferred()
+        stand_in.addCallback(fail)
+        engine._closewait = stand_in
+        return True
 
     def wake(self) -> None:
         """From any thread: ask the engine to pull requests now."""

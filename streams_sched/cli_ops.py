@@ -314,6 +314,7 @@ NODE_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("state", "STATE", str),
     ("silent", "LAST SEEN", str),
     ("held", "HELD", str),
+    ("local", "LOCAL", str),
     ("lease_s", "LEASE", str),
 ]
 
@@ -336,6 +337,7 @@ def nodes(redis_url: str, crawl: str, as_json: bool) -> None:
             "silent_s": round(n.silent_s, 1),
             "silent": _age(int(n.silent_s * 1000)) + " ago",
             "held": str(n.info.get("held", "")),
+            "local": str(n.info.get("local", "")),
             "lease_s": f"{n.info['lease_s']:g}s" if isinstance(n.info.get("lease_s"), (int, float)) else "",
         }
         for n in states.values()

@@ -25,6 +25,8 @@ __all__ = ["URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "pars
 STRICT_RATIO: tuple[int, int, int] = (1_000_000_000_000, 1_000_000, 1)
 
 DEDUPE_BACKENDS = ("auto", "redisbloom", "bitmap")
+#: What a worker does with a request the codec cannot encode (STREAMS_UNSERIALIZABLE).
+UNSERIALIZABLE_MODES = ("local", "error")
 
 
 def parse_band_ratio(value: Any, setting: str = "STREAMS_BAND_RATIO") -> tuple[int, int, int]:
@@ -227,6 +229,11 @@ class StreamsConfig:
     feed_poll_seconds: float = 1.0
     #: REDIS_ENCODING (scrapy-redis's): encoding of feed entries.
     feed_encoding: str = "utf-8"
+    #: STREAMS_UNSERIALIZABLE: a request that cannot be encoded (a lambda callback, a
+    #: Response in meta, over STREAMS_MAX_REQUEST_BYTES) is crawled by this worker from
+    #: its memory ("local": not shared, not leased, lost if the worker dies) or refused
+    #: with an error, and the crawl then ends with exit code 1 ("error").
+    unserializable: str = "local"
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -273,6 +280,8 @@ class StreamsConfig:
             "".encode(self.feed_encoding)
         except LookupError:
             raise ConfigError("REDIS_ENCODING", self.feed_encoding, "unknown encoding") from None
+        if self.unserializable not in UNSERIALIZABLE_MODES:
+            raise ConfigError("STREAMS_UNSERIALIZABLE", self.unserializable, f"expected one of {UNSERIALIZABLE_MODES}")
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -376,6 +385,7 @@ class StreamsConfig:
             feed_batch=_int(settings, "STREAMS_FEED_BATCH", 100),
             feed_poll_seconds=_num(settings, "STREAMS_FEED_POLL_SECONDS", 1.0),
             feed_encoding=str(get("REDIS_ENCODING", "utf-8")),
+            unserializable=str(get("STREAMS_UNSERIALIZABLE", "local")).strip().lower(),
         )
 
     def describe(self) -> dict[str, Any]:

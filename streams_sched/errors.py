@@ -9,7 +9,8 @@ catches them all::
     ├── DedupeBackendError     the dedupe back-end asked for is not available or disagrees
     ├── SerializationError     a request cannot be encoded for the shared queue
     ├── EntryError             a stream entry cannot be turned back into a request
-    └── ScrapyCompatError      the installed Scrapy lacks an engine hook streams-sched needs
+    ├── ScrapyCompatError      the installed Scrapy lacks an engine hook streams-sched needs
+    └── RequestsRefused        the crawl refused requests that cannot travel (STREAMS_UNSERIALIZABLE="error")
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ __all__ = [
     "DedupeBackendError",
     "EntryError",
     "RedisUnavailable",
+    "RequestsRefused",
     "ScrapyCompatError",
     "SerializationError",
     "StreamsSchedError",
@@ -77,3 +79,9 @@ class EntryError(StreamsSchedError):
 class ScrapyCompatError(StreamsSchedError):
     """Raised when the installed Scrapy does not have the engine internals
     streams-sched hooks (the per-request release point of the engine slot)."""
+
+
+class RequestsRefused(StreamsSchedError):
+    """Raised at the end of a crawl that refused requests which cannot travel through
+    the shared queue (``STREAMS_UNSERIALIZABLE = "error"``), so that ``scrapy crawl``
+    exits with code 1."""

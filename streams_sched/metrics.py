@@ -16,7 +16,9 @@ Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
     streams_sched_worker_dead_lettered_total     entries this worker moved to dead letters
     streams_sched_worker_released_total          unstarted leases handed back at close
     streams_sched_worker_redis_errors_total      failed Redis round trips (retried)
+    streams_sched_worker_unserializable_local_total  requests that cannot travel, crawled by this worker
     streams_sched_worker_prefetched              leased requests waiting in the worker
+    streams_sched_worker_local_requests          requests only this worker holds (waiting or in progress)
     streams_sched_worker_lease_to_ack_seconds    histogram: lease to ack, per request
 
 The counters are the crawl stats Scrapy already keeps (``streams/leased``,
@@ -52,6 +54,11 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
     ),
     "streams_sched_worker_released": ("streams/released", "Unstarted leases handed back when stopping."),
     "streams_sched_worker_redis_errors": ("streams/redis_errors", "Redis round trips that failed (and were retried)."),
+    "streams_sched_worker_unserializable_local": (
+        "streams/unserializable_local",
+        "Requests that cannot travel through the shared queue, kept and crawled by this worker"
+        " (lost if it dies).",
+    ),
 }
 
 #: Buckets of the lease-to-ack histogram, in seconds (up to the default lease of 300 s and past it).
@@ -105,8 +112,16 @@ class _StatsCollector:
         prefetched = GaugeMetricFamily(
             "streams_sched_worker_prefetched", "Leased requests waiting in this worker.", labels=labels
         )
-        prefetched.add_metric(values, float(len(o.scheduler)))
+        waiting_local = int(getattr(o.scheduler, "local_waiting", 0))
+        prefetched.add_metric(values, float(max(0, len(o.scheduler) - waiting_local)))
         yield prefetched
+        held = GaugeMetricFamily(
+            "streams_sched_worker_local_requests",
+            "Requests only this worker holds because they cannot travel (waiting or in progress).",
+            labels=labels,
+        )
+        held.add_metric(values, float(getattr(o.scheduler, "local_held", 0)))
+        yield held
 
 
 class WorkerMetrics:

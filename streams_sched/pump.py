@@ -83,7 +83,15 @@ class Pump(threading.Thread):
         self.stats: deque[tuple[str, int]] = deque()
         self.inflight = 0  # written by the reactor thread: requests handed to the engine
         self.drained = False
+        #: enqueue operations whose reply came back (the scheduler compares it with what it
+        #: queued: until they match, the crawl may not be drained even if it looked so)
+        self.enqueues_done = 0
         self.starved = True  # written by the reactor thread: it found nothing to hand out
+        #: set by the scheduler: how many requests only this worker holds (they cannot travel)
+        self.local_count: Callable[[], int] = lambda: 0
+        #: set by the scheduler when it kept a request locally: the crawl has started even if
+        #: Redis never saw a request, so an empty Redis is not "waiting for seeds"
+        self.started_locally = False
         self.fatal: BaseException | None = None
         self._kick = threading.Event()
         self._closing = False
@@ -482,6 +490,7 @@ class Pump(threading.Thread):
             "state": state,
             "last_seen": time.time(),
             "held": self.held_total,
+            "local": self.local_count(),
             "heartbeat_s": self.config.heartbeat_seconds,
         }
 
@@ -490,6 +499,7 @@ class Pump(threading.Thread):
     def _handle(self, handlers: list[tuple[Any, ...]], replies: list[Any]) -> int:
         """Apply the replies of one pipeline; return how many requests arrived."""
         arrived = 0
+        confirmed = False
         noscript = False
         transient: BaseException | None = None
         for h, reply in zip(handlers, replies, strict=True):
@@ -511,6 +521,7 @@ class Pump(threading.Thread):
                 continue
             if kind == "enq":
                 self._on_enqueued(h[1], h[2], reply)
+                confirmed = True
             elif kind == "reg":
                 self.registered |= h[1]
             elif kind == "after":
@@ -521,12 +532,14 @@ class Pump(threading.Thread):
             self.frontier.scripts.load()
         if arrived:
             self.drained = False
+        if arrived or confirmed:
             self._wake_if_starved()
         if transient is not None:
             raise transient
         return arrived
 
     def _on_enqueued(self, site: str, chunk: list[tuple[Any, ...]], reply: Any) -> None:
+        self.enqueues_done += len(chunk)
         added, dups, delayed, _flags = parse_enqueue(reply)
         st = self.stats
         if added:
@@ -716,7 +729,7 @@ class Pump(threading.Thread):
             self.next_drain_check = now + self.config.feed_poll_seconds
             return
         sites = f.sites()
-        if not sites and now - self.started < self.config.empty_crawl_wait_seconds:
+        if not sites and not self.started_locally and now - self.started < self.config.empty_crawl_wait_seconds:
             # a crawl that never had a request is not drained: it has not started yet
             if not self.waiting_for_seeds_logged:
                 logger.info(

@@ -25,6 +25,11 @@ How it behaves (implementation details, see the README for the guarantees):
   or delayed request anywhere), unless STREAMS_CLOSE_ON_DRAIN is False.
 - Closing never deletes shared state; prefetched requests not started are
   handed back at once.
+- A request the codec cannot encode (a lambda callback, a Response in meta, over
+  STREAMS_MAX_REQUEST_BYTES) is kept in this worker's memory and crawled here
+  (STREAMS_UNSERIALIZABLE="local", see unserializable.py), served among the
+  leased requests of its site, without a lease; the worker does not close while
+  it holds any. With "error" it is refused and the crawl exits with code 1.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from .retry_after import retry_after_seconds
 from .seen import SeenCache
 from .selection import band_for, returning_credit
 from .startup import fail_clearly
+from .unserializable import UnserializablePolicy
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -114,8 +120,8 @@ class StreamsScheduler(BaseScheduler):
         self._pump: Pump | None = None
         self._hooks: EngineHooks | None = None
         self._outbox: deque[tuple[Any, ...]] = deque()
-        #: prefetched requests per site: (request, lease, downloader slot key)
-        self._ready: dict[str, deque[tuple[Request, LeasedEntry, str | None]]] = {}
+        #: requests ready per site: (request, lease or None for a local request, downloader slot key)
+        self._ready: dict[str, deque[tuple[Request, LeasedEntry | None, str | None]]] = {}
         self._served: dict[str, float] = {}
         self._downloader: Any = None
         self._nready = 0
@@ -124,6 +130,11 @@ class StreamsScheduler(BaseScheduler):
         self._logged_dupe = False
         self._fatal_reported = False
         self._n_enqueued = self._n_dequeued = self._n_filtered = 0
+        #: requests that cannot travel (see unserializable.py): kept in _ready with no lease
+        self.unserializable = UnserializablePolicy(config.unserializable, config.crawl)
+        self._nlocal = 0  # local requests waiting in _ready
+        self._local_busy: set[Request] = set()  # local requests the engine has not finished
+        self._n_local_in = self._n_local_out = 0
         self._applied: dict[str, int] = {}
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
@@ -173,6 +184,7 @@ class StreamsScheduler(BaseScheduler):
         frontier.register()
         self._apply_site_policies()
         self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
+        self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
         node_info = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -195,13 +207,16 @@ class StreamsScheduler(BaseScheduler):
         )
         self._pump.feed = self._feed_mover(spider, frontier)
         if self.crawler is not None:
-            self._hooks = EngineHooks(self.crawler, self, self.request_done)
+            self._hooks = EngineHooks(
+                self.crawler, self, self.request_done, fail_at_end=cfg.unserializable == "error"
+            )
             self._hooks.on_closing(self._begin_shutdown, cfg.shutdown_timeout_seconds, self._shutdown_timed_out)
             self._downloader = getattr(self.crawler.engine, "downloader", None)
             self._pump.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
             if not cfg.close_on_drain:
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
+        self._pump.local_count = lambda: self.local_held  # in the node record: lost if this worker dies
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
         if cfg.node_id:
@@ -266,9 +281,15 @@ class StreamsScheduler(BaseScheduler):
             return
         pump.begin_close()
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
+        self._local_busy.clear()
         flushed = pump.finish(timeout=30.0)
         self._apply_stats(pump)
         self._pump = None
+        failure = self.unserializable.failure()
+        if failure is not None:
+            logger.error("%s", failure, extra={"spider": self.spider})
+            if self._hooks is not None:
+                self._hooks.fail_crawl(failure)
         if self._hooks is not None:
             self._hooks.unhook()
             self._hooks = None
@@ -278,15 +299,24 @@ class StreamsScheduler(BaseScheduler):
         )
 
     def _hand_back_unstarted(self) -> int:
-        """Release every prefetched request the engine has not started."""
+        """Release every prefetched request the engine has not started (local requests,
+        which cannot travel, are lost: counted and logged)."""
         self._absorb()
         n = 0
         for queue in self._ready.values():
             for _request, entry, _slot in queue:
-                self._outbox_put(("R", entry))
-                n += 1
+                if entry is not None:
+                    self._outbox_put(("R", entry))
+                    n += 1
+        if self._nlocal:
+            self._inc("streams/unserializable_lost", self._nlocal)
+            logger.warning(
+                "streams-sched closing with %d local requests not crawled: they could not travel"
+                " through the shared queue (see the warnings above), so no other worker will crawl them",
+                self._nlocal, extra={"spider": self.spider},
+            )
         self._ready.clear()
-        self._nready = 0
+        self._nready = self._nlocal = 0
         if self._pump is not None:
             self._pump.kick()
         return n
@@ -335,10 +365,12 @@ class StreamsScheduler(BaseScheduler):
         if pump.fatal is not None:
             self._report_fatal()
             return False
-        if self._nready or pump.arrivals or self._outbox or self._leases:
+        if self._nready or pump.arrivals or self._outbox or self._leases or self._local_busy:
             return True
         if pump.outbox or pump.unconfirmed or pump.held_acks:
             return True
+        if pump.enqueues_done < self._n_enqueued:
+            return True  # in the pipeline now: a local request's follow-ups may undo "drained"
         return not pump.drained
 
     def enqueue_request(self, request: Request) -> bool:
@@ -370,11 +402,7 @@ class StreamsScheduler(BaseScheduler):
                 raise SerializationError(repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}")
             payload = codec.encode(request)
         except SerializationError as exc:
-            logger.error("%s", exc, extra={"spider": self.spider})
-            self._inc("streams/unserializable")
-            if exc.field == "size":
-                self._inc("streams/oversize")
-            return False
+            return self._cannot_travel(request, exc, fp, url_key)
         cfg = self.config
         band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)
         if task is None:
@@ -425,9 +453,11 @@ class StreamsScheduler(BaseScheduler):
             del self._ready[site]
         self._served[site] = self._served.get(site, 0.0) + 1.0
         self._nready -= 1
+        if entry is None:
+            return self._local_out(request)
         self._leases[request] = entry
         pump.inflight = len(self._leases)
-        if self._nready <= pump.low_water:
+        if self._nready - self._nlocal <= pump.low_water:
             pump.kick()
         self._n_dequeued += 1
         if self._n_dequeued & 255 == 0:
@@ -474,6 +504,7 @@ class StreamsScheduler(BaseScheduler):
         """
         entry = self._leases.pop(request, None)
         if entry is None:
+            self._local_busy.discard(request)
             return
         self._outbox_put(("A", entry))
         if self.ack_listeners:
@@ -512,23 +543,76 @@ class StreamsScheduler(BaseScheduler):
             return
         arrivals = pump.arrivals
         ready = self._ready
-        served = self._served
         slot_key = self._downloader.get_slot_key if self._downloader is not None else None
         n = 0
         while arrivals:
             request, entry = arrivals.popleft()
             queue = ready.get(entry.site)
             if queue is None:
-                queue = ready[entry.site] = deque()
-                if len(ready) > 1:
-                    # a site coming back starts level with the least served, not far behind
-                    served[entry.site] = returning_credit(
-                        served.get(entry.site, 0.0), self._weight(entry.site),
-                        [(served.get(s, 0.0), self._weight(s)) for s in ready if s != entry.site],
-                    )
+                queue = self._new_queue(entry.site)
             queue.append((request, entry, slot_key(request) if slot_key is not None else None))
             n += 1
         self._nready += n
+
+    def _new_queue(self, site: str) -> deque[tuple[Request, LeasedEntry | None, str | None]]:
+        ready = self._ready
+        queue = ready[site] = deque()
+        if len(ready) > 1:
+            # a site coming back starts level with the least served, not far behind
+            served = self._served
+            served[site] = returning_credit(
+                served.get(site, 0.0), self._weight(site),
+                [(served.get(s, 0.0), self._weight(s)) for s in ready if s != site],
+            )
+        return queue
+
+    # -- requests that cannot travel (unserializable.py) --------------------------
+
+    def _cannot_travel(self, request: Request, exc: SerializationError, fp: bytes, url_key: bytes | None) -> bool:
+        """The codec refused ``request``: keep it here and crawl it ("local"), or refuse it ("error")."""
+        self._inc("streams/unserializable")
+        if exc.field == "size":
+            self._inc("streams/oversize")
+        if not self.unserializable.keep_local(exc):
+            self._inc("streams/unserializable_refused")
+            return False
+        self._inc("streams/unserializable_local")
+        self._inc("scheduler/unserializable")  # Scrapy's own name, as its disk queues count them
+        try:
+            site = self._site_of(request, request.meta)
+        except SerializationError:
+            site = urlparse_cached(request).hostname or "_nohost"
+        queue = self._ready.get(site)
+        if queue is None:
+            queue = self._new_queue(site)
+        slot = self._downloader.get_slot_key(request) if self._downloader is not None else None
+        queue.append((request, None, slot))
+        self._nready += 1
+        self._nlocal += 1
+        self._n_local_in += 1
+        if self._pump is not None:
+            self._pump.started_locally = True
+        if fp:  # deduplicated by this worker only: it never reaches the Redis filter
+            self.seen.add(fp)
+            if url_key is not None:
+                self.seen_urls.add(url_key)
+        return True
+
+    def _local_out(self, request: Request) -> Request:
+        self._nlocal -= 1
+        self._local_busy.add(request)
+        self._n_local_out += 1
+        return request
+
+    @property
+    def local_waiting(self) -> int:
+        """Local requests (they cannot travel) not yet handed to the engine."""
+        return self._nlocal
+
+    @property
+    def local_held(self) -> int:
+        """Requests only this worker holds (they cannot travel): waiting or in progress."""
+        return self._nlocal + len(self._local_busy)
 
     def _site_of(self, request: Request, meta: dict[str, Any]) -> str:
         site = meta.get("site")
@@ -564,9 +648,11 @@ class StreamsScheduler(BaseScheduler):
         cheap) and the I/O thread's counters into the crawl stats."""
         for key, n in (
             ("scheduler/enqueued/redis", self._n_enqueued),
-            ("scheduler/enqueued", self._n_enqueued),
+            ("scheduler/enqueued/memory", self._n_local_in),
+            ("scheduler/enqueued", self._n_enqueued + self._n_local_in),
             ("scheduler/dequeued/redis", self._n_dequeued),
-            ("scheduler/dequeued", self._n_dequeued),
+            ("scheduler/dequeued/memory", self._n_local_out),
+            ("scheduler/dequeued", self._n_dequeued + self._n_local_out),
             ("dupefilter/filtered", self._n_filtered),
         ):
             done = self._applied.get(key, 0)

@@ -43,6 +43,7 @@ def test_defaults_are_documented_values() -> None:
         ("STREAMS_SITES", {"a.test": {"rate": -1}}, "0 or more"),
         ("STREAMS_SITES", {"a.test": {"speed": 1}}, "unknown policy field"),
         ("STREAMS_SITES", {"a b": {"rate": 1}}, "invalid site name"),
+        ("STREAMS_UNSERIALIZABLE", "drop", "expected one of ('local', 'error')"),
     ],
 )
 def test_invalid_setting_names_setting_and_value(setting: str, value: object, message: str) -> None:

@@ -202,23 +202,51 @@ def test_foreign_entries_arriving_mid_crawl_are_dead_lettered_with_reasons(redis
     assert (st.backlog, st.pending, st.delayed) == (0, 0, 0)
 
 
+OVERSIZE_SPECIAL = {
+    f"http://site0.test/{path}": {"body": "<html>kept local</html>"} for path in ("big-body", "big-meta", "obj-meta")
+}
+
+
 @pytest.mark.targets("bitmap")  # decided in the worker, before Redis
-def test_oversize_and_unencodable_requests_are_refused_at_enqueue_and_counted(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
-    """Requests over STREAMS_MAX_REQUEST_BYTES (body or meta) and with unencodable meta are
-    refused at enqueue with an error naming the request and the limit, counted in the stats,
-    and the crawl goes on."""
+def test_requests_that_cannot_travel_are_crawled_by_their_worker(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """Requests over STREAMS_MAX_REQUEST_BYTES (body or meta) and with unencodable meta are kept
+    by the worker and crawled from its memory (STREAMS_UNSERIALIZABLE="local", the default):
+    one warning per reason naming the request, counted, and nothing is lost."""
     items = tmp_path / "items.jsonl"
     settings = base_settings(
         redis_url, crawl, dedupe, items, SYNTH_SITES=1, SYNTH_PAGES=20, STREAMS_MAX_REQUEST_BYTES=2000,
+        SYNTH_SPECIAL=OVERSIZE_SPECIAL,
     )
     w = Worker(settings, tmp_path / "w.log", spider="spiders.OversizeSpider")
     crawl_to_end(w)
     log = w.log()
     assert "cannot enqueue <POST http://site0.test/big-body>: size: encoded request is" in log
     assert "over STREAMS_MAX_REQUEST_BYTES=2000" in log
-    assert "cannot enqueue <GET http://site0.test/big-meta>: size:" in log
+    assert "cannot enqueue <GET http://site0.test/big-meta>: size:" not in log  # one warning per reason
     assert "cannot enqueue <GET http://site0.test/obj-meta>: meta['obj']" in log
-    assert "'streams/oversize': 2" in log and "'streams/unserializable': 3" in log
+    assert log.count("this worker keeps it in memory") == 2
+    assert "'streams/oversize': 2" in log and "'streams/unserializable_local': 3" in log
+    assert set(crawled_urls(items)) == expected(1, 20) | set(OVERSIZE_SPECIAL)
+
+
+@pytest.mark.targets("bitmap")
+def test_requests_that_cannot_travel_fail_the_crawl_in_error_mode(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
+    """With STREAMS_UNSERIALIZABLE="error" those requests are refused with an ERROR each, counted,
+    the rest of the crawl completes, and the worker process exits with code 1."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items, SYNTH_SITES=1, SYNTH_PAGES=20, STREAMS_MAX_REQUEST_BYTES=2000,
+        SYNTH_SPECIAL=OVERSIZE_SPECIAL, STREAMS_UNSERIALIZABLE="error",
+    )
+    w = Worker(settings, tmp_path / "w.log", spider="spiders.OversizeSpider")
+    try:
+        assert w.wait(120) == 1, w.log()
+    finally:
+        w.close()
+    log = w.log()
+    assert log.count("refused (STREAMS_UNSERIALIZABLE='error'") == 3
+    assert "'streams/unserializable_refused': 3" in log
+    assert "RequestsRefused: streams-sched refused 3 requests" in log
     assert set(crawled_urls(items)) == expected(1, 20)
 
 

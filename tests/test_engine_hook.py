@@ -30,3 +30,11 @@ def test_engine_releases_each_scheduled_request_after_handling_its_output() -> N
     assert "self._slot.remove_request(request)" in (inspect.getsource(remove) if remove else source)
     scrape = inspect.getsource(ExecutionEngine._handle_downloader_output)
     assert "self.crawl(result)" in scrape and "enqueue_scrape" in scrape
+
+
+def test_engine_awaits_closewait_until_it_stops() -> None:
+    """start_async awaits self._closewait and stop_async fires it: EngineHooks.fail_crawl swaps it
+    to make the crawl fail (STREAMS_UNSERIALIZABLE="error", exit code 1)."""
+    assert "await maybe_deferred_to_future(self._closewait)" in inspect.getsource(ExecutionEngine.start_async)
+    assert "self._closewait.callback(None)" in inspect.getsource(ExecutionEngine.stop_async)
+    assert "self._closewait" in inspect.getsource(ExecutionEngine.__init__)

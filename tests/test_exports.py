@@ -16,5 +16,5 @@ def test_all_names_exist_and_are_public() -> None:
 
 def test_one_root_exception() -> None:
     """Every exception streams-sched raises derives from StreamsSchedError."""
-    errors = [getattr(streams_sched, n) for n in streams_sched.__all__ if n.endswith("Error") or n == "RedisUnavailable"]
+    errors = [getattr(streams_sched, n) for n in streams_sched.__all__ if n.endswith("Error") or n in ("RedisUnavailable", "RequestsRefused")]
     assert all(issubclass(e, streams_sched.StreamsSchedError) for e in errors)

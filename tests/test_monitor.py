@@ -23,8 +23,8 @@ def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:
     return Outgoing(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
 
 
-def record(f, name: str, last_seen: float, state: str = "online", hb: float = 5.0) -> None:
-    f.record_node(name, {"node": name, "host": "box", "state": state, "last_seen": last_seen, "heartbeat_s": hb})
+def record(f, name: str, last_seen: float, state: str = "online", hb: float = 5.0, local: int = 0) -> None:
+    f.record_node(name, {"node": name, "host": "box", "state": state, "last_seen": last_seen, "heartbeat_s": hb, "local": local})
 
 
 def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
@@ -40,8 +40,8 @@ def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedu
     f.ack("a.test", [(e.stream, e.id) for e in leased[:3]])
     f.dead_letter("a.test", "w1", [(leased[3].stream, leased[3].id, "cannot parse")])
     now = time.time()
-    record(f, "w1", now, hb=60)
-    record(f, "w2", now - 100, hb=1)
+    record(f, "w1", now, hb=60, local=2)
+    record(f, "w2", now - 100, hb=1, local=3)
     record(f, "w3", now - 100, state="offline")
     port = free_port()
     d = Daemon("monitor", ["--redis-url", redis_url, "--metrics-port", str(port), "--interval", "0.5", "--cache-seconds", "0"], tmp_path / "m.log")
@@ -61,6 +61,8 @@ def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedu
         assert value(m, "streams_sched_duplicates_total", crawl=crawl) == a.stats["duplicates"] == 3
         assert value(m, "streams_sched_nodes", crawl=crawl, state="alive") == 1
         assert value(m, "streams_sched_nodes", crawl=crawl, state="dead") == 1  # w3 said goodbye
+        assert value(m, "streams_sched_local_requests", crawl=crawl, state="alive") == 2
+        assert value(m, "streams_sched_local_requests", crawl=crawl, state="dead") == 3  # lost with w2
         assert value(m, "streams_sched_seen_estimate", crawl=crawl) == 14
         assert value(m, "streams_sched_sites", crawl=crawl, state="active") == 2
         assert value(m, "streams_sched_redis_up") == 1

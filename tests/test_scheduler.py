@@ -56,12 +56,6 @@ def test_local_duplicate_is_refused_at_once(sched: StreamsScheduler) -> None:
     assert sched.enqueue_request(scrapy.Request("http://a.test/1", dont_filter=True))
 
 
-def test_unserializable_request_is_refused_not_dropped_silently(sched: StreamsScheduler, caplog: pytest.LogCaptureFixture) -> None:
-    """enqueue_request returns False (Scrapy then signals request_dropped) and logs the meta key."""
-    assert not sched.enqueue_request(scrapy.Request("http://a.test/x", meta={"obj": object()}))
-    assert "meta['obj']" in caplog.text
-
-
 def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:
     """While a follow-up request cannot be enqueued, its parent stays leased; once it can, child then ack."""
     sched.enqueue_request(scrapy.Request("http://parent.test/"))

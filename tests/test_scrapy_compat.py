@@ -100,7 +100,7 @@ def test_hooking_a_slot_without_the_attributes_is_refused() -> None:
         class engine:  # noqa: N801
             _slot = Slot()
 
-    with pytest.raises(ScrapyCompatError, match=r"engine\._slot\.nextcall is missing.*" + re.escape(SUPPORTED_SCRAPY)):
+    with pytest.raises(ScrapyCompatError, match=r"engine\._slot\.nextcall missing.*" + re.escape(SUPPORTED_SCRAPY)):
         EngineHooks(Crawler(), Slot.scheduler, lambda request: None)
 
 

@@ -1,0 +1,217 @@
+"""The spider zoo: every kind of Scrapy spider crawls the zoo's local site (tests/zoo/) once
+with Scrapy's in-memory scheduler and once through streams-sched, and gives the same items.
+
+The zoo's spiders run side by side in one process per way of crawling (memory, and through
+streams-sched on bitmap, redisbloom and a local 3-master Redis Cluster), each once per module;
+the tests then compare spider by spider.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams_sched.connection import connect
+
+from helpers import Worker, frontier, wait_for
+from zoo.harness import (
+    Batch,
+    describe_difference,
+    read_records,
+    run_batch,
+    scrapy_crawl,
+    streams_settings,
+    zoo_settings,
+)
+from zoo.site import ZooSite
+from zoo.spiders import ZOO
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+#: spiders whose every request can travel through the shared queue
+TRAVELLING = sorted(set(ZOO) - {"zoo_local"})
+#: how many items each spider gives on the zoo's default site (so an empty crawl cannot pass)
+EXPECTED_COUNTS = {
+    "zoo_crawl": 25, "zoo_sitemap": 17, "zoo_xmlfeed": 6, "zoo_csvfeed": 6, "zoo_item_meta": 12,
+    "zoo_dataclass": 4, "zoo_typed_meta": 3, "zoo_login": 5, "zoo_json": 18, "zoo_redirect": 3,
+    "zoo_retry": 3, "zoo_playwright_meta": 3, "zoo_local": 4,
+}
+
+
+def flushed(url: str) -> str:
+    client = connect(url)
+    client.flushall()
+    client.close()
+    return url
+
+
+class ZooRuns:
+    """Each way of crawling the whole zoo, run once, on first use."""
+
+    def __init__(self, site: ZooSite, redis_source: Any, tmp: Path) -> None:
+        self.site = site
+        self.redis_source = redis_source
+        self.tmp = tmp
+        self.batches: dict[str, Batch] = {}
+        self.dead_letters: dict[str, dict[str, list[str]]] = {}
+
+    def get(self, way: str) -> Batch:
+        if way not in self.batches:
+            self.site.web.reset()
+            extra: dict[str, Any] = {}
+            if way != "memory":
+                url = flushed(self.redis_source.cluster_url() if way == "cluster" else self.redis_source.url(way))
+                extra = streams_settings(url, "auto" if way == "cluster" else way)
+            batch = run_batch(zoo_settings(self.site.web, self.tmp / way, **extra), sorted(ZOO), self.tmp / way)
+            assert batch.returncode == 0, batch.log_text()[-5000:]
+            if way != "memory":
+                self.dead_letters[way] = {
+                    name: [
+                        letter["reason"].decode()
+                        for f in [frontier(url, name, way)]
+                        for site in f.sites()
+                        for letter in f.dead_letters(site)
+                    ]
+                    for name in ZOO
+                }
+            self.batches[way] = batch
+        return self.batches[way]
+
+
+@pytest.fixture(scope="module")
+def zoo_site() -> Iterator[ZooSite]:
+    site = ZooSite().start()
+    yield site
+    site.stop()
+
+
+@pytest.fixture(scope="module")
+def zoo_runs(zoo_site: ZooSite, redis_source: Any, tmp_path_factory: pytest.TempPathFactory) -> ZooRuns:
+    return ZooRuns(zoo_site, redis_source, tmp_path_factory.mktemp("zoo"))
+
+
+def assert_same_items(name: str, memory: Batch, streams: Batch) -> None:
+    expected = memory.items(name)
+    assert sum(expected.values()) == EXPECTED_COUNTS[name], (name, sorted(expected))
+    got = streams.items(name)
+    assert got == expected, f"{name}: " + describe_difference(expected, got)
+
+
+@pytest.mark.parametrize("way", ["bitmap", "redisbloom", "cluster"])
+@pytest.mark.parametrize("name", TRAVELLING)
+def test_zoo_spider_gives_the_in_memory_items_through_redis(name: str, way: str, zoo_runs: ZooRuns, measured: Any) -> None:
+    """The spider gives through streams-sched exactly the items (fields, and the types of what
+    travelled in meta and cb_kwargs) it gives with Scrapy's in-memory scheduler, every request
+    going through Redis: none kept local, none dead-lettered."""
+    memory, streams = zoo_runs.get("memory"), zoo_runs.get(way)
+    assert_same_items(name, memory, streams)
+    stats = streams.stats(name)
+    assert stats["zoo/close_reason"] == "finished"
+    assert stats.get("streams/unserializable_local", 0) == 0, stats
+    assert stats.get("scheduler/dequeued/redis", 0) > 0 and stats.get("scheduler/dequeued/memory", 0) == 0
+    assert zoo_runs.dead_letters[way][name] == []
+    if name == TRAVELLING[0]:
+        measured(f"{way}: the zoo ({len(ZOO)} spiders) in one process: memory {memory.seconds:.1f}s, streams {streams.seconds:.1f}s")
+
+
+def test_requests_that_cannot_travel_give_the_in_memory_items(zoo_runs: ZooRuns) -> None:
+    """A spider with a lambda callback and a Selector in meta gives the in-memory items through
+    streams-sched: those requests are crawled by their worker, the rest travel through Redis."""
+    memory, streams = zoo_runs.get("memory"), zoo_runs.get("bitmap")
+    assert_same_items("zoo_local", memory, streams)
+    stats = streams.stats("zoo_local")
+    assert stats["zoo/close_reason"] == "finished"
+    assert stats["streams/unserializable_local"] == 3 and stats["scheduler/dequeued/memory"] == 3
+    assert stats["scheduler/dequeued/redis"] >= 2  # the start page and the follow-up of the lambda callbacks
+    log = streams.log_text()
+    assert log.count("Further requests of spider 'zoo_local'") == 2  # one per reason: callback, meta['heading']
+
+
+def test_scrapy_crawl_exits_1_when_requests_cannot_travel_in_error_mode(
+    zoo_site: ZooSite, redis_source: Any, tmp_path: Path
+) -> None:
+    """`scrapy crawl` with STREAMS_UNSERIALIZABLE="error" refuses the requests that cannot travel
+    with an ERROR each, crawls the rest, and exits 1; the default ("local") exits 0 with every item."""
+    url = flushed(redis_source.url("bitmap"))
+    zoo_site.web.reset()
+    base = {
+        "ZOO_A": zoo_site.web.a, "ZOO_B": zoo_site.web.b, "ZOO_OUT": str(tmp_path / "error"),
+        **streams_settings(url, "bitmap", STREAMS_PREFIX="error-mode", STREAMS_UNSERIALIZABLE="error"),
+    }
+    refused = scrapy_crawl(tmp_path / "project", "zoo_local", base)
+    assert refused.returncode == 1, refused.stderr[-4000:]
+    assert refused.stderr.count("refused (STREAMS_UNSERIALIZABLE='error'") == 3, refused.stderr[-4000:]
+    assert "RequestsRefused: streams-sched refused 3 requests" in refused.stderr
+    assert read_records(tmp_path / "error" / "zoo_local.jsonl") == []  # every item came from a refused request
+    stats = json.loads((tmp_path / "error" / "zoo_local.stats.json").read_text())
+    assert stats["streams/unserializable_refused"] == 3 and stats["scheduler/dequeued/redis"] == 1, stats
+    kept = scrapy_crawl(tmp_path / "project", "zoo_local", {**base, "STREAMS_PREFIX": "local-mode", "STREAMS_UNSERIALIZABLE": "local", "ZOO_OUT": str(tmp_path / "local")})
+    assert kept.returncode == 0, kept.stderr[-4000:]
+    assert len(read_records(tmp_path / "local" / "zoo_local.jsonl")) == EXPECTED_COUNTS["zoo_local"]
+
+
+@pytest.mark.targets("bitmap")
+def test_crawlspider_with_a_worker_sigkilled_mid_crawl_loses_no_page(
+    redis_url: str, dedupe: str, crawl: str, tmp_path: Path, measured: Any
+) -> None:
+    """A CrawlSpider crawl with two workers, one SIGKILLed mid-crawl and replaced, crawls every
+    page the in-memory crawl does; pages crawled twice are at most what the killed worker held."""
+    from test_faults import assert_drained, leases_of, no_tracebacks
+
+    site = ZooSite(cats=10, per_page=10, delay_s=0.03).start()
+    try:
+        memory = run_batch(zoo_settings(site.web, tmp_path / "memory"), ["zoo_crawl"], tmp_path / "memory")
+        assert memory.returncode == 0, memory.log_text()[-4000:]
+        expected = {json.loads(item)["url"] for item in memory.items("zoo_crawl")}
+        assert len(expected) == (10 + 1) * 2 * 10 + 1  # products of A's categories and B's, and the one that fails
+        out = tmp_path / "streams"
+        settings = zoo_settings(
+            site.web, out,
+            **streams_settings(redis_url, dedupe, STREAMS_PREFIX=crawl, STREAMS_LEASE_SECONDS=2),
+            CONCURRENT_REQUESTS=4, CONCURRENT_REQUESTS_PER_DOMAIN=4,
+        )
+        spider = "zoo.spiders.ZooCrawlSpider"
+        records = out / "zoo_crawl.jsonl"
+        workers = {
+            node: Worker({**settings, "STREAMS_NODE_ID": node, "RECORD_TAG": node}, tmp_path / f"{node}.log", spider=spider)
+            for node in ("w1", "w2")
+        }
+        try:
+            def by(node: str) -> int:
+                return sum(1 for r in read_records(records) if r["worker"] == node)
+
+            wait_for(
+                lambda: len(read_records(records)) >= len(expected) // 4 and by("w1") >= 5,
+                timeout=90, what="a quarter of the crawl, w1 in it",
+            )
+            workers["w1"].kill()
+            held = leases_of(redis_url, crawl, "w1")  # what it held when it died
+            crawled_at_kill = len(read_records(records))
+            workers["w3"] = Worker({**settings, "STREAMS_NODE_ID": "w3", "RECORD_TAG": "w3"}, tmp_path / "w3.log", spider=spider)
+            for node in ("w2", "w3"):
+                assert workers[node].wait(120) == 0, workers[node].log()
+        finally:
+            for w in workers.values():
+                w.close()
+        seen = Counter(r["item"]["url"] for r in read_records(records))
+        missing = expected - set(seen)
+        twice = {u: n for u, n in seen.items() if n > 1}
+        measured(
+            f"killed w1 after {crawled_at_kill}/{len(expected)} pages holding {held} leases;"
+            f" crawled {len(seen)}, never crawled {len(missing)}, crawled twice {len(twice)}"
+        )
+        assert not missing, sorted(missing)[:10]
+        assert set(seen) == expected
+        assert sum(n - 1 for n in twice.values()) <= held, twice
+        memory_items = set(memory.items("zoo_crawl"))
+        streams_items = {json.dumps(r["item"], sort_keys=True) for r in read_records(records)}
+        assert streams_items == memory_items
+        assert_drained(redis_url, crawl)
+        no_tracebacks(workers["w2"], workers["w3"])
+    finally:
+        site.stop()
