@@ -140,12 +140,15 @@ def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, 
     f.enqueue("a.test", [Outgoing(bytes([i]) * 20, 1, 0, b"x") for i in range(3)])
     f.lease("a.test", "node-a", 3, (1, 1, 1))  # the previous run died holding these
     stream = SiteKeys(crawl, "a.test").stream("http", "default")
-    assert r.xpending(stream, GROUP)["pending"] == 3
-    s = make(redis_url, dedupe, crawl, STREAMS_NODE_ID="node-a", STREAMS_MAX_DELIVERIES=5)
+    old_leases = {p["message_id"] for p in r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")}
+    assert len(old_leases) == 3
+    s = make(redis_url, dedupe, crawl, STREAMS_NODE_ID="node-a", STREAMS_MAX_DELIVERIES=5, STREAMS_LEASE_SECONDS=300)
     try:
-        # handed back at open, before any lease of its own: they are backlog again
-        # (or already leased again by this same worker)
-        wait_for(lambda: r.xlen(stream) == 3 and len(r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")) <= s._pump.held_total, timeout=10)
+        # handed back at open (release.lua re-adds each entry and deletes the leased one),
+        # long before the 300 s lease would expire
+        wait_for(lambda: not any(r.xrange(stream, i, i) for i in old_leases), timeout=10, what="the old leases to be handed back")
+        assert int(r.hget(SiteKeys(crawl, "a.test").stats, "released") or 0) == 3
+        assert r.xlen(stream) == 3  # the same three requests, as new entries
     finally:
         s.close("test")
     assert r.xpending(stream, GROUP)["pending"] == 0
