@@ -284,15 +284,30 @@ def test_close_on_drain_false_waits_for_new_work(plain_redis_url: str, crawl: st
     from streams_sched.cli import push_urls
 
     items = tmp_path / "items.jsonl"
-    settings = base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=3, STREAMS_CLOSE_ON_DRAIN=False)
+    late = "http://site0.test/late"  # outside the 3 linked pages: crawled only if pushed
+    settings = base_settings(
+        plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=3, STREAMS_CLOSE_ON_DRAIN=False,
+        SYNTH_SPECIAL={late: {"body": "<html>late</html>"}},
+    )
+    client = redis.Redis.from_url(plain_redis_url)
+    events = client.pubsub()
+    events.subscribe(CrawlKeys(crawl).events)
     w = Worker(settings, tmp_path / "w.log")
     try:
-        push_urls(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/0"])
+        push_urls(client, crawl, ["http://site0.test/p/0"])
         wait_for(lambda: len(read_items(items)) == 3, timeout=60, what="3 pages")
-        time.sleep(1.0)
-        assert w.alive()
-        push_urls(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/99"])
-        wait_for(lambda: any(i["url"].endswith("/p/99") for i in read_items(items)) or "p/99" in w.log(), timeout=30)
+        wait_for(lambda: f"crawl {crawl} is drained" in w.log(), timeout=30, what="the worker to see the crawl drained")
+        # a worker that closes on drain is gone before its third heartbeat after it
+        while events.get_message(timeout=0) is not None:  # (those sent before it)
+            pass
+        beats = 0
+        while beats < 3:
+            msg = events.get_message(timeout=10)
+            assert msg is not None and w.alive(), w.log()
+            if msg["type"] == "message" and json.loads(msg["data"])["event"] == "heartbeat":
+                beats += 1
+        push_urls(client, crawl, [late])
+        wait_for(lambda: any(i["url"] == late for i in read_items(items)), timeout=30, what="the pushed page")
         assert w.alive()
     finally:
         w.proc.terminate()
