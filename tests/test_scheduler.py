@@ -99,10 +99,17 @@ def test_has_pending_requests_until_the_crawl_is_drained(sched: StreamsScheduler
     sched.enqueue_request(scrapy.Request("http://a.test/only"))
     assert sched.has_pending_requests()
     req = next_request(sched)
-    time.sleep(0.3)
+    pump_cycles(sched, 5)  # I/O cycles with the lease held and the stream empty
     assert sched.has_pending_requests()  # leased, not acked
     sched.request_done(req)
     wait_for(lambda: not sched.has_pending_requests(), timeout=10, what="drain")
+
+
+def pump_cycles(s: StreamsScheduler, n: int) -> None:
+    """Wait until the scheduler's I/O thread has run ``n`` more cycles."""
+    assert s._pump is not None
+    start = s._pump._cycles
+    wait_for(lambda: s._pump is not None and s._pump._cycles >= start + n, timeout=30, what=f"{n} I/O cycles")
 
 
 def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> StreamsScheduler:
@@ -121,7 +128,8 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
     s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=1.5)
     try:
         started = time.monotonic()
-        time.sleep(0.8)
+        wait_for(lambda: s._pump.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
+        pump_cycles(s, 5)
         assert s.has_pending_requests()  # not drained: nothing was ever enqueued
         wait_for(lambda: not s.has_pending_requests(), timeout=10, what="drain after the wait")
         assert time.monotonic() - started >= 1.5
