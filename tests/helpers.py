@@ -33,6 +33,31 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
         time.sleep(interval)
 
 
+def subscribe_events(url: str, crawl: str) -> Any:
+    """A pub/sub connection subscribed to the crawl's node events (before a worker starts)."""
+    from streams_sched.keys import CrawlKeys
+
+    events = connect(url).pubsub()
+    events.subscribe(CrawlKeys(crawl).events)
+    return events
+
+
+def wait_heartbeats(events: Any, n: int, worker: Worker | None = None, timeout: float = 30.0) -> None:
+    """Drop the events received so far, then wait for ``n`` more heartbeats: each one is a
+    cycle of a worker's I/O thread (lease, drain check), so "nothing happened" after them is
+    a count, not a guess of how long is enough. Fails at once if ``worker`` exits."""
+    while events.get_message(timeout=0) is not None:
+        pass
+    deadline = time.monotonic() + timeout
+    beats = 0
+    while beats < n:
+        assert time.monotonic() < deadline, f"timed out waiting for {n} heartbeats"
+        assert worker is None or worker.alive(), f"the worker exited; log:\n{worker.log()}"
+        msg = events.get_message(timeout=0.5)
+        if msg is not None and msg["type"] == "message" and json.loads(msg["data"])["event"] == "heartbeat":
+            beats += 1
+
+
 def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Frontier:
     mode = "bf" if dedupe == "redisbloom" else "bitmap"
     return Frontier(connect(url), crawl, BloomParams(mode=mode, **bloom))

@@ -13,7 +13,17 @@ import redis
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.keys import CrawlKeys
 
-from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, read_items, wait_for
+from helpers import (
+    Worker,
+    base_settings,
+    crawl_to_end,
+    crawled_urls,
+    frontier,
+    read_items,
+    subscribe_events,
+    wait_for,
+    wait_heartbeats,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -290,22 +300,13 @@ def test_close_on_drain_false_waits_for_new_work(plain_redis_url: str, crawl: st
         SYNTH_SPECIAL={late: {"body": "<html>late</html>"}},
     )
     client = redis.Redis.from_url(plain_redis_url)
-    events = client.pubsub()
-    events.subscribe(CrawlKeys(crawl).events)
+    events = subscribe_events(plain_redis_url, crawl)
     w = Worker(settings, tmp_path / "w.log")
     try:
         push_urls(client, crawl, ["http://site0.test/p/0"])
         wait_for(lambda: len(read_items(items)) == 3, timeout=60, what="3 pages")
         wait_for(lambda: f"crawl {crawl} is drained" in w.log(), timeout=30, what="the worker to see the crawl drained")
-        # a worker that closes on drain is gone before its third heartbeat after it
-        while events.get_message(timeout=0) is not None:  # (those sent before it)
-            pass
-        beats = 0
-        while beats < 3:
-            msg = events.get_message(timeout=10)
-            assert msg is not None and w.alive(), w.log()
-            if msg["type"] == "message" and json.loads(msg["data"])["event"] == "heartbeat":
-                beats += 1
+        wait_heartbeats(events, 3, w)  # a worker that closes on drain is gone before the third
         push_urls(client, crawl, [late])
         wait_for(lambda: any(i["url"] == late for i in read_items(items)), timeout=30, what="the pushed page")
         assert w.alive()

@@ -16,7 +16,16 @@ from streams_sched.cli import push_urls
 from streams_sched.frontier import BloomParams, Frontier, Outgoing
 from streams_sched.policy import get_policy, pause_site, resume_site
 
-from helpers import Worker, base_settings, crawl_to_end, crawled_urls, read_items, wait_for
+from helpers import (
+    Worker,
+    base_settings,
+    crawl_to_end,
+    crawled_urls,
+    read_items,
+    subscribe_events,
+    wait_for,
+    wait_heartbeats,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -174,10 +183,11 @@ def test_paused_site_keeps_its_backlog_until_resumed(plain_redis_url: str, crawl
     f = Frontier(client, crawl)
     pause_site(f, "site1.test")
     assert get_policy(f, "site1.test")["paused"] == "1"
+    events = subscribe_events(plain_redis_url, crawl)
     w = Worker(base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=2, SYNTH_PAGES=20), tmp_path / "w.log")
     try:
         wait_for(lambda: len([i for i in read_items(items) if "site0.test" in i["url"]]) == 20, timeout=60)
-        time.sleep(1.0)
+        wait_heartbeats(events, 3, w)  # I/O cycles with only the paused site's backlog left
         assert not [i for i in read_items(items) if "site1.test" in i["url"]]
         assert f.status("site1.test").backlog >= 1 and w.alive()  # site0 pages link to site1 too
         resume_site(f, "site1.test")
