@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,25 @@ from streams_sched.frontier import BloomParams, Frontier
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+
+
+def missing(reason: str) -> None:
+    """Skip the test locally; under CI (``CI`` set) fail it, since no test may skip there."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so this is an error, not a skip)")
+    pytest.skip(reason)
+
+
+def find_tool(name: str, install: str) -> str:
+    """Path of the command-line tool ``name``, on PATH or in the virtualenv's bin directory
+    (where scripts/bootstrap.sh puts promtool); skip (fail under CI) when it is nowhere."""
+    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if path is None:
+        missing(f"{name} not installed ({install}; scripts/test.sh provides it as root on Debian)")
+    assert path is not None
+    return path
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "") -> Any:

@@ -19,7 +19,7 @@ from streams_sched.errors import RedisUnavailable
 from streams_sched.keys import CrawlKeys, SiteKeys
 from streams_sched.testing import RedisServer, TlsFiles, make_tls_files
 
-from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, wait_for, with_user
+from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, missing, wait_for, with_user
 
 PACKAGE = Path(__file__).resolve().parent.parent / "streams_sched"
 
@@ -203,7 +203,7 @@ def tls_server(tls_files: TlsFiles) -> Iterator[RedisServer]:
         server.start()
     except RuntimeError as exc:
         if "tls" in str(exc).lower() or "TLS" in server.log():
-            pytest.skip(f"this redis-server has no TLS support: {exc}")
+            missing(f"this redis-server has no TLS support (Debian's redis-server has it): {exc}")
         raise
     try:
         yield server
