@@ -11,13 +11,14 @@ from urllib.parse import quote
 
 import pytest
 import redis
+from redis_tools import make_tls_files
 
 from streams_sched import acl
 from streams_sched.connection import connect, connect_ready
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import RedisUnavailable
 from streams_sched.keys import CrawlKeys, SiteKeys
-from streams_sched.testing import RedisServer, TlsFiles, make_tls_files
+from streams_sched.testing import RedisServer, TlsFiles
 
 from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, missing, wait_for, with_user
 
