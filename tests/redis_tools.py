@@ -24,8 +24,9 @@ from streams_sched.testing import RedisServer, TlsFiles, free_port
 __all__ = ["LocalCluster", "TcpProxy", "make_tls_files"]
 
 
-def make_tls_files(directory: str, days: int = 2) -> TlsFiles:
-    """Generate a CA and server and client certificates signed by it into ``directory``."""
+def make_tls_files(directory: str, days: int = 2, server_names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> TlsFiles:
+    """Generate a CA and server and client certificates signed by it into ``directory``;
+    the server certificate is for ``server_names`` (host names and IP addresses)."""
     import datetime
     import ipaddress
 
@@ -100,11 +101,13 @@ def make_tls_files(directory: str, days: int = 2) -> TlsFiles:
             builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
         return key, builder.sign(ca_key, hashes.SHA256())
 
-    server_key, server_cert = leaf(
-        "127.0.0.1",
-        ExtendedKeyUsageOID.SERVER_AUTH,
-        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
-    )
+    def san(name: str) -> Any:
+        try:
+            return x509.IPAddress(ipaddress.ip_address(name))
+        except ValueError:
+            return x509.DNSName(name)
+
+    server_key, server_cert = leaf(server_names[0], ExtendedKeyUsageOID.SERVER_AUTH, [san(n) for n in server_names])
     client_key, client_cert = leaf("streams-sched worker", ExtendedKeyUsageOID.CLIENT_AUTH, [])
     return TlsFiles(
         ca=write_cert(ca_cert, "ca.pem"),
