@@ -12,7 +12,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse, urlunparse
 
@@ -319,10 +319,6 @@ class StreamsConfig:
             policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
             empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
         )
-
-    def describe(self) -> dict[str, Any]:
-        """The settings as a plain dict (for the start-up log line)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "redis_url"}
 
 
 def validate_node_id(node_id: str) -> bool:

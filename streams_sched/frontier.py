@@ -586,7 +586,3 @@ class Frontier:
         deleted += int(self.client.delete(self.keys.sites, self.keys.nodes, self.keys.meta))
         self.client.srem(CrawlKeys.registry(), self.crawl)
         return deleted
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -41,7 +41,6 @@ __all__ = [
     "health_key",
     "CrawlKeys",
     "SiteKeys",
-    "stream_index",
     "validate_crawl_name",
     "validate_site_name",
 ]
@@ -59,11 +58,6 @@ STREAMS: tuple[tuple[str, str], ...] = tuple((t, b) for t in TASK_TYPES for b in
 
 _CRAWL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")
-
-
-def stream_index(task: str, band: str) -> int:
-    """Zero-based position of the (task, band) stream in :data:`STREAMS`."""
-    return TASK_TYPES.index(task) * len(BANDS) + BANDS.index(band)
 
 
 def health_key(daemon: str, name: str) -> str:
@@ -123,9 +117,6 @@ class CrawlKeys:
     def registry() -> str:
         """The global SET of crawl names."""
         return f"{ROOT}:crawls"
-
-    def site(self, site: str) -> SiteKeys:
-        return SiteKeys(self.crawl, site)
 
 
 @dataclass(frozen=True)
