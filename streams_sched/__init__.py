@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # The scheduler pulls in Scrapy and Twisted; the daemons and the CLI's Redis-only
-    # commands import this package without them, so it loads on first use.
+    # The scheduler pulls in Scrapy; the daemons (reclaimer, monitor) import this package
+    # without it, so it loads on first use. (The CLI does import Scrapy: `push` fingerprints
+    # and encodes requests the way a worker does.) tests/test_exports.py checks both.
     if name == "StreamsScheduler":
         from .scheduler import StreamsScheduler
 
