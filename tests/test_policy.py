@@ -157,19 +157,25 @@ def test_live_site_set_changes_the_rate(plain_redis_url: str, crawl: str, tmp_pa
         plain_redis_url, crawl, "bitmap", tmp_path / "items.jsonl",
         SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=400, SYNTH_RECORD_FILE=str(rec),
         STREAMS_SITES={"site0.test": {"rate": 40, "burst": 5}},
+        CONCURRENT_REQUESTS_PER_DOMAIN=2, STREAMS_PREFETCH_PER_SITE=2,
     )
     w = Worker(settings, tmp_path / "w.log")
     try:
         wait_for(lambda: len(downloads(rec)) >= 80, timeout=60, what="80 downloads at the fast rate")
         result = CliRunner().invoke(main, ["site", "set", "-c", crawl, "--redis-url", plain_redis_url, "site0.test", "--rate", "4", "--burst", "1"])
         assert result.exit_code == 0, result.output
-        changed = time.time()
-        wait_for(lambda: len([r for r in downloads(rec) if r["t"] > changed + 3]) >= 8, timeout=60, what="downloads after the change")
-        after = sorted(r["t"] for r in downloads(rec) if r["t"] > changed + 2)
+        # Counted in downloads, with the worker's own clock: what was leased before the change
+        # (at most CONCURRENT_REQUESTS_PER_DOMAIN + the site's prefetch, 2 + 2, and the old
+        # burst of 5) may still go out fast; every download after those obeys the new rate.
+        changed_at = len(downloads(rec))
+        old_leases = 2 + 2 + 5
+        wait_for(lambda: len(downloads(rec)) >= changed_at + old_leases + 8, timeout=60, what="downloads after the change")
+        times = sorted(r["t"] for r in downloads(rec))
+        after = times[changed_at + old_leases:]
         rate = (len(after) - 1) / (after[-1] - after[0])
-        before = sorted(r["t"] for r in downloads(rec) if r["t"] < changed)[-40:]
+        before = times[:changed_at][-40:]
         measured(f"site set --rate 4 on a live crawl: {(len(before) - 1) / (before[-1] - before[0]):.1f}/s before,"
-                 f" {rate:.1f}/s from 2 s after")
+                 f" {rate:.1f}/s over the {len(after)} downloads after the old leases")
         assert rate <= 4 * 1.5, rate
     finally:
         w.close()
