@@ -37,6 +37,7 @@ __all__ = [
     "denials",
     "deluser",
     "key_patterns",
+    "role_commands",
     "rules",
     "script_commands",
     "setuser",
@@ -111,9 +112,10 @@ _ROLE_SCRIPTS: dict[str, tuple[str, ...]] = {
 _ROLE_OWN: dict[str, tuple[str, ...]] = {
     # worker: extend a lease (XCLAIM), crawl meta (HSETNX/HMGET), registries (SADD,
     # SMEMBERS), node record (HSET), events (PUBLISH; SPUBLISH on a cluster), the
-    # RedisBloom probe (BF.EXISTS), lost-reply recovery (XPENDING).
+    # RedisBloom probe (BF.EXISTS), lost-reply recovery (XPENDING), the check of these
+    # rights at start (MULTI, DISCARD: streams_sched/rights.py).
     "worker": (
-        *_BASE, "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
+        *_BASE, "multi", "discard", "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
         "publish", "spublish", "bf.exists",
     ),
     # reclaimer (reclaimer/core.py): crawl and site registries, the nodes hash (lease
@@ -153,6 +155,11 @@ OPTIONAL_COMMANDS: dict[str, tuple[str, ...]] = {
 }
 
 ROLES: tuple[str, ...] = tuple(_ROLE_COMMANDS)
+
+
+def role_commands(role: str) -> tuple[str, ...]:
+    """The commands ``role`` needs (module and optional commands left out)."""
+    return _ROLE_COMMANDS[role]
 
 
 def key_patterns(crawl: str | None = None) -> list[str]:
