@@ -108,12 +108,11 @@ def preseed(spec: CrawlSpec, client: redis.Redis, crawl: str, settings: dict[str
     web = SyntheticWeb(sites=spec.sites, pages=spec.pages)
     urls = [web.url(s, p) for p in range(min(spec.preseed_pages, spec.pages)) for s in range(spec.sites)]
     if spec.kind.startswith("streams-sched"):
-        from streams_sched.cli import push_urls
+        from streams_sched import seed
         from streams_sched.frontier import detect_dedupe
 
         detect_dedupe(client, crawl, settings["STREAMS_DEDUPE"])
-        added, _ = push_urls(client, crawl, urls)
-        return added
+        return len(seed(client, crawl, urls).added)
     if spec.kind == "scrapy-redis":
         from scrapy import Request
         from scrapy_redis.dupefilter import RFPDupeFilter

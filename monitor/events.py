@@ -19,7 +19,8 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from streams_sched.daemon import TRANSIENT, Backoff
+from streams_sched.backoff import Backoff
+from streams_sched.daemon import TRANSIENT
 from streams_sched.keys import CrawlKeys
 
 __all__ = ["EventListener"]

@@ -17,6 +17,7 @@ from typing import Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.frontier import BloomParams, Frontier, SiteStatus
+from streams_sched.replies import text
 
 __all__ = ["CrawlSnapshot", "bitmap_items", "read_crawl"]
 
@@ -48,9 +49,6 @@ def bitmap_items(layers: int, count: int, capacity: int, expansion: int) -> int:
         return 0
     return sum(int(capacity * expansion**i) for i in range(layers - 1)) + max(count, 0)
 
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def read_statuses(frontier: Frontier, sites: list[str], chunk: int = 500) -> list[SiteStatus]:
@@ -122,7 +120,7 @@ def read_crawl(frontier: Frontier, *, seen: bool = True, chunk: int = 500) -> Cr
     pipe.hgetall(frontier.keys.nodes)
     pipe.hgetall(frontier.keys.meta)
     (sec, usec), raw_sites, raw_nodes, raw_meta = pipe.execute()
-    sites = sorted(_text(s) for s in raw_sites)
+    sites = sorted(text(s) for s in raw_sites)
     nodes: dict[str, dict[str, Any]] = {}
     for k, v in raw_nodes.items():
         try:
@@ -130,8 +128,8 @@ def read_crawl(frontier: Frontier, *, seen: bool = True, chunk: int = 500) -> Cr
         except ValueError:
             continue
         if isinstance(info, dict):
-            nodes[_text(k)] = info
-    meta = {_text(k): _text(v) for k, v in raw_meta.items()}
+            nodes[text(k)] = info
+    meta = {text(k): text(v) for k, v in raw_meta.items()}
     snap = CrawlSnapshot(frontier.crawl, int(sec) + int(usec) / 1e6, read_statuses(frontier, sites, chunk), nodes)
     if seen:
         snap.seen_estimate = read_seen(frontier, sites, meta, snap.now_s, chunk)

@@ -37,6 +37,7 @@ from streams_sched.daemon import TRANSIENT, MetricsServer, StopFlag, connect_at_
 from streams_sched.frontier import NO_MASK, Frontier, parse_claim
 from streams_sched.keys import GROUP, health_key
 from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
+from streams_sched.replies import text
 
 from .logic import crawl_limits, nodes_to_forget, prune_candidates
 from .settings import DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES, ReclaimerSettings
@@ -323,7 +324,7 @@ class Reclaimer:
                             continue  # no such stream or group: nothing to prune
                         raise reply
                     for c in reply:
-                        name = _text(c.get("name"))
+                        name = text(c.get("name"))
                         pending = int(c.get("pending", 0))
                         if pending:
                             owners.add(name)
@@ -364,7 +365,4 @@ def _server_time(client: Any) -> float:
     sec, usec = client.time()
     return int(sec) + int(usec) / 1e6
 
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 

@@ -24,10 +24,12 @@ from .errors import (
 )
 from .frontier import BloomParams, Frontier
 from .keys import CrawlKeys, SiteKeys
+from .meta_codecs import MetaCodec, register_meta_codec
 from .policy import pause_site, resume_site, set_policy
 
 if TYPE_CHECKING:
     from .scheduler import StreamsScheduler
+    from .seeding import Seeder, SeedResult, seed
 
 
 def __getattr__(name: str) -> Any:
@@ -38,6 +40,10 @@ def __getattr__(name: str) -> Any:
         from .scheduler import StreamsScheduler
 
         return StreamsScheduler
+    if name in ("Seeder", "SeedResult", "seed"):
+        from . import seeding
+
+        return getattr(seeding, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
@@ -47,8 +53,11 @@ __all__ = [
     "DedupeBackendError",
     "EntryError",
     "Frontier",
+    "MetaCodec",
     "RedisUnavailable",
     "ScrapyCompatError",
+    "SeedResult",
+    "Seeder",
     "SerializationError",
     "SiteKeys",
     "StreamsConfig",
@@ -56,6 +65,8 @@ __all__ = [
     "StreamsScheduler",
     "__version__",
     "pause_site",
+    "register_meta_codec",
     "resume_site",
+    "seed",
     "set_policy",
 ]

@@ -19,14 +19,24 @@ waits until every request in progress is done. :meth:`EngineHooks.on_closing`
 runs a callback when closing begins (the scheduler stops leasing and hands
 back what it has not started) and bounds that wait.
 
-All are private. :class:`EngineHooks` checks them at start and raises
-:class:`~streams_sched.errors.ScrapyCompatError` if a Scrapy upgrade moved
-them; ``tests/test_engine_hook.py`` fails loudly too.
+Its kind changed in Scrapy 2.14: up to 2.13 ``_Slot.close()`` returns a
+Deferred that ``close_spider`` chains with ``addBoth``; from 2.14 it is a
+coroutine function that ``close_spider_async`` awaits. The replacement returns
+what the installed engine expects (a coroutine wrapped in a Deferred for 2.13).
+
+All are private. :func:`check_scrapy` (the version against the supported range,
+the slot class's methods) runs when the scheduler is built, and
+:class:`EngineHooks` checks the slot instance when the spider opens; both raise
+:class:`~streams_sched.errors.ScrapyCompatError`, which the worker reports as
+one line and exits 1. ``tests/test_engine_hook.py`` fails loudly too, and
+``scripts/matrix.sh`` runs the tests that touch the engine on every supported
+Scrapy version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -35,9 +45,71 @@ from scrapy import Request
 
 from .errors import ScrapyCompatError
 
-__all__ = ["EngineHooks", "thread_safe_caller"]
+__all__ = ["SUPPORTED_SCRAPY", "EngineHooks", "check_scrapy", "close_spider", "thread_safe_caller"]
+
+#: The Scrapy releases streams-sched is tested on (scripts/matrix.sh and the main
+#: suite); pyproject.toml declares the same range (tests/test_scrapy_compat.py).
+SUPPORTED_SCRAPY = ">=2.13.4,<2.20"
+
+#: what the engine slot must have: methods of the class, attributes of the instance
+_SLOT_METHODS = ("remove_request", "close")
+_SLOT_ATTRIBUTES = ("remove_request", "nextcall", "inprogress", "scheduler", "close")
 
 logger = logging.getLogger(__name__)
+
+
+def check_scrapy(version: str | None = None, allow_untested: bool = False) -> None:
+    """Raise ScrapyCompatError unless the installed Scrapy (or ``version``) is in
+    :data:`SUPPORTED_SCRAPY` and its engine slot has the methods streams-sched hooks.
+
+    ``allow_untested`` (STREAMS_ALLOW_UNTESTED_SCRAPY) lets a release above the
+    range start, to try it; the hook points are checked all the same."""
+    import scrapy
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    version = version or scrapy.__version__
+    supported = SpecifierSet(SUPPORTED_SCRAPY)
+    hint = f"install a supported one: pip install 'scrapy{SUPPORTED_SCRAPY}'"
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        raise ScrapyCompatError(
+            f"Scrapy {version!r} is not a version streams-sched understands; it supports Scrapy {SUPPORTED_SCRAPY}: {hint}"
+        ) from None
+    if not supported.contains(parsed, prereleases=True):
+        above = all(parsed >= Version(spec.version) for spec in supported if spec.operator.startswith(">"))
+        if not (above and allow_untested):
+            extra = " (or set STREAMS_ALLOW_UNTESTED_SCRAPY=True to try it)" if above else ""
+            raise ScrapyCompatError(
+                f"Scrapy {version} is not supported: streams-sched supports Scrapy {SUPPORTED_SCRAPY}; {hint}{extra}"
+            )
+        logger.warning(
+            "Scrapy %s is above the tested range %s (STREAMS_ALLOW_UNTESTED_SCRAPY is set):"
+            " run scripts/matrix.sh %s before relying on it",
+            version, SUPPORTED_SCRAPY, version,
+        )
+    from scrapy.core import engine
+
+    slot_class = getattr(engine, "_Slot", None)
+    missing = [name for name in _SLOT_METHODS if not callable(getattr(slot_class, name, None))]
+    if slot_class is None or missing:
+        raise ScrapyCompatError(
+            f"Scrapy {version}'s engine no longer has the hook points streams-sched needs"
+            f" (scrapy.core.engine._Slot{'.' + '/'.join(missing) if slot_class is not None else ''} is missing);"
+            f" streams-sched supports Scrapy {SUPPORTED_SCRAPY}: {hint}"
+        )
+
+
+def close_spider(engine: Any, reason: str) -> None:
+    """Ask the engine to close the spider (``close_spider_async`` from Scrapy 2.14,
+    ``close_spider`` before)."""
+    from scrapy.utils.defer import deferred_from_coro
+
+    if hasattr(engine, "close_spider_async"):
+        deferred_from_coro(engine.close_spider_async(reason=reason))
+    else:
+        engine.close_spider(engine.spider, reason)
 
 
 def thread_safe_caller() -> Callable[..., Any]:
@@ -56,18 +128,16 @@ class EngineHooks:
     """Hooks the engine slot of a running crawl for one scheduler."""
 
     def __init__(self, crawler: Any, scheduler: Any, on_release: Callable[[Request], None]) -> None:
+        import scrapy
+
         engine = getattr(crawler, "engine", None)
         slot = getattr(engine, "_slot", None)
-        missing = [
-            name
-            for name in ("remove_request", "nextcall", "inprogress", "scheduler", "close")
-            if not hasattr(slot, name)
-        ]
+        missing = [name for name in _SLOT_ATTRIBUTES if not hasattr(slot, name)]
         if slot is None or missing:
             raise ScrapyCompatError(
-                "streams-sched needs the engine slot's remove_request/nextcall"
-                f" (missing: {missing or ['_slot']}); this Scrapy version moved them."
-                " Pin scrapy to a tested version (see README) and report it."
+                f"Scrapy {scrapy.__version__}'s engine no longer has the hook points streams-sched needs"
+                f" (engine._slot{'.' + '/'.join(missing) if slot is not None else ''} is missing);"
+                f" streams-sched supports Scrapy {SUPPORTED_SCRAPY}: install one of those and report it"
             )
         if slot.scheduler is not scheduler:
             raise ScrapyCompatError(
@@ -99,7 +169,7 @@ class EngineHooks:
         slot = self._slot
         original = slot.close
 
-        async def close() -> None:
+        async def close_async() -> None:
             try:
                 begin()
             except Exception:
@@ -111,7 +181,17 @@ class EngineHooks:
             except Exception:
                 logger.exception("streams-sched could not hand back the requests in progress")
 
-        slot.close = close
+        if inspect.iscoroutinefunction(original):
+            # Scrapy >= 2.14: close_spider_async awaits slot.close()
+            slot.close = close_async
+        else:
+            # Scrapy 2.13: close_spider chains callbacks on the Deferred slot.close() returns
+            from scrapy.utils.defer import deferred_from_coro
+
+            def close_deferred() -> Any:
+                return deferred_from_coro(close_async())
+
+            slot.close = close_deferred
         self._original_close = original
 
     def wake(self) -> None:
@@ -128,17 +208,30 @@ class EngineHooks:
             self._slot.close = original_close
 
 
-async def _finished_within(coro: Any, timeout_s: float) -> bool:
-    """Await ``coro`` for at most ``timeout_s`` seconds (it keeps running after);
-    True if it finished in time. Works on asyncio and on other Twisted reactors."""
-    from scrapy.utils.asyncio import is_asyncio_available
+def _on_asyncio() -> bool:
+    """True when coroutines run on an asyncio loop (the asyncio reactor, or no reactor)."""
+    try:
+        from scrapy.utils.asyncio import is_asyncio_available  # Scrapy >= 2.14
+    except ImportError:  # Scrapy 2.13: always a Twisted reactor
+        from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-    if is_asyncio_available():
+        return is_asyncio_reactor_installed()
+    return is_asyncio_available()
+
+
+async def _finished_within(coro: Any, timeout_s: float) -> bool:
+    """Await ``coro`` (a coroutine or a Deferred) for at most ``timeout_s`` seconds
+    (it keeps running after); True if it finished in time. Works on asyncio and on
+    other Twisted reactors."""
+    from twisted.internet import defer
+
+    if _on_asyncio():
+        if isinstance(coro, defer.Deferred):
+            coro = coro.asFuture(asyncio.get_running_loop())
         task = asyncio.ensure_future(coro)
         done, _ = await asyncio.wait({task}, timeout=timeout_s)
         return bool(done)
     from scrapy.utils.defer import deferred_from_coro
-    from twisted.internet import defer
     from twisted.internet import reactor as installed
 
     reactor: Any = installed

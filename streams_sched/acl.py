@@ -25,10 +25,11 @@ quietly) only from Redis 7.2.
 from __future__ import annotations
 
 import re
-from importlib import resources
 from typing import Any
 
 from .keys import ROOT, CrawlKeys, validate_crawl_name
+from .replies import text
+from .scripts import read_lua
 
 __all__ = [
     "OPTIONAL_COMMANDS",
@@ -50,9 +51,6 @@ _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z.]+)'(?:\s*,\s*'([A-Za-z-]+)')?"
 _FUNC = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 
 
-def _read_lua(name: str) -> str:
-    return resources.files("streams_sched").joinpath("lua", name).read_text(encoding="utf-8")
-
 
 def _commands_in(text: str) -> set[str]:
     out = set()
@@ -64,7 +62,7 @@ def _commands_in(text: str) -> set[str]:
 
 def _lib_functions() -> dict[str, str]:
     """Body of every helper in lua/_lib.lua, by name."""
-    lib = _read_lua("_lib.lua")
+    lib = read_lua("_lib.lua")
     starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(lib)]
     return {
         name: lib[pos : (starts[i + 1][0] if i + 1 < len(starts) else len(lib))]
@@ -77,16 +75,16 @@ def script_commands(script: str) -> set[str]:
     helpers it calls (directly or through other helpers). Read from the shipped
     scripts, so the rules follow the scripts when they change."""
     helpers = _lib_functions()
-    text = _read_lua(f"{script}.lua")
+    source = read_lua(f"{script}.lua")
     used: set[str] = set()
-    todo = [name for name in helpers if re.search(rf"\b{name}\(", text)]
+    todo = [name for name in helpers if re.search(rf"\b{name}\(", source)]
     while todo:
         name = todo.pop()
         if name in used:
             continue
         used.add(name)
         todo += [o for o in helpers if o != name and re.search(rf"\b{o}\(", helpers[name])]
-    commands = _commands_in(text)
+    commands = _commands_in(source)
     for name in used:
         commands |= _commands_in(helpers[name])
     return commands
@@ -112,11 +110,16 @@ _ROLE_SCRIPTS: dict[str, tuple[str, ...]] = {
 _ROLE_OWN: dict[str, tuple[str, ...]] = {
     # worker: extend a lease (XCLAIM), crawl meta (HSETNX/HMGET), registries (SADD,
     # SMEMBERS), node record (HSET), events (PUBLISH; SPUBLISH on a cluster), the
-    # RedisBloom probe (BF.EXISTS), lost-reply recovery (XPENDING), the check of these
-    # rights at start (MULTI, DISCARD: streams_sched/rights.py).
+    # RedisBloom probe (BF.EXISTS), lost-reply recovery (XPENDING).
+    # The scrapy-redis feed (feed.py): its length, a batch read without removing, the
+    # removal, the mover lock (SET NX PX / GET / DEL), the _feed dead letters (XADD,
+    # HINCRBY); a migrated scrapy-redis dupefilter (SMISMEMBER). The check of these rights
+    # at start (MULTI, DISCARD: streams_sched/rights.py).
     "worker": (
         *_BASE, "multi", "discard", "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
         "publish", "spublish", "bf.exists",
+        "llen", "scard", "zcard", "lrange", "srandmember", "zrevrange", "lrem", "srem", "zrem",
+        "set", "get", "del", "xadd", "hincrby", "smismember",
     ),
     # reclaimer (reclaimer/core.py): crawl and site registries, the nodes hash (lease
     # settings of live workers; records of gone nodes deleted), consumers that are gone
@@ -169,7 +172,8 @@ def key_patterns(crawl: str | None = None) -> list[str]:
         return [f"~{ROOT}:*"]
     validate_crawl_name(crawl, "crawl")
     # ss:{C}:...  (crawl level)   ss:{C/site}:...  (sites)   ss:crawls  (registry)
-    return [f"~{ROOT}:{{{crawl}}}:*", f"~{ROOT}:{{{crawl}/*", f"~{CrawlKeys.registry()}"]
+    # C:start_urls: the scrapy-redis feed of a crawl named like its spider (feed.py)
+    return [f"~{ROOT}:{{{crawl}}}:*", f"~{ROOT}:{{{crawl}/*", f"~{CrawlKeys.registry()}", f"~{crawl}:start_urls"]
 
 
 def channel_patterns(crawl: str | None = None) -> list[str]:
@@ -257,14 +261,11 @@ def denials(client: Any, user: str | None = None) -> list[dict[str, Any]]:
     out = []
     for e in raw:
         entry = e if isinstance(e, dict) else dict(zip(e[::2], e[1::2], strict=True))
-        entry = {_text(k): (_text(v) if isinstance(v, bytes) else v) for k, v in entry.items()}
+        entry = {text(k): (text(v) if isinstance(v, bytes) else v) for k, v in entry.items()}
         if user is None or entry.get("username") == user:
             out.append(entry)
     return out
 
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def setuser_line(role: str, crawl: str | None = None, user: str | None = None, *, cluster: bool = False) -> str:

@@ -18,27 +18,20 @@ import functools
 import json
 import os
 import sys
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
-import msgpack
 import redis
-from scrapy import Request
-from scrapy.utils.httpobj import urlparse_cached
-from scrapy.utils.request import RequestFingerprinter
 
-from .codec import RequestCodec
-from .connection import redact
-from .daemon import EXIT_ERROR, EXIT_UNREACHABLE, connect_at_start
+from .connection import connect_ready, redact
 from .errors import RedisUnavailable, StreamsSchedError
-from .frontier import Frontier, Outgoing, SiteStatus, crawl_bloom
+from .exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
+from .frontier import Frontier, SiteStatus
 from .keys import BANDS, validate_crawl_name, validate_site_name
 from .rates import ack_rate_per_s
-from .selection import band_for
 
-__all__ = ["main", "push_urls"]
+__all__ = ["main"]
 
 
 class CliError(click.ClickException):
@@ -58,7 +51,7 @@ def _client(url: str) -> Any:
         timeout_s = float(os.environ.get("STREAMS_CONNECT_TIMEOUT_SECONDS", "3"))
     except ValueError:
         timeout_s = 3.0
-    return connect_at_start(url, timeout_s, "--redis-url")
+    return connect_ready(url, timeout_s, setting="--redis-url", quiet=True)
 
 
 def known_crawl(client: Any, crawl: str, redis_url: str) -> Frontier:
@@ -115,68 +108,6 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def push_urls(
-    client: Any,
-    crawl: str,
-    urls: Iterable[str],
-    *,
-    priority: int = 0,
-    site: str | None = None,
-    callback: str | None = None,
-    dont_filter: bool = False,
-    high_min: int = 1,
-    low_max: int = -1,
-    batch: int = 500,
-) -> tuple[int, int]:
-    """Enqueue seed URLs (dedupe applies). Returns (added, duplicates)."""
-    bloom = crawl_bloom(client, crawl)
-    frontier = Frontier(client, crawl, bloom)
-    frontier.scripts.load()
-    codec = RequestCodec(None)
-    fingerprinter = RequestFingerprinter()
-    band = band_for(priority, high_min, low_max)
-    by_site: dict[str, list[Outgoing]] = defaultdict(list)
-    added = dups = 0
-
-    def flush() -> tuple[int, int]:
-        a = d = 0
-        pipe = client.pipeline(transaction=False)
-        frontier.register_sites(list(by_site), pipe)
-        for s, items in by_site.items():
-            frontier.enqueue(s, items, pipe)
-        for reply in pipe.execute()[1:]:
-            a += int(reply[0])
-            d += int(reply[1])
-        by_site.clear()
-        return a, d
-
-    pending = 0
-    for raw in urls:
-        url = raw.strip()
-        if not url or url.startswith("#"):
-            continue
-        meta = {"site": site} if site else None
-        request = Request(url, priority=priority, meta=meta, dont_filter=dont_filter)
-        payload = codec.encode(request)
-        if callback:
-            d = msgpack.unpackb(payload, raw=False)
-            d["c"] = callback
-            payload = msgpack.packb(d, use_bin_type=True)
-        target = site or urlparse_cached(request).hostname or "_nohost"
-        validate_site_name(target)
-        fp = b"" if dont_filter else fingerprinter.fingerprint(request)
-        by_site[target].append(Outgoing(fp, band, 0, payload))
-        pending += 1
-        if pending >= batch:
-            a, d = flush()
-            added, dups, pending = added + a, dups + d, 0
-    if by_site:
-        a, d = flush()
-        added, dups = added + a, dups + d
-    frontier.register()
-    return added, dups
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="streams-sched")
 def main() -> None:
@@ -207,15 +138,22 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
     if callback and not callback.isidentifier():
         raise click.BadParameter(f"{callback!r} is not a method name", param_hint="--callback")
     client = _client(redis_url)
+    from .seeding import Seeder
 
-    def all_urls() -> Iterable[str]:
-        for source in sources:
-            yield from source
-
+    added = dups = 0
     try:
-        added, dups = push_urls(client, crawl, all_urls(), priority=priority, site=site, callback=callback, dont_filter=dont_filter)
+        seeder = Seeder(client, crawl)
+        batch: list[str] = []
+        for source in sources:
+            for line in source:
+                batch.append(line)
+                if len(batch) >= seeder.batch:
+                    result = seeder.seed(batch, priority=priority, site=site, callback=callback, dont_filter=dont_filter)
+                    added, dups, batch = added + len(result.added), dups + len(result.duplicates), []
+        result = seeder.seed(batch, priority=priority, site=site, callback=callback, dont_filter=dont_filter)
+        added, dups = added + len(result.added), dups + len(result.duplicates)
     except ValueError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(f"{exc} (pushed {added} request(s) before it)") from None
     click.echo(f"pushed {added} request(s) to crawl {crawl} ({dups} duplicate(s) skipped)")
 
 

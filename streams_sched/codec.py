@@ -2,7 +2,9 @@
 
 A payload is a msgpack map with short keys::
 
-    v   schema version (1)
+    v   schema version (absent: 1; 2 when the entry uses what version 1 could
+        not carry: extension types in meta/cb_kwargs/cookies, callbacks named
+        with a leading underscore, "x")
     u   url                         (str, required)
     c   callback name               (absent: spider.parse; "!" : NO_CALLBACK)
     e   errback name                (absent: none)
@@ -17,15 +19,25 @@ A payload is a msgpack map with short keys::
     en  encoding                    (absent: utf-8)
     f   flags                       (list of str)
     t   request class               (absent: scrapy.Request; else a name from the allowlist)
+    x   extra attributes of the request class (Request.attributes beyond
+        scrapy.Request's, e.g. JsonRequest's dumps_kwargs), when not their default
+
+Values in meta, cb_kwargs and cookies use the extension codes of values.py
+(tuples, sets, dates and times, Decimal, UUID, items, STREAMS_META_CLASSES,
+registered codecs). A version 1 entry means the same to this decoder as it
+did to version 1's; a worker still on version 1 refuses a version 2 entry
+with the reason, and still reads the version 2 entries that do not need it.
 
 Nothing in a payload is evaluated or imported: callbacks resolve by name to
-the spider's own methods, and the request class is looked up in an allowlist
-built from trusted settings.
+the spider's own methods (callbacks.py), classes in values are looked up
+among modules already imported, and the request class is looked up in an
+allowlist built from trusted settings.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from types import MethodType
 from typing import Any
 
 import msgpack
@@ -34,11 +46,16 @@ from scrapy.http import FormRequest, JsonRequest
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import load_object
 
+from .callbacks import method_name, spider_method
 from .errors import ConfigError, EntryError, SerializationError
+from .meta_codecs import registered_codecs
+from .values import ValueCodec
 
 __all__ = ["RequestCodec", "DEFAULT_REQUEST_CLASSES", "TRANSIENT_META_KEYS"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: versions this decoder reads
+READABLE_VERSIONS = frozenset({1, 2})
 _NO_CALLBACK_MARK = "!"
 
 #: Request classes every crawl may carry, by the name stored in entries.
@@ -50,9 +67,10 @@ DEFAULT_REQUEST_CLASSES: dict[str, type[Request]] = {
 #: Meta keys that describe one download and are not carried into the queue.
 TRANSIENT_META_KEYS: frozenset[str] = frozenset({"download_latency"})
 
-_KNOWN_KEYS = frozenset({"v", "u", "c", "e", "m", "h", "b", "k", "mt", "a", "p", "df", "en", "f", "t"})
-
-_packb = msgpack.Packer(use_bin_type=True).pack
+_KNOWN_KEYS = frozenset({"v", "u", "c", "e", "m", "h", "b", "k", "mt", "a", "p", "df", "en", "f", "t", "x"})
+_BASE_ATTRIBUTES = frozenset(Request.attributes)
+#: request classes whose __init__ leaves meta as given (no need to restore it on decode)
+_KEEPS_META = frozenset({Request, FormRequest, JsonRequest})
 
 
 class RequestCodec:
@@ -61,6 +79,8 @@ class RequestCodec:
     ``spider`` is used to name callbacks on encode and to resolve them on
     decode; it may be ``None`` for tools that only encode seeds (the CLI),
     in which case only callbacks given by name are possible.
+    ``meta_classes`` (STREAMS_META_CLASSES) and ``meta_codecs``
+    (STREAMS_META_CODECS) are import paths from trusted settings, loaded here.
     """
 
     def __init__(
@@ -68,23 +88,32 @@ class RequestCodec:
         spider: Spider | None = None,
         extra_classes: Iterable[str] = (),
         max_bytes: int = 0,
+        meta_classes: Iterable[str] = (),
+        meta_codecs: Mapping[str, str] | None = None,
     ) -> None:
         self.spider = spider
         self.max_bytes = max_bytes
         self._by_name: dict[str, type[Request]] = dict(DEFAULT_REQUEST_CLASSES)
         for path in extra_classes:
-            try:
-                cls = load_object(path)
-            except Exception as exc:
-                raise ConfigError(
-                    "STREAMS_REQUEST_CLASSES", path, f"cannot import it ({exc})"
-                ) from exc
+            cls = _load(path, "STREAMS_REQUEST_CLASSES")
             if not (isinstance(cls, type) and issubclass(cls, Request)):
                 raise ConfigError(
                     "STREAMS_REQUEST_CLASSES", path, "is not a subclass of scrapy.Request"
                 )
             self._by_name[path] = cls
         self._name_of: dict[type[Request], str] = {c: n for n, c in self._by_name.items()}
+        self._extras: dict[type[Request], dict[str, Any]] = {}
+        classes = []
+        for path in meta_classes:
+            cls = _load(path, "STREAMS_META_CLASSES")
+            if not isinstance(cls, type):
+                raise ConfigError("STREAMS_META_CLASSES", path, "is not a class")
+            classes.append(cls)
+        self.values = ValueCodec(classes, registered_codecs(meta_codecs))
+        self._packb = self.values.pack
+        self._unpackb: Callable[..., Any] = msgpack.unpackb
+        self._ext_hook = self.values.ext_hook
+        self._valid_names: set[str] = set()
         self._method_names: dict[Any, str] = {}
 
     # -- encode ---------------------------------------------------------
@@ -92,12 +121,15 @@ class RequestCodec:
     def encode(self, request: Request) -> bytes:
         """Return the payload of ``request``; raise SerializationError if it has none."""
         d: dict[str, Any] = {"u": request.url}
+        v2 = False
         cb = request.callback
         if cb is not None:
-            d["c"] = self._callback_name(request, cb, "callback")
+            d["c"] = name = self._callback_name(request, cb, "callback")
+            v2 = name[0] == "_"
         eb = request.errback
         if eb is not None:
-            d["e"] = self._callback_name(request, eb, "errback")
+            d["e"] = name = self._callback_name(request, eb, "errback")
+            v2 = v2 or name[0] == "_"
         if request.method != "GET":
             d["m"] = request.method
         if request.headers:
@@ -123,19 +155,27 @@ class RequestCodec:
             d["f"] = request.flags
         cls = type(request)
         if cls is not Request:
-            name = self._name_of.get(cls)
-            if name is None:
+            cls_name = self._name_of.get(cls)
+            if cls_name is None:
                 raise SerializationError(
                     repr(request),
                     "class",
                     f"{cls.__module__}.{cls.__qualname__} is not an allowed request class;"
                     " add its import path to STREAMS_REQUEST_CLASSES",
                 )
-            d["t"] = name
+            d["t"] = cls_name
+            extras = self._extra_attributes(request, cls)
+            if extras:
+                d["x"] = extras
+                v2 = True
+        values = self.values
+        values.ext_used = False
         try:
-            payload: bytes = _packb(d)
-        except (TypeError, ValueError, OverflowError) as exc:
+            payload: bytes = self._packb(d)
+        except Exception as exc:  # TypeError (Unencodable), ValueError, OverflowError from msgpack
             raise self._explain(request, d, exc) from None
+        if v2 or values.ext_used:
+            payload = _with_version(payload)
         if self.max_bytes and len(payload) > self.max_bytes:
             raise SerializationError(
                 repr(request),
@@ -145,6 +185,25 @@ class RequestCodec:
             )
         return payload
 
+    def _extra_attributes(self, request: Request, cls: type[Request]) -> dict[str, Any]:
+        """The attributes ``cls`` adds to Request.attributes, where they differ from the
+        defaults of a fresh instance (as Scrapy's request_from_dict passes them)."""
+        defaults = self._extras.get(cls)
+        if defaults is None:
+            names = [a for a in cls.attributes if a not in _BASE_ATTRIBUTES]
+            try:
+                fresh = cls("http://defaults.invalid/")
+                defaults = {a: getattr(fresh, a) for a in names}
+            except Exception:
+                defaults = {a: _NO_DEFAULT for a in names}
+            self._extras[cls] = defaults
+        out = {}
+        for a, default in defaults.items():
+            value = getattr(request, a)
+            if value != default:
+                out[a] = value
+        return out
+
     def _callback_name(self, request: Request, func: Callable[..., Any], what: str) -> str:
         if func is NO_CALLBACK:
             return _NO_CALLBACK_MARK
@@ -152,45 +211,32 @@ class RequestCodec:
         known = self._method_names.get(key)
         if known is not None and getattr(func, "__self__", None) is self.spider:
             return known
-        owner = getattr(func, "__self__", None)
-        fname: str | None = getattr(func, "__name__", None)
-        if owner is None or owner is not self.spider or fname is None:
-            raise SerializationError(
-                repr(request),
-                what,
-                f"{func!r} is not a method of the spider; only the spider's own methods"
-                " can travel through the shared queue (by name)",
-            )
-        if getattr(getattr(self.spider, fname, None), "__func__", None) is not key:
-            raise SerializationError(
-                repr(request),
-                what,
-                f"spider method {fname!r} is not reachable under that name",
-            )
-        self._method_names[key] = fname
-        return fname
+        try:
+            name = method_name(self.spider, func)
+        except ValueError as exc:
+            raise SerializationError(repr(request), what, str(exc)) from None
+        self._method_names[key] = name
+        return name
 
-    @staticmethod
-    def _explain(request: Request, d: dict[str, Any], exc: Exception) -> SerializationError:
+    def _explain(self, request: Request, d: dict[str, Any], exc: Exception) -> SerializationError:
         """Find which field (and which meta / cb_kwargs key) cannot be encoded."""
-        names = {"mt": "meta", "a": "cb_kwargs", "k": "cookies", "h": "headers", "f": "flags"}
+        names = {"mt": "meta", "a": "cb_kwargs", "k": "cookies", "h": "headers", "f": "flags", "x": "attributes"}
+        pack = self._packb
         for field, value in d.items():
             try:
-                _packb(value)
-            except (TypeError, ValueError, OverflowError) as inner:
+                pack(value)
+            except Exception as inner:
                 label = names.get(field, field)
                 if isinstance(value, Mapping):
                     for key, item in value.items():
                         try:
-                            _packb(key)
-                            _packb(item)
-                        except (TypeError, ValueError, OverflowError) as leaf:
+                            pack(key)
+                            pack(item)
+                        except Exception as leaf:
                             return SerializationError(
                                 repr(request),
                                 f"{label}[{key!r}]",
-                                f"{type(item).__name__} value cannot be encoded ({leaf});"
-                                " meta must hold plain data (str, bytes, numbers, bools,"
-                                " None, lists, dicts)",
+                                f"{type(item).__name__} value cannot be encoded: {leaf}",
                             )
                 return SerializationError(repr(request), label, str(inner))
         return SerializationError(repr(request), "request", str(exc))
@@ -200,7 +246,9 @@ class RequestCodec:
     def decode(self, payload: bytes) -> Request:
         """Return the request of ``payload``; raise EntryError with the reason if it has none."""
         try:
-            d = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            d = self._unpackb(payload, raw=False, strict_map_key=False, ext_hook=self._ext_hook)
+        except EntryError:
+            raise
         except Exception as exc:
             raise EntryError(f"payload is not msgpack: {type(exc).__name__}: {exc}") from None
         if not isinstance(d, dict):
@@ -211,9 +259,12 @@ class RequestCodec:
         unknown = d.keys() - _KNOWN_KEYS
         if unknown:
             raise EntryError(f"payload has unknown keys {sorted(map(str, unknown))}")
-        v = d.get("v", SCHEMA_VERSION)
-        if v != SCHEMA_VERSION:
-            raise EntryError(f"payload schema version {v!r} is not supported (expected 1)")
+        v = d.get("v", 1)
+        if v != 1 and (type(v) is not int or v not in READABLE_VERSIONS):
+            raise EntryError(
+                f"payload schema version {v!r} is not supported (this worker reads"
+                f" {sorted(READABLE_VERSIONS)}; upgrade it)"
+            )
         kwargs: dict[str, Any] = {}
         if "c" in d:
             kwargs["callback"] = self._resolve(d["c"], "callback")
@@ -243,25 +294,64 @@ class RequestCodec:
                     f"request class {d['t']!r} is not allowed (see STREAMS_REQUEST_CLASSES)"
                 )
             cls = found
+            if "x" in d:
+                extras = d["x"]
+                if not isinstance(extras, dict) or not all(
+                    isinstance(k, str) and k in cls.attributes and k not in _BASE_ATTRIBUTES for k in extras
+                ):
+                    raise EntryError(f"extra attributes (key 'x') {extras!r} are not attributes of {d['t']}")
+                kwargs.update(extras)
+        elif "x" in d:
+            raise EntryError("extra attributes (key 'x') without a request class (key 't')")
         try:
-            return cls(url, **kwargs)
+            request = cls(url, **kwargs)
         except Exception as exc:
             raise EntryError(f"Scrapy rejects the request: {type(exc).__name__}: {exc}") from None
+        if cls not in _KEEPS_META:
+            # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
+            # defaults); the request had exactly the meta that travelled
+            request.meta.clear()
+            request.meta.update(kwargs.get("meta", {}))
+        return request
 
     def _resolve(self, name: Any, what: str) -> Any:
         if name == _NO_CALLBACK_MARK:
             return NO_CALLBACK
-        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
-            raise EntryError(f"{what} name {name!r} is not a public method name")
         spider = self.spider
         if spider is None:
             raise EntryError(f"{what} {name!r} cannot be resolved without a spider")
-        method = getattr(spider, name, None)
-        if method is None or not callable(method) or getattr(method, "__self__", None) is not spider:
-            raise EntryError(
-                f"{what} {name!r} is not a method of spider {spider.name!r}"
-            )
+        if type(name) is str and name in self._valid_names:  # the same rule, its name half checked
+            method = getattr(spider, name, None)
+            if type(method) is MethodType and method.__self__ is spider:
+                return method
+        try:
+            method = spider_method(spider, name)
+        except ValueError as exc:
+            raise EntryError(f"{what} {name!r} of spider {spider.name!r}: {exc}") from None
+        self._valid_names.add(name)
         return method
+
+
+_NO_DEFAULT = object()
+_VERSION_PAIR = b"\xa1v" + bytes([SCHEMA_VERSION])  # msgpack of "v" and of the version
+
+
+def _with_version(payload: bytes) -> bytes:
+    """``payload`` with ``"v": SCHEMA_VERSION`` added, without packing it again: a payload
+    has at most 15 keys before "v", so it starts with a fixmap header (0x80 | count)."""
+    head = payload[0]
+    if head & 0xF0 != 0x80:  # pragma: no cover - every field set is at most 15 keys
+        raise AssertionError(f"payload map header {head:#x} is not a fixmap")
+    count = (head & 0x0F) + 1
+    new_head = bytes([0x80 | count]) if count <= 15 else b"\xde" + count.to_bytes(2, "big")
+    return new_head + _VERSION_PAIR + payload[1:]
+
+
+def _load(path: str, setting: str) -> Any:
+    try:
+        return load_object(path)
+    except Exception as exc:
+        raise ConfigError(setting, path, f"cannot import it ({exc})") from exc
 
 
 def _take(d: dict[str, Any], kwargs: dict[str, Any], key: str, arg: str, types: Any) -> None:

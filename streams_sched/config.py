@@ -188,6 +188,12 @@ class StreamsConfig:
     max_request_bytes: int = 1_000_000
     #: STREAMS_REQUEST_CLASSES: import paths of extra Request subclasses allowed in entries.
     request_classes: tuple[str, ...] = ()
+    #: STREAMS_META_CLASSES: import paths of classes (beyond item classes) whose objects may
+    #: travel in meta and cb_kwargs, as their attributes; loaded at start.
+    meta_classes: tuple[str, ...] = ()
+    #: STREAMS_META_CODECS: {class import path: codec import path}, a codec being an object
+    #: with encode(obj) -> plain data and decode(data) -> obj callables; loaded at start.
+    meta_codecs: Mapping[str, str] = field(default_factory=dict)
     #: STREAMS_CAPABILITIES: task types this worker leases.
     capabilities: tuple[str, ...] = ("http",)
     #: STREAMS_BROWSER_MAX: most browser requests leased at once by this worker.
@@ -205,6 +211,22 @@ class StreamsConfig:
     #: STREAMS_EMPTY_CRAWL_WAIT_SECONDS: how long a worker on a crawl that never had a
     #: request waits for seeds before it counts the crawl as drained.
     empty_crawl_wait_seconds: float = 60.0
+    #: STREAMS_ALLOW_UNTESTED_SCRAPY (or the environment variable): let a Scrapy release
+    #: above the tested range start (with a warning), to try it; the engine's hook
+    #: points are checked all the same.
+    allow_untested_scrapy: bool = False
+    #: STREAMS_FEED_KEY (or scrapy-redis's REDIS_START_URLS_KEY): the scrapy-redis feed the
+    #: worker moves into the crawl, "%(name)s" = the crawl name (STREAMS_PREFIX, by default
+    #: the spider name, as in scrapy-redis); "" = no feed.
+    feed_key: str = ""
+    #: REDIS_START_URLS_AS_SET / REDIS_START_URLS_AS_ZSET (scrapy-redis's): "list", "set" or "zset".
+    feed_kind: str = "list"
+    #: STREAMS_FEED_BATCH: feed entries moved per round.
+    feed_batch: int = 100
+    #: STREAMS_FEED_POLL_SECONDS: how often an empty feed is looked at (one LLEN).
+    feed_poll_seconds: float = 1.0
+    #: REDIS_ENCODING (scrapy-redis's): encoding of feed entries.
+    feed_encoding: str = "utf-8"
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -243,6 +265,14 @@ class StreamsConfig:
         _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
         check_positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
         check_positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
+        _whole("STREAMS_FEED_BATCH", self.feed_batch, minimum=1)
+        check_positive("STREAMS_FEED_POLL_SECONDS", self.feed_poll_seconds)
+        if self.feed_kind not in ("list", "set", "zset"):
+            raise ConfigError("REDIS_START_URLS_AS_SET", self.feed_kind, "expected list, set or zset")
+        try:
+            "".encode(self.feed_encoding)
+        except LookupError:
+            raise ConfigError("REDIS_ENCODING", self.feed_encoding, "unknown encoding") from None
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -252,6 +282,14 @@ class StreamsConfig:
             raise ConfigError(
                 "STREAMS_CAPABILITIES", list(self.capabilities), f"expected a non-empty subset of {list(TASK_TYPES)}"
             )
+        if not isinstance(self.meta_codecs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.meta_codecs.items()
+        ):
+            raise ConfigError(
+                "STREAMS_META_CODECS", self.meta_codecs, "expected a dict of class import path -> codec import path"
+            )
+        if not all(isinstance(c, str) for c in self.meta_classes):
+            raise ConfigError("STREAMS_META_CLASSES", list(self.meta_classes), "expected a list of import paths")
         if not isinstance(self.sites, Mapping):
             raise ConfigError("STREAMS_SITES", self.sites, "expected a dict of site -> policy dict")
         from .policy import validate_policy
@@ -285,6 +323,15 @@ class StreamsConfig:
         classes = get("STREAMS_REQUEST_CLASSES", [])
         if isinstance(classes, str):
             classes = [c.strip() for c in classes.split(",") if c.strip()]
+        meta_classes = get("STREAMS_META_CLASSES", [])
+        if isinstance(meta_classes, str):
+            meta_classes = [c.strip() for c in meta_classes.split(",") if c.strip()]
+        meta_codecs = get("STREAMS_META_CODECS", {})
+        if isinstance(meta_codecs, str):
+            try:
+                meta_codecs = json.loads(meta_codecs) if meta_codecs.strip() else {}
+            except ValueError as exc:
+                raise ConfigError("STREAMS_META_CODECS", meta_codecs, f"not valid JSON ({exc})") from None
         return cls(
             redis_url=redis_url,
             crawl=crawl,
@@ -311,6 +358,8 @@ class StreamsConfig:
             shutdown_timeout_seconds=_num(settings, "STREAMS_SHUTDOWN_TIMEOUT_SECONDS", 25.0),
             max_request_bytes=_int(settings, "STREAMS_MAX_REQUEST_BYTES", 1_000_000),
             request_classes=tuple(classes),
+            meta_classes=tuple(meta_classes),
+            meta_codecs=dict(meta_codecs) if isinstance(meta_codecs, Mapping) else meta_codecs,
             capabilities=tuple(capabilities),
             browser_max=_int(settings, "STREAMS_BROWSER_MAX", 4),
             sites=sites,
@@ -318,11 +367,50 @@ class StreamsConfig:
             revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
             policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
             empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
+            allow_untested_scrapy=_bool(
+                settings, "STREAMS_ALLOW_UNTESTED_SCRAPY",
+                os.environ.get("STREAMS_ALLOW_UNTESTED_SCRAPY", "").strip().lower() in _TRUE,
+            ),
+            feed_key=_feed_key(settings, crawl),
+            feed_kind=_feed_kind(settings),
+            feed_batch=_int(settings, "STREAMS_FEED_BATCH", 100),
+            feed_poll_seconds=_num(settings, "STREAMS_FEED_POLL_SECONDS", 1.0),
+            feed_encoding=str(get("REDIS_ENCODING", "utf-8")),
         )
 
 
 def validate_node_id(node_id: str) -> bool:
     return 0 < len(node_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in node_id)
+
+
+#: scrapy-redis's default START_URLS_KEY.
+DEFAULT_FEED_KEY = "%(name)s:start_urls"
+
+
+def _feed_key(settings: Any, name: str) -> str:
+    setting = "STREAMS_FEED_KEY"
+    value = settings.get(setting)
+    if value is None:
+        setting = "REDIS_START_URLS_KEY"
+        value = settings.get(setting, DEFAULT_FEED_KEY)
+    if value is None or value is False:
+        return ""
+    if value is True:
+        value = DEFAULT_FEED_KEY
+    if not isinstance(value, str):
+        raise ConfigError(setting, value, 'expected a key name like "%(name)s:start_urls", or "" for no feed')
+    try:
+        return value.strip() % {"name": name}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigError(setting, value, f"only %(name)s may be substituted ({exc})") from None
+
+
+def _feed_kind(settings: Any) -> str:
+    as_set = _bool(settings, "REDIS_START_URLS_AS_SET", False)
+    as_zset = _bool(settings, "REDIS_START_URLS_AS_ZSET", False)
+    if as_set and as_zset:
+        raise ConfigError("REDIS_START_URLS_AS_ZSET", True, "REDIS_START_URLS_AS_SET is set too; choose one")
+    return "set" if as_set else "zset" if as_zset else "list"
 
 
 def _raw(settings: Any, name: str) -> Any:

@@ -5,15 +5,15 @@
   streams_sched modules) rendered the same way;
 - :class:`StopFlag`: SIGTERM / SIGINT set a flag that the loop checks between
   passes, and wake its sleep at once;
-- :class:`Backoff`: growing delays while Redis is unreachable;
+- :class:`~streams_sched.backoff.Backoff`: growing delays while Redis is unreachable;
 - :func:`connect_at_start`: a client whose Redis answered, or one clear error;
-- :class:`MetricsServer`: a Prometheus ``/metrics`` endpoint for a registry;
 - :func:`run_passes`: the loop both daemons run (a pass every interval, back-off
   while Redis fails, SIGTERM between passes, ``--burst``);
 - :func:`serve`: a daemon's life in its command line, from connecting to the
   exit code, and :func:`fail`, the one line on stderr before an error exit.
 
-Exit codes of every daemon and of ``streams-sched``: see :data:`EXIT_CODES`.
+Exit codes of every daemon and of ``streams-sched``: see :mod:`streams_sched.exit_codes`
+(re-exported here for the daemons).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
 from typing import Any, NoReturn, Protocol
 
@@ -32,9 +31,12 @@ import click
 import structlog
 from redis.exceptions import ResponseError
 
+from .backoff import Backoff
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .connection import connect_ready
 from .errors import RedisUnavailable
+from .exit_codes import EXIT_CODES, EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
+from .metrics_server import MetricsServer
 
 __all__ = [
     "EXIT_CODES",
@@ -53,25 +55,6 @@ __all__ = [
     "run_passes",
     "serve",
 ]
-
-EXIT_OK = 0
-#: a runtime error: unknown crawl or site, Redis refused a command, a bad state
-EXIT_ERROR = 1
-#: a usage error: bad option or argument (click's own code)
-EXIT_USAGE = 2
-#: Redis did not answer, or refused the credentials
-EXIT_UNREACHABLE = 3
-#: ``streams-sched watch --until-drained --timeout`` ran out of time
-EXIT_TIMEOUT = 4
-
-EXIT_CODES: dict[int, str] = {
-    EXIT_OK: "success",
-    EXIT_ERROR: "runtime error (unknown crawl or site, Redis refused a command, ...)",
-    EXIT_USAGE: "usage error (bad option or argument)",
-    EXIT_UNREACHABLE: "Redis unreachable or credentials refused",
-    EXIT_TIMEOUT: "timed out (watch --until-drained --timeout)",
-    130: "interrupted (Ctrl-C)",
-}
 
 #: Errors that mean "Redis is not answering": retry with back-off.
 TRANSIENT = CONNECTION_TRANSIENT  # one list for workers, daemons and the CLI
@@ -135,33 +118,6 @@ class StopFlag:
     def wait(self, timeout_s: float) -> bool:
         """Sleep up to ``timeout_s``; True if the flag was set meanwhile."""
         return self._event.wait(max(0.0, timeout_s))
-
-
-@dataclass
-class Backoff:
-    """Delays that double from ``initial_s`` up to ``max_s``; :meth:`reset` after a success."""
-
-    initial_s: float = 0.5
-    max_s: float = 30.0
-    current_s: float = 0.0
-    since: float | None = None  # time.monotonic() of the first failure
-
-    def next(self) -> float:
-        if self.since is None:
-            self.since = time.monotonic()
-        self.current_s = min(self.max_s, max(self.initial_s, self.current_s * 2))
-        return self.current_s
-
-    @property
-    def failing_s(self) -> float:
-        return 0.0 if self.since is None else time.monotonic() - self.since
-
-    def reset(self) -> float:
-        """Forget the failures; return how long they lasted."""
-        lasted = self.failing_s
-        self.current_s = 0.0
-        self.since = None
-        return lasted
 
 
 def run_passes(
@@ -259,36 +215,3 @@ def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -
     waited for too (see :func:`streams_sched.connection.connect_ready`).
     """
     return connect_ready(url, timeout_s, setting=setting, quiet=True)
-
-
-class MetricsServer:
-    """Serves one prometheus-client registry on ``/metrics`` from a daemon thread."""
-
-    def __init__(self, registry: Any, port: int, addr: str = "0.0.0.0") -> None:
-        self.registry = registry
-        self.addr = addr
-        self.requested_port = port
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> MetricsServer:
-        from prometheus_client import start_http_server
-
-        try:
-            self._server, self._thread = start_http_server(self.requested_port, self.addr, self.registry)
-        except OSError as exc:
-            raise OSError(
-                f"cannot serve metrics on {self.addr}:{self.requested_port} ({exc.strerror or exc});"
-                " choose another --metrics-port"
-            ) from None
-        return self
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_port) if self._server is not None else self.requested_port
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None

@@ -17,15 +17,13 @@ import msgpack
 
 from .frontier import Frontier
 from .keys import GROUP
+from .replies import text
 
 __all__ = ["DeadLetter", "iter_letters", "parse_letter", "purge_letters", "requeue_letters"]
 
 #: Dead letters requeued per script call.
 REQUEUE_CHUNK = 500
 
-
-def _text(v: Any) -> str:
-    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,25 +72,25 @@ def url_of(payload: bytes) -> str | None:
 
 
 def parse_letter(site: str, entry_id: Any, fields: dict[Any, Any]) -> DeadLetter:
-    f = {_text(k): v for k, v in fields.items()}
+    f = {text(k): v for k, v in fields.items()}
     payload = f.get("r") or b""
     if isinstance(payload, str):
         payload = payload.encode()
 
     def num(name: str) -> int:
         try:
-            return int(float(_text(f.get(name, 0))))
+            return int(float(text(f.get(name, 0))))
         except ValueError:
             return 0
 
     return DeadLetter(
         site=site,
-        id=_text(entry_id),
-        reason=_text(f.get("reason", "")),
-        origin=_text(f.get("stream", "")),
-        origin_id=_text(f.get("id", "")),
+        id=text(entry_id),
+        reason=text(f.get("reason", "")),
+        origin=text(f.get("stream", "")),
+        origin_id=text(f.get("id", "")),
         deliveries=num("deliveries"),
-        node=_text(f.get("node", "")),
+        node=text(f.get("node", "")),
         ts_ms=num("ts"),
         url=url_of(payload) if payload else None,
         payload=payload,
@@ -109,7 +107,7 @@ def iter_letters(frontier: Frontier, site: str, batch: int = 500) -> Iterator[De
             yield parse_letter(site, entry_id, fields)
         if len(rows) < batch:
             return
-        start = "(" + _text(rows[-1][0])
+        start = "(" + text(rows[-1][0])
 
 
 def requeue_letters(frontier: Frontier, site: str, ids: Sequence[str]) -> tuple[int, int, int]:

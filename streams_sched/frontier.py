@@ -21,6 +21,7 @@ from redis.exceptions import NoScriptError
 from .connection import is_cluster_client
 from .errors import DedupeBackendError
 from .keys import GROUP, STREAMS, CrawlKeys, SiteKeys
+from .replies import text
 from .scripts import Scripts
 
 __all__ = [
@@ -248,7 +249,7 @@ def detect_dedupe(client: Any, crawl: str, wanted: str) -> str:
         )
     choice = {"redisbloom": "bf", "bitmap": "bitmap"}.get(wanted, "bf" if has_bf else "bitmap")
     client.hsetnx(keys.meta, "dedupe", choice)
-    recorded = _text(client.hget(keys.meta, "dedupe"))
+    recorded = text(client.hget(keys.meta, "dedupe"))
     if recorded != choice:
         if wanted != "auto":
             raise DedupeBackendError(
@@ -305,7 +306,7 @@ def crawl_bloom(
     }
     for field_name, value in mine.items():
         client.hsetnx(meta, field_name, value)
-    rec = [_text(v) for v in client.hmget(meta, list(mine))]
+    rec = [text(v) for v in client.hmget(meta, list(mine))]
     params = BloomParams(mode, float(rec[0]), int(rec[1]), int(rec[2]), float(rec[3]), int(rec[4]))
     recorded = (params.error_rate, params.capacity, params.expansion, params.revisit_seconds, params.revisit_buckets)
     if None not in asked and recorded != asked:
@@ -316,9 +317,6 @@ def crawl_bloom(
         )
     return params
 
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class Frontier:
@@ -578,11 +576,13 @@ class Frontier:
         return self._target(pipe).delete(*keys)
 
     def purge(self) -> int:
-        """Delete the whole crawl: every site's keys, the registry, nodes and meta."""
+        """Delete the whole crawl: every site's keys, the registry, nodes, meta, the feed
+        lock and a migrated scrapy-redis dupefilter (never the scrapy-redis keys themselves)."""
         sites = self.sites()
         deleted = 0
         for s in sites:
             deleted += int(self.purge_site(s))
-        deleted += int(self.client.delete(self.keys.sites, self.keys.nodes, self.keys.meta))
+        k = self.keys
+        deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen))
         self.client.srem(CrawlKeys.registry(), self.crawl)
         return deleted

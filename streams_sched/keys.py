@@ -12,6 +12,9 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen, ...}
     ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
     ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
+    ss:{C}:feed-lock                STRING  node moving the scrapy-redis feed now (short TTL)
+    ss:{C}:legacy-seen              SET     a migrated scrapy-redis dupefilter (read-only)
+    ss:{C/_feed}:dlq                STREAM  feed entries that are not requests, with the reason
     ss:{C/S}:q:<task>:<band>        STREAM  requests; consumer group "workers"; task in
                                             (http, browser), band in (high, default, low)
     ss:{C/S}:delayed                ZSET    requests that must wait, scored by due time (ms)
@@ -34,6 +37,7 @@ from .errors import ConfigError
 
 __all__ = [
     "BANDS",
+    "BROWSER_FIRST_STREAM",
     "GROUP",
     "ROOT",
     "STREAMS",
@@ -55,6 +59,8 @@ BANDS: tuple[str, ...] = ("high", "default", "low")
 TASK_TYPES: tuple[str, ...] = ("http", "browser")
 #: Every (task, band) stream of a site, in the order scripts receive them in KEYS.
 STREAMS: tuple[tuple[str, str], ...] = tuple((t, b) for t in TASK_TYPES for b in BANDS)
+#: Index in :data:`STREAMS` of the first browser stream (the http streams come first).
+BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
 
 _CRAWL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")
@@ -112,6 +118,14 @@ class CrawlKeys:
     @cached_property
     def events(self) -> str:
         return f"{ROOT}:{self.tag}:events"
+
+    @cached_property
+    def feed_lock(self) -> str:
+        return f"{ROOT}:{self.tag}:feed-lock"
+
+    @cached_property
+    def legacy_seen(self) -> str:
+        return f"{ROOT}:{self.tag}:legacy-seen"
 
     @staticmethod
     def registry() -> str:

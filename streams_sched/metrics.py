@@ -140,7 +140,7 @@ class WorkerMetrics:
         self.latency.observe(max(0.0, latency_s))
 
     def start(self) -> None:
-        from .daemon import MetricsServer
+        from .metrics_server import MetricsServer
 
         last: OSError | None = None
         for port in self.ports:

@@ -25,18 +25,23 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
+from .backoff import Backoff
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .errors import EntryError
 from .frontier import Frontier, LeasedEntry, parse_enqueue, parse_lease
 from .keys import BANDS
+from .legacy import LEGACY_FIELD, legacy_seen
 from .recovery import LeaseKey, release_orphans
-from .selection import DrainDetector, SiteHint, plan_leases
+from .selection import DrainDetector, SiteHint, empty_lease_backoff, plan_leases
+
+if TYPE_CHECKING:
+    from .feed import FeedMover
 
 __all__ = ["Pump"]
 
@@ -124,8 +129,13 @@ class Pump(threading.Thread):
         self.next_busy_claim = now + config.lease_seconds
         self.next_drain_check = now
         self.drain_interval = 0.05
-        self.backoff = 0.0
+        self.retry = Backoff(initial_s=0.1, max_s=5.0)
         self.outage_since: float | None = None
+        #: moves a scrapy-redis feed into the crawl (feed.py), set by the scheduler
+        self.feed: FeedMover | None = None
+        self.next_feed = now
+        #: a migrated scrapy-redis dupefilter SET (legacy.py), read from the crawl meta
+        self.legacy: str | None = None
 
     # -- called from the reactor thread ------------------------------------
 
@@ -182,6 +192,7 @@ class Pump(threading.Thread):
             if timeout > 0:
                 self._kick.wait(timeout)
             self._kick.clear()
+            delay = 0.0
             try:
                 self._cycle()
                 if self.outage_since is not None:
@@ -190,17 +201,18 @@ class Pump(threading.Thread):
                     )
                     self._release_orphans()
                     self.outage_since = None
-                self.backoff = 0.0
+                self.retry.reset()
             except TRANSIENT as exc:
                 self._on_outage(exc)
+                delay = self.retry.next()
             except Exception:
                 logger.exception("streams-sched I/O cycle failed; retrying")
-                self.backoff = min(max(self.backoff * 2, 0.1), 5.0)
+                delay = self.retry.next()
             with self._cycle_done:
                 self._cycles += 1
                 self._cycle_done.notify_all()
-            if self.backoff:
-                time.sleep(self.backoff)
+            if delay:
+                time.sleep(delay)
         self._goodbye()
 
     def _release_orphans(self) -> None:
@@ -223,7 +235,6 @@ class Pump(threading.Thread):
         if self.outage_since is None:
             self.outage_since = time.monotonic()
             logger.warning("Redis unreachable (%s); retrying with back-off", exc)
-        self.backoff = min(max(self.backoff * 2, 0.1), 5.0)
         self.stats.append(("streams/redis_errors", 1))
 
     def _unsent(self) -> bool:
@@ -243,6 +254,8 @@ class Pump(threading.Thread):
             browser = self.browser_cap > 0
             deadlines += [h.not_before for h in self.hints.values() if h.may_have_work(browser)]
             deadlines.append(self.next_registry)
+            if self.feed is not None:
+                deadlines.append(self.next_feed)
             if any(h.pending for h in self.hints.values()):
                 deadlines.append(self.next_claim)
             if self.recovering and self.suspects == 0:
@@ -280,6 +293,8 @@ class Pump(threading.Thread):
         handlers: list[tuple[Any, ...]] = []
         arrived = 0
         try:
+            if self.legacy is not None:
+                enq = self._legacy_filter(enq)
             self._queue_writes(pipe, handlers, enq, sendable)
             planned = self._queue_leases(pipe, handlers, now)
             self._queue_heartbeat(pipe, handlers, now)
@@ -291,6 +306,73 @@ class Pump(threading.Thread):
         if handlers:
             arrived = self._handle(handlers, replies)
         self._maintenance(now, planned, arrived)
+        if self.feed is not None and now >= self.next_feed and not (self._closing or self._stop_requested):
+            self._move_feed(now)
+
+    def _feed_pending(self) -> int:
+        assert self.feed is not None
+        try:
+            return self.feed.pending()
+        except ResponseError as exc:
+            self._feed_refused(exc)
+            return 0
+
+    def _feed_refused(self, exc: Exception) -> None:
+        """Redis refused a feed command (an ACL without the feed key, a key of another
+        type): say so once and stop moving the feed; the crawl goes on."""
+        assert self.feed is not None
+        logger.error(
+            "streams-sched stops moving the feed %s: Redis refused (%s). Give the worker's ACL user"
+            " the feed key, fix REDIS_START_URLS_AS_SET / REDIS_START_URLS_AS_ZSET, or set"
+            " STREAMS_FEED_KEY = \"\" to turn the feed off",
+            self.feed.key, exc,
+        )
+        self.stats.append(("streams/feed_refused", 1))
+        self.feed = None
+
+    def _legacy_filter(self, ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Drop requests a migrated scrapy-redis crawl already saw (one SMISMEMBER).
+        Ops carry scrapy-redis's fingerprint as op[3] until they are checked."""
+        checked = [op for op in ops if len(op) > 3 and op[3]]
+        if not checked or self.legacy is None:
+            return ops
+        seen = legacy_seen(self.frontier.client, self.legacy, [op[3] for op in checked])
+        drop = {id(op) for op, hit in zip(checked, seen, strict=True) if hit}
+        if drop:
+            self.stats.append(("streams/legacy_duplicates", len(drop)))
+            self.stats.append(("dupefilter/filtered", len(drop)))
+        return [op[:3] if len(op) > 3 else op for op in ops if id(op) not in drop]
+
+    def _move_feed(self, now: float) -> None:
+        """Move one batch of the scrapy-redis feed into the crawl (feed.py says how
+        nothing is lost); come back at once while the batches are full."""
+        feed = self.feed
+        assert feed is not None
+        self.next_feed = now + self.config.feed_poll_seconds
+        try:
+            result = feed.move()
+        except ResponseError as exc:
+            self._feed_refused(exc)
+            return
+        if result.read >= feed.batch or (result.length and not result.read):
+            # more to move, or another worker holds the lock: look again soon
+            self.next_feed = now + (0.0 if result.read else 0.2)
+        if result.read:
+            self.stats.append(("streams/feed_read", result.read))
+        if result.added:
+            self.stats.append(("streams/feed_added", result.added))
+            self.stats.append(("streams/enqueued", result.added))
+            self.drained = False
+            for site in result.sites:
+                hint = self.hints.setdefault(site, SiteHint())
+                hint.backlog_http = hint.backlog_browser = -1
+                hint.not_before = 0.0
+                hint.empty_streak = 0
+                self.registered.add(site)
+        if result.duplicates:
+            self.stats.append(("streams/feed_duplicates", result.duplicates))
+        if result.dead:
+            self.stats.append(("streams/feed_dead_lettered", result.dead))
 
     def _forget(self, entry: LeasedEntry) -> None:
         """A lease this worker held is finished (acked, dead-lettered or handed back)."""
@@ -496,10 +578,9 @@ class Pump(threading.Thread):
             hint.not_before = now + r.wait_ms / 1000.0
         elif not hint.may_have_work(self.browser_cap > 0, self.http) or r.delayed:
             hint.empty_streak += 1
-            backoff = min(0.05 * (2 ** min(hint.empty_streak, 8)), self.config.idle_poll_seconds)
-            if r.next_due_in_ms >= 0:
-                backoff = min(backoff, r.next_due_in_ms / 1000.0)
-            hint.not_before = now + backoff
+            hint.not_before = now + empty_lease_backoff(
+                hint.empty_streak, self.config.idle_poll_seconds, r.next_due_in_ms
+            )
         return self._accept(r.entries)
 
     def _accept(self, entries: list[LeasedEntry]) -> int:
@@ -555,6 +636,7 @@ class Pump(threading.Thread):
             meta.get("default_max_browser", ""),
         )
         f.default_task = meta.get("default_task_type") or "http"
+        self.legacy = meta.get(LEGACY_FIELD) or None
 
     def _refresh_registry(self, now: float) -> None:
         busy = self.held_total > 0
@@ -627,6 +709,12 @@ class Pump(threading.Thread):
 
     def _check_drain(self, now: float) -> None:
         f = self.frontier
+        if self.feed is not None and self._feed_pending():
+            # the feed still has entries: not drained, and move them now
+            self.drain.reset()
+            self.next_feed = now
+            self.next_drain_check = now + self.config.feed_poll_seconds
+            return
         sites = f.sites()
         if not sites and now - self.started < self.config.empty_crawl_wait_seconds:
             # a crawl that never had a request is not drained: it has not started yet

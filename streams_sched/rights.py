@@ -61,6 +61,18 @@ PROBES: dict[str, tuple[str, ...]] = {
     "zrange": ("ZRANGE", "K", "0", "1"),
     "zrangebyscore": ("ZRANGEBYSCORE", "K", "0", "1"),
     "zrem": ("ZREM", "K", "m"),
+    # the scrapy-redis feed and a migrated dupefilter (feed.py)
+    "llen": ("LLEN", "K"),
+    "scard": ("SCARD", "K"),
+    "lrange": ("LRANGE", "K", "0", "1"),
+    "srandmember": ("SRANDMEMBER", "K", "1"),
+    "zrevrange": ("ZREVRANGE", "K", "0", "1"),
+    "lrem": ("LREM", "K", "0", "v"),
+    "srem": ("SREM", "K", "m"),
+    "set": ("SET", "K", "v"),
+    "get": ("GET", "K"),
+    "del": ("DEL", "K"),
+    "smismember": ("SMISMEMBER", "K", "m"),
 }
 
 

@@ -44,13 +44,14 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
 
 from . import __version__
-from ._engine import EngineHooks
+from ._engine import EngineHooks, check_scrapy
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import connect_ready, redact
 from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
+from .legacy import legacy_fingerprint
 from .pump import Pump, make_node_id
 from .recovery import release_orphans
 from .retry_after import retry_after_seconds
@@ -134,6 +135,7 @@ class StreamsScheduler(BaseScheduler):
         settings = crawler.settings
         spider_name = crawler.spider.name if crawler.spider is not None else None
         config = StreamsConfig.from_settings(settings, spider_name)
+        check_scrapy(allow_untested=config.allow_untested_scrapy)
         scheduler = cls(
             config,
             fingerprinter=crawler.request_fingerprinter,
@@ -172,7 +174,7 @@ class StreamsScheduler(BaseScheduler):
         frontier.scripts.load()
         frontier.register()
         self._apply_site_policies()
-        self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes)
+        self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         node_info = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -193,6 +195,7 @@ class StreamsScheduler(BaseScheduler):
             download_delay=self.download_delay,
             node_info=node_info,
         )
+        self._pump.feed = self._feed_mover(spider, frontier)
         if self.crawler is not None:
             self._hooks = EngineHooks(self.crawler, self, self.request_done)
             self._hooks.on_closing(self._begin_shutdown, cfg.shutdown_timeout_seconds, self._shutdown_timed_out)
@@ -221,6 +224,33 @@ class StreamsScheduler(BaseScheduler):
             cfg.max_deliveries,
             ":".join(map(str, cfg.band_ratio)),
             cfg.close_on_drain,
+        )
+
+    def _feed_mover(self, spider: Spider, frontier: Frontier) -> Any:
+        """The scrapy-redis feed mover of this worker (None without STREAMS_FEED_KEY).
+
+        A spider that still subclasses scrapy-redis's RedisSpider / RedisCrawlSpider
+        keeps working: its own feed reading (LRANGE + LTRIM on the reactor, lost if
+        the worker dies) is turned off, its ``redis_key`` becomes the feed, and an
+        overridden ``make_request_from_data`` is used to read entries.
+        """
+        from .feed import FeedMover
+        from .redis_spider import adopt_redis_spider
+
+        cfg = self.config
+        key, make_requests = adopt_redis_spider(spider, cfg.feed_key)
+        if not key:
+            return None
+        fingerprinter: Any = self.fingerprinter
+        if type(fingerprinter) is RequestFingerprinter:
+            # its cache is not meant for two threads; the same class gives the same fingerprints
+            fingerprinter = RequestFingerprinter(self.crawler)
+        assert self.codec is not None
+        logger.info("streams-sched moves the scrapy-redis feed %s (%s) into crawl %s", key, cfg.feed_kind, cfg.crawl)
+        return FeedMover(
+            frontier, key, self.codec, fingerprinter, self.node_id, kind=cfg.feed_kind, batch=cfg.feed_batch,
+            encoding=cfg.feed_encoding, high_min=cfg.high_priority_min, low_max=cfg.low_priority_max,
+            make_requests=make_requests,
         )
 
     def _apply_site_policies(self) -> None:
@@ -360,7 +390,12 @@ class StreamsScheduler(BaseScheduler):
                 delay_ms = max(0, int((float(not_before) - time.time()) * 1000))
             except (TypeError, ValueError):
                 logger.error("ignoring meta['not_before']=%r of %s: not epoch seconds", not_before, request)
-        self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload)))
+        pump = self._pump
+        if fp and pump is not None and pump.legacy is not None:
+            # checked against the migrated scrapy-redis dupefilter by the I/O thread
+            self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload), legacy_fingerprint(request)))
+        else:
+            self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload)))
         if fp:
             self.seen.add(fp)
             if url_key is not None:
@@ -569,9 +604,9 @@ class StreamsScheduler(BaseScheduler):
         self._fatal_reported = True
         logger.error("streams-sched I/O thread died: %r; closing the spider", self._pump.fatal if self._pump else None)
         if self.crawler is not None and self.crawler.engine is not None:
-            from scrapy.utils.defer import deferred_from_coro
+            from ._engine import close_spider
 
-            deferred_from_coro(self.crawler.engine.close_spider_async(reason="streams_sched_error"))
+            close_spider(self.crawler.engine, "streams_sched_error")
 
 
 def _sha1(data: bytes) -> bytes:

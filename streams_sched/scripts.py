@@ -33,12 +33,13 @@ SCRIPT_NAMES: tuple[str, ...] = (
 )
 
 
-def _read(name: str) -> str:
+def read_lua(name: str) -> str:
+    """The text of ``lua/<name>`` as shipped in the package."""
     return resources.files("streams_sched").joinpath("lua", name).read_text(encoding="utf-8")
 
 
-_LIB = _read("_lib.lua")
-_SOURCES: dict[str, str] = {name: _LIB + "\n" + _read(f"{name}.lua") for name in SCRIPT_NAMES}
+_LIB = read_lua("_lib.lua")
+_SOURCES: dict[str, str] = {name: _LIB + "\n" + read_lua(f"{name}.lua") for name in SCRIPT_NAMES}
 
 
 def source(name: str) -> str:

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["DrainDetector", "LeasePlan", "SiteHint", "band_for", "plan_leases"]
+__all__ = ["DrainDetector", "LeasePlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_leases"]
 
 
 def band_for(priority: int, high_min: int, low_max: int) -> int:
@@ -53,6 +53,16 @@ class SiteHint:
         if http and self.backlog_http != 0:
             return True
         return browser and self.backlog_browser != 0
+
+
+def empty_lease_backoff(empty_streak: int, idle_poll_s: float, next_due_in_ms: int = -1) -> float:
+    """Seconds to leave a site alone after ``empty_streak`` lease calls in a row found
+    nothing: 0.1 s, doubling to at most ``idle_poll_s``, and never past the moment its
+    next delayed request is due (``next_due_in_ms``, -1 = none)."""
+    backoff: float = min(0.05 * 2.0 ** min(empty_streak, 8), idle_poll_s)
+    if next_due_in_ms >= 0:
+        backoff = min(backoff, next_due_in_ms / 1000.0)
+    return backoff
 
 
 @dataclass(slots=True)

@@ -8,6 +8,10 @@ setting, Redis unreachable, wrong credentials, a dedupe back-end mismatch, an
 incompatible Scrapy) is logged once, at CRITICAL, as one line that names the
 setting and the value, then re-raised so the crawl fails and ``scrapy crawl``
 exits 1. The re-raised exception carries no frames of ours.
+
+Scrapy before 2.16 counts a crawl as failed to start only when its crawler has
+no spider (later ones also when the crawl failed), so there ``scrapy crawl``
+would exit 0: :func:`fail_clearly` also clears ``crawler.spider``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,18 @@ def fail_clearly(func: F) -> F:
             if not getattr(exc, "_streams_logged", False):
                 logger.critical("streams-sched cannot start: %s", exc)
                 exc._streams_logged = True  # type: ignore[attr-defined]
+                _count_as_bootstrap_failure(args)
             raise exc.with_traceback(None) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _count_as_bootstrap_failure(args: tuple[Any, ...]) -> None:
+    """Make CrawlerProcess.bootstrap_failed true on every Scrapy (so `scrapy crawl` exits 1)."""
+    from scrapy.crawler import Crawler
+
+    for arg in args:
+        crawler = arg if isinstance(arg, Crawler) else getattr(arg, "crawler", None)
+        if isinstance(crawler, Crawler):
+            crawler.spider = None
+            return

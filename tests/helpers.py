@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib.util
 import json
 import os
 import shutil
@@ -14,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from itemadapter import ItemAdapter
 
 from streams_sched.connection import connect
 from streams_sched.frontier import BloomParams, Frontier
@@ -89,6 +93,14 @@ def with_user(url: str, user: str, password: str) -> str:
     return f"{scheme}://{quote(user, safe='')}:{quote(password, safe='')}@{rest.split('@', 1)[-1]}"
 
 
+#: the remote-control extension listens on a port; older Scrapy has none (and 2.16 fails to load the name)
+_NO_REMOTE_CONTROL = (
+    {"scrapy.extensions.remote_control.RemoteControl": None}
+    if importlib.util.find_spec("scrapy.extensions.remote_control") is not None
+    else {}
+)
+
+
 def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
@@ -103,7 +115,7 @@ def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra
         "LOG_LEVEL": "INFO",
         "ROBOTSTXT_OBEY": False,
         "TELNETCONSOLE_ENABLED": False,
-        "EXTENSIONS": {"scrapy.extensions.remote_control.RemoteControl": None},
+        "EXTENSIONS": _NO_REMOTE_CONTROL,
         "SYNTH_SITES": 3,
         "SYNTH_PAGES": 100,
     }
@@ -209,3 +221,28 @@ def scrapy_crawl(project: Path, settings: dict[str, Any], timeout: float = 60.0)
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "SCRAPY_SETTINGS_MODULE")}
     env["PYTHONPATH"] = os.pathsep.join([str(project), str(ROOT), env.get("PYTHONPATH", "")])
     return subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def same(a: Any, b: Any, where: str = "") -> None:
+    """Deep equality that also requires the same type at every level (and the same tzinfo)."""
+    assert type(a) is type(b), (where, a, b)
+    if isinstance(a, dict):
+        assert list(a) == list(b) and [type(k) for k in a] == [type(k) for k in b], where
+        for k in a:
+            same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{where}[{i}]")
+    elif isinstance(a, (set, frozenset)):
+        assert a == b and sorted(type(x).__name__ for x in a) == sorted(type(x).__name__ for x in b), where
+    elif ItemAdapter.is_item(a) and not isinstance(a, dict):
+        same(dict(ItemAdapter(a).items()), dict(ItemAdapter(b).items()), where)
+        assert a == b, where
+    else:
+        assert a == b, (where, a, b)
+        if isinstance(a, (dt.datetime, dt.time)):
+            assert (a.tzinfo, a.fold) == (b.tzinfo, b.fold), where
+            if a.tzinfo is not None:
+                assert a.tzinfo.tzname(None if isinstance(a, dt.time) else a) == b.tzinfo.tzname(
+                    None if isinstance(b, dt.time) else b), where

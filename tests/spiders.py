@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import os
 import signal
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import scrapy
@@ -245,3 +248,83 @@ class DroppedSpider(SyntheticSpider):
         yield scrapy.Request("http://site0.test/obj-meta", meta={"obj": object()}, callback=self.parse)
         yield scrapy.Request("http://site0.test/obj-cookie", cookies={"session": object()}, callback=self.parse)
         yield scrapy.Request("http://site0.test/obj-kwargs", cb_kwargs={"when": object()}, callback=self.parse)
+
+
+class FeedSpider(scrapy.Spider):
+    """Crawls only what it is fed (no link following); one item per page with its method, body and meta."""
+
+    name = "feedspider"
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        request = response.request
+        assert request is not None
+        yield {"url": response.url, "method": request.method, "body": request.body.decode(), "job": request.meta.get("job"), "pid": os.getpid()}
+
+
+def _redis_feed_spider() -> type[scrapy.Spider]:
+    from scrapy_redis.spiders import RedisSpider
+
+    class RedisFeedSpider(RedisSpider):  # type: ignore[misc]
+        """An unchanged scrapy-redis spider: only SCHEDULER and REDIS_URL point at streams-sched."""
+
+        name = "feedspider"
+        parse = FeedSpider.parse
+
+    return RedisFeedSpider
+
+
+RedisFeedSpider = _redis_feed_spider()
+class PageItem(scrapy.Item):
+    """An Item carried in meta by MetaObjectsSpider."""
+
+    url = scrapy.Field()
+    n = scrapy.Field()
+
+
+@dataclasses.dataclass(frozen=True)
+class OfferData:
+    """A dataclass carried in cb_kwargs by MetaObjectsSpider."""
+
+    price: Decimal
+    seen: dt.datetime
+    tags: tuple[str, ...]
+
+
+def _page_number(url: str) -> int:
+    tail = url.rstrip("/").rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+class MetaObjectsSpider(SyntheticSpider):
+    """Follows every link through a private callback, carrying an Item, a datetime, a Decimal,
+    a tuple and a set in meta and a dataclass in cb_kwargs, all derived from the target URL; each
+    page records what arrived (type names and values), so two crawls can be compared."""
+
+    name = "metaobjects"
+
+    def _follow(self, response: Response) -> Iterator[Any]:
+        for href in response.css("a::attr(href)").getall():
+            url = response.urljoin(href)
+            n = _page_number(url)
+            when = dt.datetime(2026, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=2))) + dt.timedelta(minutes=n)
+            yield response.follow(
+                url,
+                callback=self.__parse_page,
+                meta={"page": PageItem(url=url, n=n), "when": when, "price": Decimal(n) / 100,
+                      "trail": (n, str(n)), "seen_in": frozenset({n % 3})},
+                cb_kwargs={"offer": OfferData(Decimal(n), when.replace(tzinfo=None), ("a", str(n)))},
+            )
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        yield {"url": response.url, "arrived": "seed"}
+        yield from self._follow(response)
+
+    def __parse_page(self, response: Response, offer: OfferData) -> Iterator[Any]:
+        m = response.meta
+        arrived = {k: type(m[k]).__name__ for k in ("page", "when", "price", "trail", "seen_in")}
+        arrived["offer"] = type(offer).__name__
+        arrived["offer.tags"] = type(offer.tags).__name__
+        values = [dict(m["page"]), m["when"].isoformat(), str(m["price"]), list(m["trail"]), sorted(m["seen_in"]),
+                  str(offer.price), offer.seen.isoformat(), list(offer.tags)]
+        yield {"url": response.url, "arrived": json.dumps([arrived, values], sort_keys=True)}
+        yield from self._follow(response)

@@ -9,7 +9,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from streams_sched.cli import main, push_urls
+from streams_sched import seed
+from streams_sched.cli import main
 from streams_sched.frontier import Outgoing
 from streams_sched.testing import free_port
 
@@ -29,7 +30,7 @@ def cli(plain_redis_url: str, monkeypatch: pytest.MonkeyPatch):
 
 
 def seeded(url: str, crawl: str, n: int = 9):
-    push_urls(__import__("redis").Redis.from_url(url), crawl, [f"http://a{i % 3}.test/p/{i}" for i in range(n)])
+    seed(__import__("redis").Redis.from_url(url), crawl, [f"http://a{i % 3}.test/p/{i}" for i in range(n)])
     return frontier(url, crawl)
 
 

@@ -89,6 +89,21 @@ def test_sites_given_as_json_text() -> None:
         build(STREAMS_SITES='{"a.test": ')
 
 
+def test_meta_classes_and_codecs_settings() -> None:
+    """STREAMS_META_CLASSES takes a list or comma text, STREAMS_META_CODECS a dict or JSON text;
+    wrong shapes fail naming the setting."""
+    assert build(STREAMS_META_CLASSES="a.B, c.D").meta_classes == ("a.B", "c.D")
+    assert build(STREAMS_META_CLASSES=["a.B"]).meta_classes == ("a.B",)
+    assert build(STREAMS_META_CODECS='{"a.B": "a.codec"}').meta_codecs == {"a.B": "a.codec"}
+    assert build().meta_codecs == {} and build().meta_classes == ()
+    with pytest.raises(ConfigError, match="STREAMS_META_CODECS=.*not valid JSON"):
+        build(STREAMS_META_CODECS="{")
+    with pytest.raises(ConfigError, match="STREAMS_META_CODECS=.*class import path -> codec import path"):
+        build(STREAMS_META_CODECS=["a.B"])
+    with pytest.raises(ConfigError, match="STREAMS_META_CLASSES"):
+        build(STREAMS_META_CLASSES=[1])
+
+
 @pytest.mark.parametrize(
     ("url", "message"),
     [

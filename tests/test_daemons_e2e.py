@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 
-from streams_sched.cli import push_urls
+from streams_sched import seed
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.keys import GROUP
 from streams_sched.testing import free_port
@@ -89,7 +89,7 @@ def test_reclaimer_hands_a_killed_workers_leases_to_another(plain_redis_url: str
     lease_s, interval_s = 3.0, 1.0
     web = SyntheticWeb(sites=1, pages=6)
     client = redis.Redis.from_url(plain_redis_url)
-    push_urls(client, crawl, sorted(web.all_urls()))
+    seed(client, crawl, sorted(web.all_urls()))
     items = tmp_path / "items.jsonl"
     common = base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=6)
     rec = Daemon("reclaimer", ["--redis-url", plain_redis_url, "--interval", str(interval_s), "--prefix", crawl,

@@ -10,6 +10,8 @@ def test_all_names_exist_and_are_public() -> None:
     for name in streams_sched.__all__:
         assert hasattr(streams_sched, name), name
     assert streams_sched.StreamsScheduler.__module__ == "streams_sched.scheduler"
+    assert streams_sched.Seeder.__module__ == "streams_sched.seeding"
+    assert {"Seeder", "SeedResult", "seed"} <= set(streams_sched.__all__)
 
 
 def test_one_root_exception() -> None:

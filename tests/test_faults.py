@@ -252,6 +252,7 @@ def _announced(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.scrapy_matrix
 def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(crawl: str, tmp_path: Path, measured: Any) -> None:
     """SIGTERM: the worker stops leasing, hands back its prefetched leases at once, finishes the
     requests in progress, acks them and exits 0; another worker finishes the crawl, no page twice."""
@@ -300,6 +301,7 @@ def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(craw
         server.cleanup()
 
 
+@pytest.mark.scrapy_matrix
 def test_ctrl_c_hands_back_requests_still_in_progress_after_the_timeout(crawl: str, tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) with downloads that would take 60s: after STREAMS_SHUTDOWN_TIMEOUT_SECONDS
     the worker hands their leases back and exits; the next worker crawls them at once."""
@@ -343,13 +345,13 @@ def test_leases_whose_replies_were_lost_are_handed_back_at_once(crawl: str, tmp_
     instead of blocking the end of the crawl until they expire."""
     from redis_tools import TcpProxy
 
-    from streams_sched.cli import push_urls
+    from streams_sched import seed
     from streams_sched.scripts import source
 
     server = RedisServer().start()
     proxy = TcpProxy(server.port)
     # every page is in the backlog from the start, so the worker leases in every cycle
-    push_urls(connect(server.url), crawl, sorted(expected(3, 150)))
+    seed(connect(server.url), crawl, sorted(expected(3, 150)))
     items = tmp_path / "items.jsonl"
     lease_s = 60
     settings = base_settings(
@@ -413,6 +415,7 @@ reactor.run()
 """
 
 
+@pytest.mark.scrapy_matrix
 def test_close_wait_is_bounded_on_a_plain_twisted_reactor() -> None:
     """The bounded wait for requests in progress also works without asyncio (Twisted's epoll reactor)."""
     import subprocess

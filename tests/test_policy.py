@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from streams_sched.cli import push_urls
+from streams_sched import seed
 from streams_sched.frontier import BloomParams, Frontier, Outgoing
 from streams_sched.policy import get_policy, pause_site, resume_site
 
@@ -84,7 +84,7 @@ def test_weights_share_a_busy_worker(plain_redis_url: str, crawl: str, tmp_path:
     from streams_sched.demo.web import SyntheticWeb
 
     web = SyntheticWeb(sites=2, pages=400)
-    push_urls(client, crawl, [web.url(s, p) for s in range(2) for p in range(150)])
+    seed(client, crawl, [web.url(s, p) for s in range(2) for p in range(150)])
     w = Worker(settings, tmp_path / "w.log")
     crawl_to_end(w, timeout=180)
     first = [r["url"] for r in downloads(rec)][:160]
@@ -102,7 +102,7 @@ def test_band_ratio_serves_every_band(plain_redis_url: str, crawl: str, tmp_path
 
     web = SyntheticWeb(sites=1, pages=300)
     for prio, pages in ((5, range(0, 100)), (0, range(100, 200)), (-5, range(200, 300))):
-        push_urls(client, crawl, [web.url(0, p) for p in pages], priority=prio)
+        seed(client, crawl, [web.url(0, p) for p in pages], priority=prio)
     settings = base_settings(
         plain_redis_url, crawl, "bitmap", tmp_path / "items.jsonl",
         SYNTH_SITES=1, SYNTH_PAGES=300, SYNTH_RECORD_FILE=str(rec), STREAMS_BAND_RATIO="5:3:2",
@@ -185,7 +185,7 @@ def test_paused_site_keeps_its_backlog_until_resumed(plain_redis_url: str, crawl
     """A paused site is not leased (its backlog stays, the worker keeps waiting); resume crawls it."""
     items = tmp_path / "items.jsonl"
     client = redis.Redis.from_url(plain_redis_url)
-    push_urls(client, crawl, ["http://site0.test/p/0", "http://site1.test/p/0"])
+    seed(client, crawl, ["http://site0.test/p/0", "http://site1.test/p/0"])
     f = Frontier(client, crawl)
     pause_site(f, "site1.test")
     assert get_policy(f, "site1.test")["paused"] == "1"

@@ -83,3 +83,13 @@ def test_seen_cache_is_bounded() -> None:
         cache.add(bytes([i]))
     assert len(cache) <= 10
     assert bytes([99]) in cache and bytes([0]) not in cache
+
+
+def test_empty_lease_backoff_doubles_to_the_idle_poll_and_stops_at_the_next_due_request() -> None:
+    """Back-off after empty leases: 0.1 s doubling, capped by STREAMS_IDLE_POLL_SECONDS and by the next due delay."""
+    from streams_sched.selection import empty_lease_backoff
+
+    assert [empty_lease_backoff(n, 5.0) for n in (1, 2, 3)] == [0.1, 0.2, 0.4]
+    assert empty_lease_backoff(30, 5.0) == 5.0
+    assert empty_lease_backoff(30, 5.0, next_due_in_ms=250) == 0.25
+    assert empty_lease_backoff(1, 5.0, next_due_in_ms=0) == 0.0

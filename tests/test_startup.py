@@ -11,6 +11,8 @@ from streams_sched.testing import RedisServer, free_port
 
 from helpers import scrapy_crawl, scrapy_project
 
+pytestmark = pytest.mark.scrapy_matrix
+
 START_ERROR = "CRITICAL: streams-sched cannot start:"
 
 

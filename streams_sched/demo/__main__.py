@@ -25,8 +25,9 @@ from typing import Any
 
 import redis
 
-from ..cli import STATUS_COLUMNS, push_urls, render_table, status_rows
+from ..cli import STATUS_COLUMNS, render_table, status_rows
 from ..frontier import Frontier
+from ..seeding import seed
 from ..testing import RedisServer, find_redisbloom, free_port
 from .server import SyntheticServer
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         client = redis.Redis.from_url(redis_url)
-        added, _ = push_urls(client, crawl, web.web.seeds())
+        added = len(seed(client, crawl, web.web.seeds()).added)
         say(f"crawl {crawl}: pushed {added} seeds")
         started = time.time()
         for n in (1, 2):

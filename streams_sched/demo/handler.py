@@ -18,8 +18,16 @@ import time
 from typing import Any
 
 from scrapy import Request
-from scrapy.core.downloader.handlers.base import BaseDownloadHandler
 from scrapy.http import HtmlResponse, Response
+from scrapy.utils.defer import deferred_from_coro
+
+try:
+    from scrapy.core.downloader.handlers.base import BaseDownloadHandler
+
+    _DEFERRED_API = False
+except ImportError:  # Scrapy 2.13: download_request(request, spider) and close() return Deferreds
+    BaseDownloadHandler = object  # type: ignore[assignment,misc]
+    _DEFERRED_API = True
 
 from .web import SyntheticWeb
 
@@ -44,7 +52,8 @@ class SyntheticHandler(BaseDownloadHandler):
     lazy = False
 
     def __init__(self, crawler: Any) -> None:
-        super().__init__(crawler)
+        if not _DEFERRED_API:
+            super().__init__(crawler)
         settings = crawler.settings
         self.web = web_from_settings(settings)
         self.delay = settings.getfloat("SYNTH_DELAY_SECONDS", 0.0)
@@ -55,7 +64,27 @@ class SyntheticHandler(BaseDownloadHandler):
         self.tag = settings.get("RECORD_TAG", "")
         self.browser_inflight = 0
 
-    async def download_request(self, request: Request) -> Response:
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> SyntheticHandler:
+        return cls(crawler)
+
+    if _DEFERRED_API:
+
+        def download_request(self, request: Request, spider: Any = None) -> Any:
+            return deferred_from_coro(self._download(request))
+
+        def close(self) -> Any:
+            return deferred_from_coro(self._close())
+
+    else:
+
+        async def download_request(self, request: Request) -> Response:  # type: ignore[misc]
+            return await self._download(request)
+
+        async def close(self) -> None:  # type: ignore[misc]
+            await self._close()
+
+    async def _download(self, request: Request) -> Response:
         browser = request.meta.get("task_type") == "browser"
         if browser:
             self.browser_inflight += 1
@@ -84,7 +113,7 @@ class SyntheticHandler(BaseDownloadHandler):
             return HtmlResponse(request.url, status=404, body=b"<html>not found</html>", request=request)
         return HtmlResponse(request.url, status=200, body=self.web.html(*where), request=request, encoding="utf-8")
 
-    async def close(self) -> None:
+    async def _close(self) -> None:
         if self.record_fd >= 0:
             os.close(self.record_fd)
             self.record_fd = -1

@@ -2,7 +2,7 @@
 
 import os
 
-from streams_sched.cli import push_urls
+from streams_sched import seed
 from streams_sched.connection import connect, wait_ready
 from streams_sched.demo.web import SyntheticWeb
 
@@ -12,8 +12,8 @@ def main() -> None:
     client = connect(url)
     wait_ready(client, url, 60)
     web = SyntheticWeb(sites=int(os.environ.get("SYNTH_SITES", "20")), pages=int(os.environ.get("SYNTH_PAGES", "5000")))
-    added, dups = push_urls(client, os.environ.get("STREAMS_PREFIX", "example"), web.seeds())
-    print(f"pushed {added} seed(s) ({dups} already seen)")
+    result = seed(client, os.environ.get("STREAMS_PREFIX", "example"), web.seeds())
+    print(f"pushed {len(result.added)} seed(s) ({len(result.duplicates)} already seen)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,24 @@
+"""Exit codes of ``streams-sched`` and of both daemons, in one place."""
+
+from __future__ import annotations
+
+__all__ = ["EXIT_CODES", "EXIT_ERROR", "EXIT_OK", "EXIT_TIMEOUT", "EXIT_UNREACHABLE", "EXIT_USAGE"]
+
+EXIT_OK = 0
+#: a runtime error: unknown crawl or site, Redis refused a command, a bad state
+EXIT_ERROR = 1
+#: a usage error: bad option or argument (click's own code)
+EXIT_USAGE = 2
+#: Redis did not answer, or refused the credentials
+EXIT_UNREACHABLE = 3
+#: ``streams-sched watch --until-drained --timeout`` ran out of time
+EXIT_TIMEOUT = 4
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "runtime error (unknown crawl or site, Redis refused a command, ...)",
+    EXIT_USAGE: "usage error (bad option or argument)",
+    EXIT_UNREACHABLE: "Redis unreachable or credentials refused",
+    EXIT_TIMEOUT: "timed out (watch --until-drained --timeout)",
+    130: "interrupted (Ctrl-C)",
+}

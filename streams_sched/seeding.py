@@ -1,0 +1,277 @@
+"""Seed a crawl from any program: a web app, an Airflow task, a cron job.
+
+::
+
+    from streams_sched import Seeder
+
+    with Seeder("redis://localhost:6379/0", crawl="books") as seeder:
+        result = seeder.seed(["https://example.com/"], priority=5, callback="parse_list")
+    result.added, result.duplicates      # the URLs of each kind
+
+Seeds go through the same atomic enqueue as the workers' requests: fingerprinted
+with Scrapy's own fingerprinter (pass the crawl's, e.g. ``crawler.request_fingerprinter``,
+if the project changes REQUEST_FINGERPRINTER_CLASS), deduped by the site's Bloom filter
+(and by a migrated scrapy-redis dupefilter, see :mod:`streams_sched.legacy`), and
+routed by the site's policy: a seed that names no ``meta["task_type"]`` lands in the
+browser streams of a site whose ``task_type`` is ``browser``. One pipeline per batch;
+on Redis Cluster the pipeline is split per node by redis-py.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+from scrapy import Request
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.request import RequestFingerprinter
+
+from .codec import RequestCodec
+from .connection import connect_ready
+from .errors import SerializationError
+from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
+from .keys import BANDS, TASK_TYPES, validate_crawl_name, validate_site_name
+from .legacy import legacy_fingerprint, legacy_key, legacy_seen
+from .selection import band_for
+
+__all__ = ["SITE_TASK", "Seed", "SeedResult", "Seeder", "outgoing_for", "seed"]
+
+#: Outgoing.stream offset meaning "band N, task type from the site's policy" (enqueue.lua).
+SITE_TASK = 10
+
+
+@dataclass
+class SeedResult:
+    """What one :meth:`Seeder.seed` call did: URLs added, URLs that were duplicates."""
+
+    added: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+
+    def __iadd__(self, other: SeedResult) -> SeedResult:
+        self.added += other.added
+        self.duplicates += other.duplicates
+        return self
+
+
+@dataclass(slots=True)
+class Seed:
+    """A request ready to enqueue: its site, the Outgoing entry, and scrapy-redis's fingerprint."""
+
+    site: str
+    out: Outgoing
+    url: str
+    legacy_fp: bytes = b""
+
+
+def _callback_name(func: Any, given: str | None, what: str) -> str | None:
+    if given is not None:
+        name = given
+    elif func is None:
+        return None
+    elif isinstance(func, str):
+        name = func
+    else:
+        name = getattr(func, "__name__", "")
+    if not name.isidentifier() or name.startswith("_"):
+        raise SerializationError(repr(func or given), what, f"{name!r} is not a public method name of the spider")
+    return name
+
+
+def outgoing_for(
+    request: Request,
+    codec: RequestCodec,
+    fingerprinter: Any,
+    *,
+    high_min: int = 1,
+    low_max: int = -1,
+    callback: str | None = None,
+    errback: str | None = None,
+    fingerprint: bytes | None = None,
+    legacy: bool = False,
+) -> Seed:
+    """Turn a request into what enqueue.lua takes. Callbacks are spider methods by
+    name (``callback``, or the ``__name__`` of the request's own); raises
+    SerializationError (bad meta, site, task type) or ValueError."""
+    meta = request.meta
+    site = meta.get("site")
+    if site is None:
+        site = urlparse_cached(request).hostname or "_nohost"
+    else:
+        try:
+            validate_site_name(site)
+        except ValueError as exc:
+            raise SerializationError(repr(request), "meta['site']", str(exc)) from None
+    task = meta.get("task_type")
+    if task is not None and task not in TASK_TYPES:
+        raise SerializationError(repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}")
+    cb = _callback_name(request.callback, callback, "callback")
+    eb = _callback_name(request.errback, errback, "errback")
+    if codec.spider is None and (request.callback is not None or request.errback is not None):
+        request = request.replace(callback=None, errback=None)
+    payload = codec.encode(request)
+    if codec.spider is None and (cb or eb):
+        d = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        if cb:
+            d["c"] = cb
+        if eb:
+            d["e"] = eb
+        payload = msgpack.packb(d, use_bin_type=True)
+    if fingerprint is not None:
+        fp = fingerprint
+    else:
+        fp = b"" if request.dont_filter else fingerprinter.fingerprint(request)
+    band = band_for(request.priority, high_min, low_max)
+    stream = SITE_TASK + band if task is None else (len(BANDS) if task == "browser" else 0) + band
+    lfp = legacy_fingerprint(request) if legacy and not request.dont_filter else b""
+    return Seed(site, Outgoing(fp, stream, 0, payload), request.url, lfp)
+
+
+class Seeder:
+    """Adds seed requests to one crawl. Thread-safe only per instance (one per thread).
+
+    ``redis`` is a REDIS_URL (``?cluster=1`` for Redis Cluster) or a redis-py client.
+    """
+
+    def __init__(
+        self,
+        redis: str | Any,
+        crawl: str,
+        *,
+        fingerprinter: Any = None,
+        high_priority_min: int = 1,
+        low_priority_max: int = -1,
+        batch: int = 500,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        validate_crawl_name(crawl, "crawl")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch!r}")
+        self._owns_client = isinstance(redis, str)
+        self.client = connect_ready(redis, connect_timeout_s) if isinstance(redis, str) else redis
+        self.crawl = crawl
+        self.fingerprinter = fingerprinter or RequestFingerprinter()
+        self.high_min = high_priority_min
+        self.low_max = low_priority_max
+        self.batch = batch
+        self.codec = RequestCodec(None)
+        self.frontier = Frontier(self.client, crawl, crawl_bloom(self.client, crawl))
+        self.frontier.scripts.load()
+        default_task = self.client.hget(self.frontier.keys.meta, "default_task_type")
+        self.frontier.default_task = default_task.decode() if isinstance(default_task, bytes) else (default_task or "http")
+        self.legacy = legacy_key(self.client, self.frontier.keys.meta)
+        self._registered: set[str] = set()
+
+    def __enter__(self) -> Seeder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection if this Seeder opened it (a client passed in stays open)."""
+        if self._owns_client:
+            self.client.close()
+
+    def seed(
+        self,
+        requests: Iterable[str | Request],
+        *,
+        priority: int | None = None,
+        meta: Mapping[str, Any] | None = None,
+        callback: str | None = None,
+        errback: str | None = None,
+        site: str | None = None,
+        dont_filter: bool = False,
+    ) -> SeedResult:
+        """Enqueue URLs (str) or Requests; returns the URLs added and the duplicates.
+
+        ``priority``, ``meta``, ``site`` (into ``meta["site"]``) and ``dont_filter`` apply to
+        every URL; for a Request, ``priority`` (if given) replaces its own, and ``meta``
+        and ``site`` are added to its meta. ``callback`` and ``errback`` name spider methods.
+        Blank strings and lines starting with ``#`` are skipped. A bad URL raises
+        ValueError; a bad meta, site or task type raises SerializationError; what was
+        sent before the error stays sent.
+        """
+        if site is not None:
+            validate_site_name(site)
+        for name in (callback, errback):
+            if name is not None and (not name.isidentifier() or name.startswith("_")):
+                raise ValueError(f"{name!r} is not a public method name of the spider")
+        extra = dict(meta or {})
+        if site is not None:
+            extra["site"] = site
+        result = SeedResult()
+        batch: list[Seed] = []
+        for item in requests:
+            if isinstance(item, str):
+                url = item.strip()
+                if not url or url.startswith("#"):
+                    continue
+                request = Request(url, priority=priority or 0, meta=dict(extra) or None, dont_filter=dont_filter)
+            else:
+                request = item
+                changes: dict[str, Any] = {}
+                if priority is not None:
+                    changes["priority"] = priority
+                if extra:
+                    changes["meta"] = {**request.meta, **extra}
+                if dont_filter:
+                    changes["dont_filter"] = True
+                if changes:
+                    request = request.replace(**changes)
+            batch.append(
+                outgoing_for(
+                    request, self.codec, self.fingerprinter, high_min=self.high_min, low_max=self.low_max,
+                    callback=callback, errback=errback, legacy=self.legacy is not None,
+                )
+            )
+            if len(batch) >= self.batch:
+                result += self.send(batch)
+                batch = []
+        if batch:
+            result += self.send(batch)
+        return result
+
+    def send(self, seeds: list[Seed]) -> SeedResult:
+        """Enqueue prepared seeds in one pipeline (after one SMISMEMBER with a legacy dupefilter)."""
+        result = SeedResult()
+        if self.legacy is not None:
+            checked = [s for s in seeds if s.legacy_fp]
+            for s, seen in zip(checked, legacy_seen(self.client, self.legacy, [s.legacy_fp for s in checked]), strict=True):
+                if seen:
+                    result.duplicates.append(s.url)
+                    s.url = ""
+            seeds = [s for s in seeds if s.url]
+        by_site: dict[str, list[Seed]] = defaultdict(list)
+        for s in seeds:
+            by_site[s.site].append(s)
+        if not by_site:
+            return result
+        pipe = self.client.pipeline(transaction=False)
+        new_sites = sorted(set(by_site) - self._registered)
+        if new_sites:
+            self.frontier.register_sites(new_sites, pipe)
+        self.frontier.register(pipe)
+        for site, items in by_site.items():
+            self.frontier.enqueue(site, [it.out for it in items], pipe)
+        replies = pipe.execute()[(1 if new_sites else 0) + 1 :]
+        self._registered.update(new_sites)
+        for items, reply in zip(by_site.values(), replies, strict=True):
+            flags = parse_enqueue(reply)[3]
+            for it, flag in zip(items, flags, strict=True):
+                (result.added if flag == ord("1") else result.duplicates).append(it.url)
+        return result
+
+
+def seed(
+    redis: str | Any,
+    crawl: str,
+    requests: Iterable[str | Request],
+    **options: Any,
+) -> SeedResult:
+    """One-shot :meth:`Seeder.seed`: connect, seed, close."""
+    with Seeder(redis, crawl) as seeder:
+        return seeder.seed(requests, **options)

@@ -1,0 +1,88 @@
+"""The I/O thread's pure bookkeeping: the ack-ordering gate and the lease book (no Redis)."""
+
+from __future__ import annotations
+
+from streams_sched.frontier import LeasedEntry, Outgoing
+from streams_sched.keys import BROWSER_FIRST_STREAM
+from streams_sched.leasebook import LeaseBook
+from streams_sched.ops import Ack, AckGate, DeadLetter, Enqueue, Extend, Release
+
+
+def _entry(n: int, site: str = "a.test", stream: int = 1, suspect: bool = False) -> LeasedEntry:
+    return LeasedEntry(site, stream, f"{n}-0".encode(), None, 1 if suspect else 0, suspect)
+
+
+def _enq(n: int) -> Enqueue:
+    return Enqueue("a.test", Outgoing(bytes([n]) * 20, 1, 0, b"p"))
+
+
+def test_an_ack_waits_one_cycle_behind_the_enqueues_queued_before_it() -> None:
+    """A follow-up and its parent's ack queued together: the follow-up goes now, the ack next cycle."""
+    gate = AckGate()
+    child, ack = _enq(1), Ack(_entry(1))
+    enqueues, after = gate.plan([child, ack])
+    assert enqueues == [child] and after == []
+    enqueues, after = gate.plan([])
+    assert enqueues == [] and after == [ack]
+    assert not gate
+
+
+def test_a_failed_enqueue_holds_back_every_later_ack_until_it_succeeds() -> None:
+    """An enqueue Redis refused is sent again, and no lease op goes out until it is confirmed."""
+    gate = AckGate()
+    child, ack1 = _enq(1), Ack(_entry(1))
+    enqueues, _ = gate.plan([child, ack1])
+    gate.enqueue_failed(enqueues)
+    ack2 = Ack(_entry(2))
+    enqueues, after = gate.plan([ack2])
+    assert enqueues == [child] and after == []  # resent; acks still held
+    enqueues, after = gate.plan([])
+    assert enqueues == [] and after == [ack1, ack2]
+
+
+def test_a_failed_cycle_puts_everything_back_in_order() -> None:
+    """When the whole pipeline fails, its enqueues and lease ops come back first, in order."""
+    gate = AckGate()
+    gate.plan([_enq(1), Ack(_entry(1))])
+    enqueues, after = gate.plan([_enq(2), Release(_entry(2))])
+    assert [op.entry for op in after] == [_entry(1)]
+    gate.not_sent(enqueues, after)
+    assert gate.unconfirmed == enqueues
+    assert gate.held == [after[0], Release(_entry(2))]
+    assert len(gate) == 3
+
+
+def test_own_dead_letters_go_out_at_once_even_behind_unconfirmed_enqueues() -> None:
+    """Entries this worker could not decode follow no enqueue: their dead letters are not held."""
+    gate = AckGate()
+    gate.unconfirmed = [_enq(1)]
+    dead = DeadLetter(_entry(3), "payload is not msgpack")
+    gate.own_dead.append(dead)
+    _, after = gate.plan([])
+    assert after == [dead]
+
+
+def test_failed_lease_ops_are_retried_before_newer_ones() -> None:
+    """A lease op Redis refused goes back to the front of the queue."""
+    gate = AckGate()
+    gate.plan([Extend(_entry(1))])
+    _, after = gate.plan([Ack(_entry(2))])
+    gate.after_failed(after)
+    _, again = gate.plan([])
+    assert again == after + [Ack(_entry(2))]
+
+
+def test_lease_book_counts_sites_browser_leases_and_suspects() -> None:
+    """Taking and ending leases keeps per-site, browser and suspect counts exact, with no empty keys."""
+    book = LeaseBook()
+    http, browser, suspect = _entry(1), _entry(2, stream=BROWSER_FIRST_STREAM), _entry(3, "b.test", suspect=True)
+    for e in (http, browser, suspect):
+        book.take(e)
+    assert book.total == 3 and dict(book.by_site) == {"a.test": 2, "b.test": 1}
+    assert book.browser == 1 and dict(book.browser_by_site) == {"a.test": 1}
+    assert book.suspects == 1 and len(book.ids) == 3
+    assert book.end(suspect) is True
+    assert book.end(browser) is False
+    assert book.browser == 0 and dict(book.browser_by_site) == {}
+    book.end(http)
+    assert book.total == 0 and dict(book.by_site) == {} and not book.ids and book.suspects == 0
