@@ -33,9 +33,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # The scheduler pulls in Scrapy; the daemons (reclaimer, monitor) import this package
-    # without it, so it loads on first use. (The CLI does import Scrapy: `push` fingerprints
-    # and encodes requests the way a worker does.) tests/test_exports.py checks both.
+    # The scheduler pulls in Scrapy; the daemons (reclaimer, monitor) and the CLI import
+    # this package without it, so it loads on first use (the CLI's commands that encode
+    # requests import Scrapy when they run). tests/test_exports.py checks it.
     if name == "StreamsScheduler":
         from .scheduler import StreamsScheduler
 
