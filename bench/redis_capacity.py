@@ -34,7 +34,8 @@ from typing import Any
 from streams_sched.codec import RequestCodec
 from streams_sched.connection import connect, is_cluster_client
 from streams_sched.frontier import Frontier, Outgoing, crawl_bloom, parse_lease
-from streams_sched.testing import LocalCluster, RedisServer, find_redisbloom
+from streams_sched.testing import RedisServer, find_redisbloom
+from tests.redis_tools import LocalCluster
 
 SITES = 64
 SEED_PER_SITE = 200

@@ -28,6 +28,24 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
 }
 
+apt_download_tool() {
+  # apt_download_tool PACKAGE PATH-IN-PACKAGE: extract one binary of a Debian package
+  # into $VENV/bin without installing the package (or its service). Best effort.
+  local pkg="$1" path="$2" tmp
+  command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 || return 1
+  if [ "$APT_UPDATED" = 0 ] && [ "$(id -u)" = "0" ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
+    APT_UPDATED=1
+  fi
+  tmp="$(mktemp -d)"
+  if (cd "$tmp" && apt-get download -qq "$pkg" >/dev/null 2>&1 && dpkg-deb -x "$pkg"_*.deb root); then
+    install -m 0755 "$tmp/root$path" "$VENV/bin/$(basename "$path")"
+    log "took $(basename "$path") from Debian's $pkg package into $VENV/bin"
+  fi
+  rm -rf "$tmp"
+  [ -x "$VENV/bin/$(basename "$path")" ]
+}
+
 # redis-server: the tests and the demo start their own on a free port.
 if ! command -v redis-server >/dev/null 2>&1; then
   apt_install redis-server
@@ -63,4 +81,20 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
   "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS:-test}]" >&2
   echo "$WANT" > "$STAMP"
+fi
+
+# Tools some tests call (scripts/test.sh sets TEST_TOOLS=1): promtool (from Debian's
+# prometheus package, extracted into the venv) and systemd-analyze (Debian's systemd
+# package). Best effort: without them those tests skip locally and fail under CI=1.
+if [ "${TEST_TOOLS:-0}" = 1 ]; then
+  if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$VENV/bin/promtool" ]; then
+    apt_download_tool prometheus /usr/bin/promtool || log "promtool unavailable: the alert-rule test will skip (fail under CI=1)"
+  fi
+  if ! command -v systemd-analyze >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+      apt_install systemd || log "systemd-analyze unavailable: the unit check will skip (fail under CI=1)"
+    else
+      log "systemd-analyze unavailable (apt-get install systemd as root): the unit check will skip (fail under CI=1)"
+    fi
+  fi
 fi

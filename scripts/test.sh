@@ -4,6 +4,6 @@
 # Extra arguments go to pytest, e.g. scripts/test.sh -k e2e -x
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/bootstrap.sh"
+TEST_TOOLS=1 source "$ROOT/scripts/bootstrap.sh"
 cd "$ROOT"
 exec "$VENV/bin/python" -m pytest "$@"

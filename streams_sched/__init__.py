@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # The scheduler pulls in Scrapy and Twisted; the daemons and the CLI's Redis-only
-    # commands import this package without them, so it loads on first use.
+    # The scheduler pulls in Scrapy; the daemons (reclaimer, monitor) and the CLI import
+    # this package without it, so it loads on first use (the CLI's commands that encode
+    # requests import Scrapy when they run). tests/test_exports.py checks it.
     if name == "StreamsScheduler":
         from .scheduler import StreamsScheduler
 

@@ -1,4 +1,4 @@
-"""The places where streams-sched reaches into Scrapy's engine.
+"""The four places where streams-sched reaches into Scrapy's engine.
 
 Scrapy has no public "request finished" hook (scrapy/scrapy#7978). The exact
 point is the engine slot's ``remove_request``: the engine calls it once per

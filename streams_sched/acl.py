@@ -38,6 +38,7 @@ __all__ = [
     "denials",
     "deluser",
     "key_patterns",
+    "role_commands",
     "rules",
     "script_commands",
     "setuser",
@@ -112,9 +113,10 @@ _ROLE_OWN: dict[str, tuple[str, ...]] = {
     # RedisBloom probe (BF.EXISTS), lost-reply recovery (XPENDING).
     # The scrapy-redis feed (feed.py): its length, a batch read without removing, the
     # removal, the mover lock (SET NX PX / GET / DEL), the _feed dead letters (XADD,
-    # HINCRBY); a migrated scrapy-redis dupefilter (SMISMEMBER).
+    # HINCRBY); a migrated scrapy-redis dupefilter (SMISMEMBER). The check of these rights
+    # at start (MULTI, DISCARD: streams_sched/rights.py).
     "worker": (
-        *_BASE, "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
+        *_BASE, "multi", "discard", "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
         "publish", "spublish", "bf.exists",
         "llen", "scard", "zcard", "lrange", "srandmember", "zrevrange", "lrem", "srem", "zrem",
         "set", "get", "del", "xadd", "hincrby", "smismember",
@@ -156,6 +158,11 @@ OPTIONAL_COMMANDS: dict[str, tuple[str, ...]] = {
 }
 
 ROLES: tuple[str, ...] = tuple(_ROLE_COMMANDS)
+
+
+def role_commands(role: str) -> tuple[str, ...]:
+    """The commands ``role`` needs (module and optional commands left out)."""
+    return _ROLE_COMMANDS[role]
 
 
 def key_patterns(crawl: str | None = None) -> list[str]:

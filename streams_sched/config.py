@@ -12,7 +12,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse, urlunparse
 
@@ -387,10 +387,6 @@ class StreamsConfig:
             feed_encoding=str(get("REDIS_ENCODING", "utf-8")),
             unserializable=str(get("STREAMS_UNSERIALIZABLE", "local")).strip().lower(),
         )
-
-    def describe(self) -> dict[str, Any]:
-        """The settings as a plain dict (for the start-up log line)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "redis_url"}
 
 
 def validate_node_id(node_id: str) -> bool:

@@ -586,7 +586,3 @@ class Frontier:
         deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen))
         self.client.srem(CrawlKeys.registry(), self.crawl)
         return deleted
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -45,7 +45,6 @@ __all__ = [
     "health_key",
     "CrawlKeys",
     "SiteKeys",
-    "stream_index",
     "validate_crawl_name",
     "validate_site_name",
 ]
@@ -65,11 +64,6 @@ BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
 
 _CRAWL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")
-
-
-def stream_index(task: str, band: str) -> int:
-    """Zero-based position of the (task, band) stream in :data:`STREAMS`."""
-    return TASK_TYPES.index(task) * len(BANDS) + BANDS.index(band)
 
 
 def health_key(daemon: str, name: str) -> str:
@@ -137,9 +131,6 @@ class CrawlKeys:
     def registry() -> str:
         """The global SET of crawl names."""
         return f"{ROOT}:crawls"
-
-    def site(self, site: str) -> SiteKeys:
-        return SiteKeys(self.crawl, site)
 
 
 @dataclass(frozen=True)

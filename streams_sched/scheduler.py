@@ -60,6 +60,7 @@ from .legacy import legacy_fingerprint
 from .pump import Pump, make_node_id
 from .recovery import release_orphans
 from .retry_after import retry_after_seconds
+from .rights import check_rights
 from .seen import SeenCache
 from .selection import band_for, returning_credit
 from .startup import fail_clearly
@@ -174,6 +175,7 @@ class StreamsScheduler(BaseScheduler):
             socket_timeout=cfg.socket_timeout_seconds,
             connect_timeout=min(5.0, cfg.socket_timeout_seconds),
         )
+        check_rights(client, cfg.crawl, f"Redis at {redact(cfg.redis_url)}")
         bloom = crawl_bloom(
             client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion,
             cfg.revisit_after_seconds, cfg.revisit_buckets,

@@ -3,8 +3,10 @@
 Each ``lua/<name>.lua`` file starts with a header naming its KEYS and ARGV.
 ``lua/_lib.lua`` holds helpers shared by all of them and is prepended to each
 script, so every call stays one atomic script that touches only its KEYS.
-Scripts are called through redis-py's ``register_script``, which reloads a
-script the server has forgotten (NOSCRIPT) transparently, also in pipelines.
+Scripts are registered with redis-py's ``register_script``. Called on their own
+they reload a script the server has forgotten (NOSCRIPT) transparently; queued
+in a pipeline they are a bare EVALSHA, and on NOSCRIPT the caller runs
+:meth:`Scripts.load` and sends the pipeline again (see :meth:`Scripts.call`).
 """
 
 from __future__ import annotations

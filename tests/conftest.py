@@ -29,10 +29,12 @@ import redis
 
 from streams_sched.connection import connect
 from streams_sched.keys import CrawlKeys, SiteKeys
-from streams_sched.testing import LocalCluster, RedisServer, find_redisbloom, redis_server_binary
+from streams_sched.testing import RedisServer, find_redisbloom, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+
+from redis_tools import LocalCluster  # noqa: E402 (tests/ is on sys.path from here on)
 
 BACKENDS = ("bitmap", "redisbloom")
 CLUSTER = "cluster"

@@ -6,6 +6,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +26,25 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
+def missing(reason: str) -> None:
+    """Skip the test locally; under CI (``CI`` set) fail it, since no test may skip there."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set, so this is an error, not a skip)")
+    pytest.skip(reason)
+
+
+def find_tool(name: str, install: str) -> str:
+    """Path of the command-line tool ``name``, on PATH or in the virtualenv's bin directory
+    (where scripts/bootstrap.sh puts promtool); skip (fail under CI) when it is nowhere."""
+    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if path is None:
+        missing(f"{name} not installed ({install}; scripts/test.sh provides it as root on Debian)")
+    assert path is not None
+    return path
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "") -> Any:
     """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -35,6 +55,31 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
         time.sleep(interval)
+
+
+def subscribe_events(url: str, crawl: str) -> Any:
+    """A pub/sub connection subscribed to the crawl's node events (before a worker starts)."""
+    from streams_sched.keys import CrawlKeys
+
+    events = connect(url).pubsub()
+    events.subscribe(CrawlKeys(crawl).events)
+    return events
+
+
+def wait_heartbeats(events: Any, n: int, worker: Worker | None = None, timeout: float = 30.0) -> None:
+    """Drop the events received so far, then wait for ``n`` more heartbeats: each one is a
+    cycle of a worker's I/O thread (lease, drain check), so "nothing happened" after them is
+    a count, not a guess of how long is enough. Fails at once if ``worker`` exits."""
+    while events.get_message(timeout=0) is not None:
+        pass
+    deadline = time.monotonic() + timeout
+    beats = 0
+    while beats < n:
+        assert time.monotonic() < deadline, f"timed out waiting for {n} heartbeats"
+        assert worker is None or worker.alive(), f"the worker exited; log:\n{worker.log()}"
+        msg = events.get_message(timeout=0.5)
+        if msg is not None and msg["type"] == "message" and json.loads(msg["data"])["event"] == "heartbeat":
+            beats += 1
 
 
 def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Frontier:

@@ -146,6 +146,110 @@ class OversizeSpider(SyntheticSpider):
         yield scrapy.Request("http://site0.test/obj-meta", meta={"obj": object()}, callback=self.parse)
 
 
+# -- README guarantees through a real engine (tests/test_guarantees.py) --------------
+
+
+async def _gate(directory: str, name: str) -> None:
+    """Write ``name``-started in ``directory``, then wait until the test creates ``name``-go."""
+    import asyncio
+    from pathlib import Path
+
+    where = Path(directory)
+    (where / f"{name}-started").touch()
+    while not (where / f"{name}-go").exists():
+        await asyncio.sleep(0.02)
+
+
+class GatedSpider(scrapy.Spider):
+    """One request whose callback, and then the item pipeline (GatedPipeline), each wait
+    for the test to open a gate (files in GATE_DIR), so the test can look at Redis while
+    Scrapy is still busy with the request."""
+
+    name = "gated"
+
+    async def start(self) -> Any:
+        yield scrapy.Request("http://site0.test/p/0", callback=self.parse_gated)
+
+    async def parse_gated(self, response: Response) -> Any:
+        await _gate(self.settings.get("GATE_DIR"), "callback")
+        yield {"url": response.url}
+
+
+class GatedPipeline:
+    """An item pipeline that waits for the GATE_DIR "pipeline" gate, then records the item."""
+
+    def __init__(self, gate_dir: str) -> None:
+        self.gate_dir = gate_dir
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> GatedPipeline:
+        return cls(crawler.settings.get("GATE_DIR"))
+
+    async def process_item(self, item: Any, spider: Any = None) -> Any:
+        await _gate(self.gate_dir, "pipeline")
+        return item
+
+
+class RedirectSpider(scrapy.Spider):
+    """One request that the site redirects to another site (REDIRECT_SPECIAL)."""
+
+    name = "redirect"
+
+    async def start(self) -> Any:
+        yield scrapy.Request("http://site0.test/moved", callback=self.parse_page)
+
+    def parse_page(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}
+
+
+REDIRECT_SPECIAL = {
+    "http://site0.test/moved": {"status": 301, "headers": {"Location": "http://site1.test/landing"}},
+    "http://site1.test/landing": {"body": "<html>landed</html>"},
+}
+
+
+class TaggedRequest(scrapy.Request):
+    """A Request subclass a project might define; allowed only through STREAMS_REQUEST_CLASSES."""
+
+
+class TaggedSpider(SyntheticSpider):
+    """Crawls site 0 with TaggedRequest everywhere; each item says which class arrived."""
+
+    name = "tagged"
+
+    async def start(self) -> Any:
+        yield TaggedRequest("http://site0.test/p/0", callback=self.parse)
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        yield {"url": response.url, "class": type(response.request).__name__}
+        for href in response.css("a::attr(href)").getall():
+            yield TaggedRequest(response.urljoin(href), callback=self.parse)
+
+
+class DroppedSpider(SyntheticSpider):
+    """Seeds site 0 plus requests that cannot travel; records each request_dropped signal
+    (one JSON line per request) in DROPPED_FILE."""
+
+    name = "dropped"
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> DroppedSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider.on_dropped, signal=scrapy.signals.request_dropped)
+        return spider  # type: ignore[return-value]
+
+    def on_dropped(self, request: scrapy.Request, spider: Any = None) -> None:
+        fd = os.open(self.settings.get("DROPPED_FILE"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(fd, (json.dumps({"url": request.url}) + "\n").encode())
+        os.close(fd)
+
+    async def start(self) -> Any:
+        yield scrapy.Request("http://site0.test/p/0", callback=self.parse)
+        yield scrapy.Request("http://site0.test/obj-meta", meta={"obj": object()}, callback=self.parse)
+        yield scrapy.Request("http://site0.test/obj-cookie", cookies={"session": object()}, callback=self.parse)
+        yield scrapy.Request("http://site0.test/obj-kwargs", cb_kwargs={"when": object()}, callback=self.parse)
+
+
 class FeedSpider(scrapy.Spider):
     """Crawls only what it is fed (no link following); one item per page with its method, body and meta."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import configparser
 import importlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ import pytest
 import yaml
 
 from monitor import metric_names as monitor_names
+
+from helpers import find_tool, missing
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "compose"
@@ -117,12 +118,8 @@ def test_grafana_dashboard_uses_only_exported_metrics() -> None:
 
 
 def test_promtool_accepts_config_rules_and_rule_tests() -> None:
-    """promtool checks the config and the rules, and the rules' unit tests pass (skipped without promtool, failed under CI)."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool not found (.ci/run takes it from Debian's prometheus package); CI is set, so this is an error")
-        pytest.skip("promtool not installed (apt-get install prometheus)")
+    """promtool checks the config and the rules, and the rules' unit tests pass (fails under CI without promtool)."""
+    promtool = find_tool("promtool", "Debian's prometheus package")
     cwd = COMPOSE / "prometheus"
     for args in (["check", "config", "--syntax-only", "prometheus.yml"], ["check", "rules", "alerts.yml"], ["test", "rules", "alerts_test.yml"]):
         res = subprocess.run([promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
@@ -177,10 +174,8 @@ def test_systemd_units_restart_read_an_env_file_and_run_unprivileged(name: str) 
 
 
 def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
-    """systemd-analyze verify finds nothing wrong but the binaries missing on this machine (skipped without it)."""
-    tool = shutil.which("systemd-analyze")
-    if tool is None:
-        pytest.skip("systemd-analyze not installed")
+    """systemd-analyze verify finds nothing wrong but the binaries missing on this machine (fails under CI without it)."""
+    tool = find_tool("systemd-analyze", "apt-get install systemd")
     names = []
     for name in [*UNITS, "streams-workers.target"]:
         target = name.replace("@.", "@1.")
@@ -192,5 +187,5 @@ def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
         if line.strip() and "is not executable" not in line and "Failed to" not in line
     ]
     if any("Failed to" in line for line in (res.stdout + res.stderr).splitlines()) and not problems:
-        pytest.skip(f"systemd-analyze cannot run here: {res.stderr.strip()[:200]}")
+        missing(f"systemd-analyze cannot run here: {res.stderr.strip()[:200]}")
     assert problems == [], res.stdout + res.stderr

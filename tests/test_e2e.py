@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +12,17 @@ import redis
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.keys import CrawlKeys
 
-from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, read_items, wait_for
+from helpers import (
+    Worker,
+    base_settings,
+    crawl_to_end,
+    crawled_urls,
+    frontier,
+    read_items,
+    subscribe_events,
+    wait_for,
+    wait_heartbeats,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
@@ -84,23 +93,19 @@ def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, c
         Worker({**settings, "RECORD_TAG": f"w{i}"}, tmp_path / f"w{i}.log", spider="spiders.SlowRootSpider")
         for i in range(2)
     ]
-    exits: dict[int, float] = {}
     try:
-        deadline = time.monotonic() + 120
-        while len(exits) < 2 and time.monotonic() < deadline:
-            for i, w in enumerate(workers):
-                if i not in exits and not w.alive():
-                    exits[i] = time.time()
-            time.sleep(0.02)
+        # the moment the first worker is gone, every item must already be in the file
+        # (items are written before their request is acked, and acked before drain)
+        wait_for(lambda: not all(w.alive() for w in workers), timeout=120, interval=0.01, what="a worker to exit")
+        items_at_first_exit = len(read_items(items))
         for w in workers:
-            assert w.wait(5) == 0, w.log()
+            assert w.wait(60) == 0, w.log()
     finally:
         for w in workers:
             w.close()
     all_items = read_items(items)
     assert {i["url"] for i in all_items} == expected(2, 60)
-    last_item = max(i["ts"] for i in all_items)
-    assert min(exits.values()) >= last_item, "a worker closed while another still had work"
+    assert items_at_first_exit == len(all_items), "a worker closed while another still had work"
     assert {i["worker"] for i in all_items} == {"w0", "w1"}  # both took part
     assert_frontier_empty(redis_url, crawl, dedupe)
 
@@ -275,15 +280,18 @@ def test_entry_that_kills_every_worker_ends_in_dead_letters(redis_url: str, dedu
 def test_retry_after_waits_in_the_delay_queue(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A 429 with Retry-After is retried through the site's delay queue, not at once."""
     items = tmp_path / "items.jsonl"
+    downloads = tmp_path / "downloads.jsonl"
     settings = base_settings(
         redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=5,
         SYNTH_SPECIAL={"http://site0.test/p/0": {"status": 429, "headers": {"Retry-After": "2"}, "times": 1}},
+        SYNTH_RECORD_FILE=str(downloads),
     )
-    started = time.time()
     w = Worker(settings, tmp_path / "w.log")
     crawl_to_end(w)
-    first = min(i["ts"] for i in read_items(items) if i["url"].endswith("/p/0"))
-    assert first - started >= 2.0
+    # both times are taken by the worker's download handler: the 429, then the retry
+    tries = [json.loads(line)["t"] for line in downloads.read_text().splitlines() if json.loads(line)["url"].endswith("/p/0")]
+    assert len(tries) == 2, tries
+    assert tries[1] - tries[0] >= 2.0 - 0.05, tries
     st = frontier(redis_url, crawl, dedupe).status("site0.test")
     assert st.stats.get("delayed_in") == 1 and st.stats.get("promoted") == 1
     assert set(crawled_urls(items)) == expected(1, 5)
@@ -313,15 +321,21 @@ def test_close_on_drain_false_waits_for_new_work(plain_redis_url: str, crawl: st
     from streams_sched import seed
 
     items = tmp_path / "items.jsonl"
-    settings = base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=3, STREAMS_CLOSE_ON_DRAIN=False)
+    late = "http://site0.test/late"  # outside the 3 linked pages: crawled only if pushed
+    settings = base_settings(
+        plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=3, STREAMS_CLOSE_ON_DRAIN=False,
+        SYNTH_SPECIAL={late: {"body": "<html>late</html>"}},
+    )
+    client = redis.Redis.from_url(plain_redis_url)
+    events = subscribe_events(plain_redis_url, crawl)
     w = Worker(settings, tmp_path / "w.log")
     try:
-        seed(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/0"])
+        seed(client, crawl, ["http://site0.test/p/0"])
         wait_for(lambda: len(read_items(items)) == 3, timeout=60, what="3 pages")
-        time.sleep(1.0)
-        assert w.alive()
-        seed(redis.Redis.from_url(plain_redis_url), crawl, ["http://site0.test/p/99"])
-        wait_for(lambda: any(i["url"].endswith("/p/99") for i in read_items(items)) or "p/99" in w.log(), timeout=30)
+        wait_for(lambda: f"crawl {crawl} is drained" in w.log(), timeout=30, what="the worker to see the crawl drained")
+        wait_heartbeats(events, 3, w)  # a worker that closes on drain is gone before the third
+        seed(client, crawl, [late])
+        wait_for(lambda: any(i["url"] == late for i in read_items(items)), timeout=30, what="the pushed page")
         assert w.alive()
     finally:
         w.proc.terminate()

@@ -343,9 +343,10 @@ def test_leases_whose_replies_were_lost_are_handed_back_at_once(crawl: str, tmp_
     """Redis runs a batch with lease calls but its replies are lost (a proxy drops them, then
     everything for 3s): the leases granted are handed back as soon as Redis answers again,
     instead of blocking the end of the crawl until they expire."""
+    from redis_tools import TcpProxy
+
     from streams_sched import seed
     from streams_sched.scripts import source
-    from streams_sched.testing import TcpProxy
 
     server = RedisServer().start()
     proxy = TcpProxy(server.port)

@@ -16,7 +16,16 @@ from streams_sched import seed
 from streams_sched.frontier import BloomParams, Frontier, Outgoing
 from streams_sched.policy import get_policy, pause_site, resume_site
 
-from helpers import Worker, base_settings, crawl_to_end, crawled_urls, read_items, wait_for
+from helpers import (
+    Worker,
+    base_settings,
+    crawl_to_end,
+    crawled_urls,
+    read_items,
+    subscribe_events,
+    wait_for,
+    wait_heartbeats,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -148,19 +157,25 @@ def test_live_site_set_changes_the_rate(plain_redis_url: str, crawl: str, tmp_pa
         plain_redis_url, crawl, "bitmap", tmp_path / "items.jsonl",
         SYNTH_SEED=True, SYNTH_SITES=1, SYNTH_PAGES=400, SYNTH_RECORD_FILE=str(rec),
         STREAMS_SITES={"site0.test": {"rate": 40, "burst": 5}},
+        CONCURRENT_REQUESTS_PER_DOMAIN=2, STREAMS_PREFETCH_PER_SITE=2,
     )
     w = Worker(settings, tmp_path / "w.log")
     try:
         wait_for(lambda: len(downloads(rec)) >= 80, timeout=60, what="80 downloads at the fast rate")
         result = CliRunner().invoke(main, ["site", "set", "-c", crawl, "--redis-url", plain_redis_url, "site0.test", "--rate", "4", "--burst", "1"])
         assert result.exit_code == 0, result.output
-        changed = time.time()
-        wait_for(lambda: len([r for r in downloads(rec) if r["t"] > changed + 3]) >= 8, timeout=60, what="downloads after the change")
-        after = sorted(r["t"] for r in downloads(rec) if r["t"] > changed + 2)
+        # Counted in downloads, with the worker's own clock: what was leased before the change
+        # (at most CONCURRENT_REQUESTS_PER_DOMAIN + the site's prefetch, 2 + 2, and the old
+        # burst of 5) may still go out fast; every download after those obeys the new rate.
+        changed_at = len(downloads(rec))
+        old_leases = 2 + 2 + 5
+        wait_for(lambda: len(downloads(rec)) >= changed_at + old_leases + 8, timeout=60, what="downloads after the change")
+        times = sorted(r["t"] for r in downloads(rec))
+        after = times[changed_at + old_leases:]
         rate = (len(after) - 1) / (after[-1] - after[0])
-        before = sorted(r["t"] for r in downloads(rec) if r["t"] < changed)[-40:]
+        before = times[:changed_at][-40:]
         measured(f"site set --rate 4 on a live crawl: {(len(before) - 1) / (before[-1] - before[0]):.1f}/s before,"
-                 f" {rate:.1f}/s from 2 s after")
+                 f" {rate:.1f}/s over the {len(after)} downloads after the old leases")
         assert rate <= 4 * 1.5, rate
     finally:
         w.close()
@@ -174,10 +189,11 @@ def test_paused_site_keeps_its_backlog_until_resumed(plain_redis_url: str, crawl
     f = Frontier(client, crawl)
     pause_site(f, "site1.test")
     assert get_policy(f, "site1.test")["paused"] == "1"
+    events = subscribe_events(plain_redis_url, crawl)
     w = Worker(base_settings(plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=2, SYNTH_PAGES=20), tmp_path / "w.log")
     try:
         wait_for(lambda: len([i for i in read_items(items) if "site0.test" in i["url"]]) == 20, timeout=60)
-        time.sleep(1.0)
+        wait_heartbeats(events, 3, w)  # I/O cycles with only the paused site's backlog left
         assert not [i for i in read_items(items) if "site1.test" in i["url"]]
         assert f.status("site1.test").backlog >= 1 and w.alive()  # site0 pages link to site1 too
         resume_site(f, "site1.test")
@@ -220,4 +236,7 @@ def test_revisit_window_lets_a_page_come_back(redis_source: Any, backend: str, c
     wait_for(lambda: f.enqueue("a.test", item)[0] == 1, timeout=10, interval=0.05)
     elapsed = time.time() - t0
     assert 1.5 - 0.05 <= elapsed <= 1.5 + 0.5 + 0.3, elapsed
-    assert all(client.ttl(k) > 0 for k in f.filters("a.test")[:2] if client.exists(k))
+    current_filter = f.filters("a.test")[0]
+    bloom_keys = list(client.scan_iter(f"{f.site('a.test').seen}:*"))
+    assert current_filter.encode() in bloom_keys
+    assert [k for k in bloom_keys if client.ttl(k) <= 0] == []  # every bucket expires on its own

@@ -47,7 +47,9 @@ def test_pass_requeues_expired_leases_dead_letters_and_promotes(plain_redis_url:
     first = leased[0]
     f.client.xadd(f.site("a.test").streams[first.stream], {"r": b"poison", "d": 1})
     poison = f.lease("a.test", "gone", 10, (1, 1, 1)).entries
-    time.sleep(0.1)
+    stream = f.site("a.test").streams[first.stream]
+    wait_for(lambda: min(p["time_since_delivered"] for p in f.client.xpending_range(stream, GROUP, "-", "+", 20)) > 50,
+             timeout=10, what="every lease older than lease_s")
     r = reclaimer(plain_redis_url)
     try:
         result = r.run_pass()
@@ -93,7 +95,8 @@ def test_gone_consumers_without_entries_are_removed_and_owners_kept(plain_redis_
     node(f, "owner", now - 10_000, lease_s=3600)
     node(f, "alive", now)
     stream = f.site("a.test").stream("http", "default")
-    time.sleep(0.7)  # consumers idle longer than 3 heartbeats of 0.2 s
+    wait_for(lambda: min(c["idle"] for c in f.client.xinfo_consumers(stream, GROUP)) > 600,
+             timeout=10, what="consumers idle longer than 3 heartbeats of 0.2 s")
     r = reclaimer(plain_redis_url, node_retention_s=60)
     try:
         result = r.run_pass()

@@ -93,10 +93,17 @@ def test_has_pending_requests_until_the_crawl_is_drained(sched: StreamsScheduler
     sched.enqueue_request(scrapy.Request("http://a.test/only"))
     assert sched.has_pending_requests()
     req = next_request(sched)
-    time.sleep(0.3)
+    pump_cycles(sched, 5)  # I/O cycles with the lease held and the stream empty
     assert sched.has_pending_requests()  # leased, not acked
     sched.request_done(req)
     wait_for(lambda: not sched.has_pending_requests(), timeout=10, what="drain")
+
+
+def pump_cycles(s: StreamsScheduler, n: int) -> None:
+    """Wait until the scheduler's I/O thread has run ``n`` more cycles."""
+    assert s._pump is not None
+    start = s._pump._cycles
+    wait_for(lambda: s._pump is not None and s._pump._cycles >= start + n, timeout=30, what=f"{n} I/O cycles")
 
 
 def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> StreamsScheduler:
@@ -115,7 +122,8 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
     s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=1.5)
     try:
         started = time.monotonic()
-        time.sleep(0.8)
+        wait_for(lambda: s._pump.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
+        pump_cycles(s, 5)
         assert s.has_pending_requests()  # not drained: nothing was ever enqueued
         wait_for(lambda: not s.has_pending_requests(), timeout=10, what="drain after the wait")
         assert time.monotonic() - started >= 1.5
@@ -134,12 +142,15 @@ def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, 
     f.enqueue("a.test", [Outgoing(bytes([i]) * 20, 1, 0, b"x") for i in range(3)])
     f.lease("a.test", "node-a", 3, (1, 1, 1))  # the previous run died holding these
     stream = SiteKeys(crawl, "a.test").stream("http", "default")
-    assert r.xpending(stream, GROUP)["pending"] == 3
-    s = make(redis_url, dedupe, crawl, STREAMS_NODE_ID="node-a", STREAMS_MAX_DELIVERIES=5)
+    old_leases = {p["message_id"] for p in r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")}
+    assert len(old_leases) == 3
+    s = make(redis_url, dedupe, crawl, STREAMS_NODE_ID="node-a", STREAMS_MAX_DELIVERIES=5, STREAMS_LEASE_SECONDS=300)
     try:
-        # handed back at open, before any lease of its own: they are backlog again
-        # (or already leased again by this same worker)
-        wait_for(lambda: r.xlen(stream) == 3 and len(r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")) <= s._pump.held_total, timeout=10)
+        # handed back at open (release.lua re-adds each entry and deletes the leased one),
+        # long before the 300 s lease would expire
+        wait_for(lambda: not any(r.xrange(stream, i, i) for i in old_leases), timeout=10, what="the old leases to be handed back")
+        assert int(r.hget(SiteKeys(crawl, "a.test").stats, "released") or 0) == 3
+        assert r.xlen(stream) == 3  # the same three requests, as new entries
     finally:
         s.close("test")
     assert r.xpending(stream, GROUP)["pending"] == 0

@@ -33,6 +33,11 @@ from .web import SyntheticWeb
 
 __all__ = ["SyntheticHandler"]
 
+#: The download failures SYNTH_SPECIAL's "raise" can name (no lookup by a computed name).
+_FAILURES: dict[str, type[Exception]] = {
+    e.__name__: e for e in (ConnectionRefusedError, ConnectionResetError, TimeoutError, OSError)
+}
+
 
 def web_from_settings(settings: Any) -> SyntheticWeb:
     return SyntheticWeb(
@@ -120,9 +125,7 @@ class SyntheticHandler(BaseDownloadHandler):
             if where is not None:
                 return HtmlResponse(request.url, body=self.web.html(*where), request=request, encoding="utf-8")
         if "raise" in spec:
-            import builtins
-
-            raise getattr(builtins, spec["raise"])("synthetic failure")
+            raise _FAILURES[spec["raise"]]("synthetic failure")
         return HtmlResponse(
             request.url,
             status=int(spec.get("status", 200)),
