@@ -24,6 +24,8 @@ def zoo_settings(web: ZooWeb, out: Path, **extra: Any) -> dict[str, Any]:
         "ZOO_A": web.a,
         "ZOO_B": web.b,
         "ZOO_OUT": str(out),
+        # Scrapy 2.13 reads DNS_RESOLVER; later releases TWISTED_DNS_RESOLVER
+        "DNS_RESOLVER": "zoo.resolver.ZooResolver",
         "TWISTED_DNS_RESOLVER": "zoo.resolver.ZooResolver",
         "ITEM_PIPELINES": {"zoo.record.ZooRecordPipeline": 100},
         "EXTENSIONS": {"zoo.record.ZooStatsDump": 100, "scrapy.extensions.telnet.TelnetConsole": None},
@@ -111,6 +113,7 @@ def describe_difference(expected: Counter[str], got: Counter[str], limit: int = 
 ZOO_PROJECT_SETTINGS = """\
 BOT_NAME = "zoo_project"
 SPIDER_MODULES = ["zoo.spiders"]
+DNS_RESOLVER = "zoo.resolver.ZooResolver"
 TWISTED_DNS_RESOLVER = "zoo.resolver.ZooResolver"
 ITEM_PIPELINES = {"zoo.record.ZooRecordPipeline": 100}
 EXTENSIONS = {"zoo.record.ZooStatsDump": 100}

@@ -1,6 +1,6 @@
 """A Scrapy DNS resolver that sends the zoo's host names to 127.0.0.1.
 
-Set ``TWISTED_DNS_RESOLVER = "zoo.resolver.ZooResolver"``: spiders keep their
+Set ``TWISTED_DNS_RESOLVER`` (``DNS_RESOLVER`` on Scrapy 2.13) to ``"zoo.resolver.ZooResolver"``: spiders keep their
 real-looking URLs (``http://a.zoo.test:PORT/``), the Host header names the site,
 and every other name resolves as usual.
 """
