@@ -19,6 +19,11 @@ waits until every request in progress is done. :meth:`EngineHooks.on_closing`
 runs a callback when closing begins (the scheduler stops leasing and hands
 back what it has not started) and bounds that wait.
 
+The fourth is the downloader middleware manager's ``methods["process_exception"]``:
+:meth:`EngineHooks.on_download_error` puts an observer first in it (closest to
+the download handler, before RetryMiddleware turns a timeout into a retry), so
+the scheduler sees download timeouts without the user adding a middleware.
+
 All are private. :class:`EngineHooks` checks them at start and raises
 :class:`~streams_sched.errors.ScrapyCompatError` if a Scrapy upgrade moved
 them; ``tests/test_engine_hook.py`` fails loudly too.
@@ -82,6 +87,7 @@ class EngineHooks:
                 on_release(request)
 
         slot.remove_request = remove_request
+        self._engine = engine
         self._slot = slot
         self._original = original
         self._nextcall = slot.nextcall
@@ -114,6 +120,29 @@ class EngineHooks:
         slot.close = close
         self._original_close = original
 
+    def on_download_error(self, observe: Callable[[Request, BaseException], None]) -> None:
+        """Call ``observe(request, exception)`` for every failed download (it must not
+        raise; the exception goes on to the other middlewares unchanged)."""
+        downloader = getattr(self._engine, "downloader", None)
+        methods = getattr(getattr(downloader, "middleware", None), "methods", None)
+        chain = methods.get("process_exception") if isinstance(methods, dict) else None
+        if chain is None or not hasattr(chain, "appendleft"):
+            raise ScrapyCompatError(
+                "streams-sched needs the downloader middleware manager's methods['process_exception']"
+                " deque to see download timeouts; this Scrapy version moved it. Set"
+                " STREAMS_ADAPTIVE=False or pin scrapy to a tested version (see README) and report it."
+            )
+
+        def process_exception(request: Request, exception: BaseException, spider: Any = None) -> None:
+            try:
+                observe(request, exception)
+            except Exception:
+                logger.exception("streams-sched could not record a download error")
+
+        chain.appendleft(process_exception)
+        self._exception_chain = chain
+        self._exception_observer = process_exception
+
     def wake(self) -> None:
         """From any thread: ask the engine to pull requests now."""
         try:
@@ -123,6 +152,12 @@ class EngineHooks:
 
     def unhook(self) -> None:
         self._slot.remove_request = self._original
+        chain = getattr(self, "_exception_chain", None)
+        if chain is not None:
+            try:
+                chain.remove(self._exception_observer)
+            except ValueError:
+                pass
         original_close = getattr(self, "_original_close", None)
         if original_close is not None:
             self._slot.close = original_close

@@ -51,11 +51,13 @@ from .connection import connect_ready, redact
 from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
+from .politeness import THROTTLE_STATUSES, crawl_delay_of, is_timeout
 from .pump import Pump, make_node_id
 from .recovery import release_orphans
 from .retry_after import retry_after_seconds
 from .seen import SeenCache
 from .selection import band_for, returning_credit
+from .sitekey import site_keyer
 from .startup import fail_clearly
 
 if TYPE_CHECKING:
@@ -90,6 +92,9 @@ class StreamsScheduler(BaseScheduler):
         download_delay: float = 0.0,
         dupefilter_debug: bool = False,
         url_shortcut: bool = True,
+        robots_obey: bool = False,
+        robots_user_agent: str = "",
+        user_agent: str = "",
     ) -> None:
         self.config = config
         self.fingerprinter = fingerprinter
@@ -99,6 +104,10 @@ class StreamsScheduler(BaseScheduler):
         self.per_site_concurrency = per_site_concurrency
         self.download_delay = download_delay
         self.dupefilter_debug = dupefilter_debug
+        self.robots_obey = robots_obey
+        self.robots_user_agent = robots_user_agent
+        self.user_agent = user_agent
+        self._site_key = site_keyer(config.site_key)
         self.node_id = config.node_id or make_node_id()
         self.seen = SeenCache(config.local_seen_cache)
         # With Scrapy's own fingerprinter a GET without body has a fingerprint that
@@ -143,6 +152,9 @@ class StreamsScheduler(BaseScheduler):
             download_delay=settings.getfloat("DOWNLOAD_DELAY"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
             url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", True),
+            robots_obey=settings.getbool("ROBOTSTXT_OBEY"),
+            robots_user_agent=settings.get("ROBOTSTXT_USER_AGENT") or "",
+            user_agent=settings.get("USER_AGENT") or "",
         )
         from .metrics import attach_worker_metrics
 
@@ -169,6 +181,8 @@ class StreamsScheduler(BaseScheduler):
         self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
         frontier.scripts.load()
         frontier.register()
+        frontier.politeness = ("a" if cfg.adaptive else "") + ("r" if self.robots_obey else "")
+        self._record_site_key(frontier)
         self._apply_site_policies()
         self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes)
         node_info = {
@@ -197,6 +211,10 @@ class StreamsScheduler(BaseScheduler):
             self._downloader = getattr(self.crawler.engine, "downloader", None)
             self._pump.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
+            self._hooks.on_download_error(self._on_download_error)
+            robots_parsed = getattr(signals, "robots_parsed", None)
+            if self.robots_obey and robots_parsed is not None:
+                self.crawler.signals.connect(self._on_robots_parsed, robots_parsed)
             if not cfg.close_on_drain:
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
@@ -220,6 +238,20 @@ class StreamsScheduler(BaseScheduler):
             ":".join(map(str, cfg.band_ratio)),
             cfg.close_on_drain,
         )
+
+    def _record_site_key(self, frontier: Frontier) -> None:
+        """The first worker records STREAMS_SITE_KEY in the crawl meta (push reads it);
+        a worker with another one would split the crawl's sites two ways: say so."""
+        client = frontier.client
+        client.hsetnx(frontier.keys.meta, "site_key", self.config.site_key)
+        recorded = client.hget(frontier.keys.meta, "site_key")
+        recorded = recorded.decode() if isinstance(recorded, bytes) else recorded
+        if recorded != self.config.site_key:
+            logger.warning(
+                "crawl %s was started with STREAMS_SITE_KEY=%r but this worker has %r: requests it"
+                " enqueues are grouped by %s, the others' by %s",
+                self.config.crawl, recorded, self.config.site_key, self.config.site_key, recorded,
+            )
 
     def _apply_site_policies(self) -> None:
         assert self.frontier is not None
@@ -498,7 +530,8 @@ class StreamsScheduler(BaseScheduler):
     def _site_of(self, request: Request, meta: dict[str, Any]) -> str:
         site = meta.get("site")
         if site is None:
-            return urlparse_cached(request).hostname or "_nohost"
+            host = urlparse_cached(request).hostname
+            return self._site_key(host) if host else "_nohost"
         known = self._sites.get(site)
         if known is None:
             try:
@@ -549,17 +582,73 @@ class StreamsScheduler(BaseScheduler):
     def _on_spider_idle(self, spider: Spider) -> None:
         raise DontCloseSpider
 
+    def _answer_site(self, request: Request) -> str | None:
+        entry = self._leases.get(request)
+        if entry is not None:
+            return entry.site
+        try:
+            return self._site_of(request, request.meta)
+        except SerializationError:
+            return None
+
     def _on_response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
-        if response.status not in (429, 503):
+        """Every answer goes to the site's shared politeness state (pump -> feedback.lua);
+        a 429 / 503 with Retry-After also delays the retry of this request."""
+        pump = self._pump
+        status = response.status
+        if status not in THROTTLE_STATUSES:
+            if pump is not None and self.config.adaptive:
+                site = self._answer_site(request)
+                if site is not None:
+                    pump.feedback.append((site, "ok", 1))
             return
-        delay = retry_after_seconds(
-            response.headers.get(b"Retry-After"), time.time(), self.config.retry_after_max_seconds
-        )
+        now = time.time()
+        delay = retry_after_seconds(response.headers.get(b"Retry-After"), now, self.config.retry_after_max_seconds)
         if delay:
             # RetryMiddleware copies the meta into the retry request, which then waits
             # in the site's delay queue until Retry-After has passed.
-            request.meta["not_before"] = time.time() + delay
+            request.meta["not_before"] = now + delay
             self._inc("streams/retry_after")
+        if pump is not None:
+            site = self._answer_site(request)
+            if site is not None:
+                pump.feedback.append((site, "throttled", int((delay or 0) * 1000)))
+                pump.kick()
+
+    def _on_download_error(self, request: Request, exc: BaseException) -> None:
+        """A download failed: a timeout is a congestion signal; a robots.txt that could
+        not be fetched means no Crawl-delay (as Scrapy then allows everything)."""
+        pump = self._pump
+        if pump is None:
+            return
+        site = self._answer_site(request)
+        if site is None:
+            return
+        if self.robots_obey and request.meta.get("dont_obey_robotstxt") and urlparse_cached(request).path == "/robots.txt":
+            pump.feedback.append((site, "robots", "0"))
+            pump.kick()
+        elif is_timeout(exc) and self.config.adaptive:
+            pump.feedback.append((site, "timeout", 1))
+            pump.kick()
+
+    def _on_robots_parsed(self, robotparser: Any, request: Request, **_: Any) -> None:
+        """A worker read a host's robots.txt: its Crawl-delay (capped at
+        STREAMS_MAX_CRAWL_DELAY; '0' = none) becomes the site's shared rate."""
+        pump = self._pump
+        site = self._answer_site(request)
+        if pump is None or site is None:
+            return
+        # the user agent RobotsTxtMiddleware asks for
+        ua = self.robots_user_agent
+        if not ua:
+            header = request.headers.get(b"User-Agent")
+            ua = header.decode("latin-1") if header else self.user_agent
+        delay = crawl_delay_of(robotparser, ua or "*")
+        if delay is not None:
+            delay = min(delay, self.config.max_crawl_delay_seconds)
+            self._inc("streams/robots_crawl_delay")
+        pump.feedback.append((site, "robots", repr(delay) if delay else "0"))
+        pump.kick()
 
     def _report_fatal(self) -> None:
         if self._fatal_reported:
