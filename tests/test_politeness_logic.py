@@ -231,3 +231,61 @@ def test_domain_site_key_uses_the_shipped_suffix_list_offline(monkeypatch: pytes
     assert key("127.0.0.1") == "127.0.0.1" and key("localhost") == "localhost"
     assert site_keyer("host")("a.shop.co.uk") == "a.shop.co.uk"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_monitor_exports_each_sites_rate_reason_and_pause() -> None:
+    """The monitor's families carry each labelled site's rate in force with its reason, the
+    paused-until time, 429/503 answers, back-offs and requests over the page cap."""
+    from monitor.exporter import SiteLabeller, build_families
+    from monitor.snapshot import CrawlSnapshot
+    from streams_sched.frontier import SiteStatus
+
+    def site(name: str, policy: dict[str, str], stats: dict[str, int]) -> SiteStatus:
+        return SiteStatus(name, 1_000_000, {}, 0, -1, 0, stats, policy)
+
+    snap = CrawlSnapshot("c", 1000.0, [
+        site("a.test", {"rate": "5", "a_rate": "2", "a_until": "1003000"}, {"throttled": 7, "backoffs": 2}),
+        site("b.test", {"robots_delay": "0.5"}, {"over_cap": 4}),
+        site("c.test", {}, {}),
+    ])
+    labeller = SiteLabeller(10)
+    labeller.update(snap)
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in build_families([snap], {}, labeller) for s in fam.samples}
+    assert samples[("streams_sched_site_rate_limit", (("crawl", "c"), ("reason", "retry-after"), ("site", "a.test")))] == 2.0
+    assert samples[("streams_sched_site_paused_until_seconds", (("crawl", "c"), ("site", "a.test")))] == 1003.0
+    assert samples[("streams_sched_site_rate_limit", (("crawl", "c"), ("reason", "robots"), ("site", "b.test")))] == 2.0
+    assert samples[("streams_sched_site_rate_limit", (("crawl", "c"), ("reason", "unlimited"), ("site", "c.test")))] == 0.0
+    assert samples[("streams_sched_throttled_total", (("crawl", "c"), ("site", "a.test")))] == 7
+    assert samples[("streams_sched_backoffs_total", (("crawl", "c"),))] == 2
+    assert samples[("streams_sched_over_cap_total", (("crawl", "c"), ("site", "b.test")))] == 4
+
+
+def test_status_and_site_set_show_and_change_politeness(plain_redis_url: str, crawl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`streams-sched status` shows each site's rate in force, why, and a paused-until time;
+    `site set --max-pages` sets the page cap and domain-mode pushes group by registered domain."""
+    import json
+
+    from click.testing import CliRunner
+
+    from streams_sched.cli import main, push_urls
+
+    r = connect(plain_redis_url)
+    r.hset(f"ss:{{{crawl}}}:meta", "site_key", "domain")
+    push_urls(r, crawl, ["http://a.shop.co.uk/1", "http://b.shop.co.uk/2", "http://x.test/1"])
+    f = Frontier(r, crawl)
+    f.scripts.load()
+    assert f.sites() == ["shop.co.uk", "x.test"]
+    f.feedback("shop.co.uk", (0, 1, 0, 5000), "", PARAMS)
+    monkeypatch.setenv("REDIS_URL", plain_redis_url)
+    runner = CliRunner()
+    res = runner.invoke(main, ["site", "set", "x.test", "--max-pages", "9", "-c", crawl], catch_exceptions=False)
+    assert res.exit_code == 0 and "max_pages=9" in res.output
+    out = json.loads(runner.invoke(main, ["status", "--json", "-c", crawl], catch_exceptions=False).output)
+    rows = {row["site"]: row for row in out["sites"]}
+    assert rows["shop.co.uk"]["limit_reason"] == "retry-after" and rows["shop.co.uk"]["paused_until_ms"] > 0
+    assert rows["shop.co.uk"]["throttled"] == 1
+    assert rows["x.test"]["limit_reason"] == "unlimited" and rows["x.test"]["max_pages"] == 9
+    text = runner.invoke(main, ["status", "-c", crawl], catch_exceptions=False).output
+    assert "WHY" in text and "retry-after" in text and "PAUSED UNTIL" in text
+    print(text)
