@@ -32,12 +32,14 @@ __all__ = [
 #: Answers that mean "slow down".
 THROTTLE_STATUSES = frozenset({429, 503})
 
-#: Names of the exceptions that count as a download timeout (Twisted's and asyncio's).
-_TIMEOUTS = frozenset({"TimeoutError", "TCPTimedOutError"})
+#: Names of the exceptions that count as a download timeout: Twisted's TimeoutError and
+#: TCPTimedOutError, Scrapy's DownloadTimeoutError (2.14+), asyncio's TimeoutError.
+_TIMEOUTS = frozenset({"TimeoutError", "TCPTimedOutError", "DownloadTimeoutError"})
 
 
 def is_timeout(exc: BaseException) -> bool:
-    """True for a download timeout (``twisted.internet.error.TimeoutError`` and the like)."""
+    """True for a download timeout (``twisted.internet.error.TimeoutError``,
+    ``scrapy.exceptions.DownloadTimeoutError`` and the like)."""
     return type(exc).__name__ in _TIMEOUTS or isinstance(exc, TimeoutError)
 
 

@@ -39,12 +39,14 @@ class PoliteServer:
     """A threaded HTTP server on 127.0.0.1 that limits each host to ``limit`` pages per second."""
 
     def __init__(self, limit: float = 0.0, retry_after: int = 1, robots: dict[str, str] | None = None,
-                 group: dict[str, str] | None = None) -> None:
+                 group: dict[str, str] | None = None, stall: dict[str, float] | None = None) -> None:
         self.limit = limit
         self.retry_after = retry_after
         self.robots = robots or {}
         #: host -> budget name (several hosts sharing one limit); default the host itself
         self.group = group or {}
+        #: host -> seconds to wait before answering (to make downloads time out)
+        self.stall = stall or {}
         self.log: list[tuple[str, str, float, int]] = []
         self._served: dict[str, deque[float]] = defaultdict(deque)
         self._lock = threading.Lock()
@@ -69,6 +71,7 @@ class PoliteServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]  # clients that timed out
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -90,6 +93,8 @@ class PoliteServer:
             with self._lock:
                 self.log.append((host, path, now, 200 if text is not None else 404))
             return (200, text.encode(), {}) if text is not None else (404, b"no robots", {})
+        if host in self.stall:
+            time.sleep(self.stall[host])
         budget = self.group.get(host, host)
         with self._lock:
             served = self._served[budget]

@@ -130,3 +130,21 @@ def test_page_cap_holds_with_two_workers(plain_redis_url: str, crawl: str, tmp_p
     measured(f"max_pages {cap}, 2 workers x 60 seeds: server saw {len(served)} pages; stats {stats}")
     assert len(served) == cap
     assert stats == {"pages": cap, "over_cap": 60 - cap}
+
+
+def test_download_timeouts_back_the_site_off_for_everyone(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
+    """Download timeouts are congestion signals too: they reach Redis (counted) and cut the
+    site's shared rate, without any middleware in the user's settings."""
+    with PoliteServer(stall={"stuck.test": 3.0}) as web:
+        urls = [web.url("stuck.test", f"/p/{i}") for i in range(6)]
+        settings = spider_settings(plain_redis_url, crawl, urls, str(tmp_path / "rec.jsonl"),
+                                   DOWNLOAD_TIMEOUT=1, RETRY_TIMES=0)
+        crawl_to_end(*workers(1, settings, tmp_path), timeout=120)
+    r = connect(plain_redis_url)
+    keys = Frontier(r, crawl).site("stuck.test")
+    stats = {k.decode(): v.decode() for k, v in r.hgetall(keys.stats).items()}
+    a_rate = r.hget(keys.policy, "a_rate")
+    measured(f"6 downloads timing out: timeouts {stats.get('timeouts')}, back-offs {stats.get('backoffs')},"
+             f" rate now {float(a_rate or 0):.2f}/s")
+    assert int(stats.get("timeouts", 0)) == 6
+    assert int(stats.get("backoffs", 0)) >= 1 and a_rate is not None

@@ -211,6 +211,9 @@ def test_is_timeout_knows_twisteds_timeouts() -> None:
     from twisted.internet import error
 
     assert is_timeout(error.TimeoutError()) and is_timeout(error.TCPTimedOutError())
+    download_timeout = getattr(__import__("scrapy.exceptions").exceptions, "DownloadTimeoutError", None)
+    if download_timeout is not None:  # Scrapy 2.14+
+        assert is_timeout(download_timeout("took longer than 1 s"))
     assert not is_timeout(error.ConnectionRefusedError())
 
 
