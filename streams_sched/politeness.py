@@ -27,6 +27,7 @@ __all__ = [
     "crawl_delay_of",
     "effective_rate",
     "is_timeout",
+    "robots_body_crawl_delay",
 ]
 
 #: Answers that mean "slow down".
@@ -162,3 +163,16 @@ def crawl_delay_of(parser: Any, user_agent: str) -> float | None:
             return None
         return delay if delay > 0 else None
     return None
+
+
+def robots_body_crawl_delay(body: bytes, user_agent: str) -> float | None:
+    """The Crawl-delay for ``user_agent`` in a robots.txt body, read with Protego (Scrapy's
+    default parser). For Scrapy versions without the ``robots_parsed`` signal."""
+    from protego import Protego
+
+    try:
+        text = body.decode("utf-8", errors="ignore")
+        delay = Protego.parse(text).crawl_delay(user_agent)
+    except Exception:  # a robots.txt Protego cannot read: no delay, as Scrapy then allows all
+        return None
+    return float(delay) if delay is not None and delay > 0 else None

@@ -51,7 +51,7 @@ from .connection import connect_ready, redact
 from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
-from .politeness import THROTTLE_STATUSES, crawl_delay_of, is_timeout
+from .politeness import THROTTLE_STATUSES, crawl_delay_of, is_timeout, robots_body_crawl_delay
 from .pump import Pump, make_node_id
 from .recovery import release_orphans
 from .retry_after import retry_after_seconds
@@ -107,6 +107,9 @@ class StreamsScheduler(BaseScheduler):
         self.robots_obey = robots_obey
         self.robots_user_agent = robots_user_agent
         self.user_agent = user_agent
+        # Scrapy sends robots_parsed (with the parser of ROBOTSTXT_PARSER) only in its
+        # newer versions; before that the robots.txt answer is read here with Protego.
+        self._robots_from_body = robots_obey and not hasattr(signals, "robots_parsed")
         self._site_key = site_keyer(config.site_key)
         self.node_id = config.node_id or make_node_id()
         self.seen = SeenCache(config.local_seen_cache)
@@ -596,6 +599,8 @@ class StreamsScheduler(BaseScheduler):
         a 429 / 503 with Retry-After also delays the retry of this request."""
         pump = self._pump
         status = response.status
+        if self._robots_from_body and _is_robots_request(request):
+            self._report_robots(request, robots_body_crawl_delay(response.body, self._robots_agent(request)))
         if status not in THROTTLE_STATUSES:
             if pump is not None and self.config.adaptive:
                 site = self._answer_site(request)
@@ -624,7 +629,7 @@ class StreamsScheduler(BaseScheduler):
         site = self._answer_site(request)
         if site is None:
             return
-        if self.robots_obey and request.meta.get("dont_obey_robotstxt") and urlparse_cached(request).path == "/robots.txt":
+        if self.robots_obey and _is_robots_request(request):
             pump.feedback.append((site, "robots", "0"))
             pump.kick()
         elif is_timeout(exc) and self.config.adaptive:
@@ -632,18 +637,23 @@ class StreamsScheduler(BaseScheduler):
             pump.kick()
 
     def _on_robots_parsed(self, robotparser: Any, request: Request, **_: Any) -> None:
-        """A worker read a host's robots.txt: its Crawl-delay (capped at
-        STREAMS_MAX_CRAWL_DELAY; '0' = none) becomes the site's shared rate."""
+        """A worker read a host's robots.txt (Scrapy's robots_parsed signal)."""
+        self._report_robots(request, crawl_delay_of(robotparser, self._robots_agent(request)))
+
+    def _robots_agent(self, request: Request) -> str:
+        """The user agent RobotsTxtMiddleware asks robots.txt about."""
+        if self.robots_user_agent:
+            return self.robots_user_agent
+        header = request.headers.get(b"User-Agent")
+        return (header.decode("latin-1") if header else self.user_agent) or "*"
+
+    def _report_robots(self, request: Request, delay: float | None) -> None:
+        """A site's Crawl-delay (capped at STREAMS_MAX_CRAWL_DELAY; '0' = none) becomes its
+        shared rate across all workers, unless its policy sets a rate (lease.lua)."""
         pump = self._pump
         site = self._answer_site(request)
         if pump is None or site is None:
             return
-        # the user agent RobotsTxtMiddleware asks for
-        ua = self.robots_user_agent
-        if not ua:
-            header = request.headers.get(b"User-Agent")
-            ua = header.decode("latin-1") if header else self.user_agent
-        delay = crawl_delay_of(robotparser, ua or "*")
         if delay is not None:
             delay = min(delay, self.config.max_crawl_delay_seconds)
             self._inc("streams/robots_crawl_delay")
@@ -659,6 +669,11 @@ class StreamsScheduler(BaseScheduler):
             from scrapy.utils.defer import deferred_from_coro
 
             deferred_from_coro(self.crawler.engine.close_spider_async(reason="streams_sched_error"))
+
+
+def _is_robots_request(request: Request) -> bool:
+    """RobotsTxtMiddleware's own robots.txt request."""
+    return bool(request.meta.get("dont_obey_robotstxt")) and urlparse_cached(request).path == "/robots.txt"
 
 
 def _sha1(data: bytes) -> bytes:

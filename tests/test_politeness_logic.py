@@ -292,3 +292,14 @@ def test_status_and_site_set_show_and_change_politeness(plain_redis_url: str, cr
     text = runner.invoke(main, ["status", "-c", crawl], catch_exceptions=False).output
     assert "WHY" in text and "retry-after" in text and "PAUSED UNTIL" in text
     print(text)
+
+
+def test_crawl_delay_from_a_robots_body_for_older_scrapy() -> None:
+    """Without Scrapy's robots_parsed signal the delay is read from the robots.txt body with Protego."""
+    from streams_sched.politeness import robots_body_crawl_delay
+
+    body = b"User-agent: slowbot\nCrawl-delay: 4\n\nUser-agent: *\nCrawl-delay: 0.5\n"
+    assert robots_body_crawl_delay(body, "slowbot") == 4.0
+    assert robots_body_crawl_delay(body, "Mozilla/5.0 otherbot") == 0.5
+    assert robots_body_crawl_delay(b"<html>404</html>", "x") is None
+    assert robots_body_crawl_delay(b"\xff\xfe garbage", "x") is None
