@@ -303,3 +303,27 @@ def test_crawl_delay_from_a_robots_body_for_older_scrapy() -> None:
     assert robots_body_crawl_delay(body, "Mozilla/5.0 otherbot") == 0.5
     assert robots_body_crawl_delay(b"<html>404</html>", "x") is None
     assert robots_body_crawl_delay(b"\xff\xfe garbage", "x") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("STREAMS_SITE_KEY", "tld", '"host" or "domain"'),
+        ("STREAMS_ADAPTIVE", "maybe", "True or False"),
+        ("STREAMS_ADAPTIVE_DECREASE", 1.5, "between 0 and 1"),
+        ("STREAMS_ADAPTIVE_INCREASE", 0, "greater than 0"),
+        ("STREAMS_ADAPTIVE_MIN_RATE", -1, "greater than 0"),
+        ("STREAMS_MAX_CRAWL_DELAY", 0, "greater than 0"),
+        ("STREAMS_FEEDBACK_INTERVAL_SECONDS", "soon", "expected a number"),
+        ("STREAMS_SITES", {"*": {"max_pages": 10}}, "per site"),
+        ("STREAMS_SITES", {"a.test": {"max_pages": -1}}, "0 or more"),
+    ],
+)
+def test_bad_politeness_settings_fail_naming_the_setting(name: str, value: Any, message: str) -> None:
+    """A bad politeness setting fails at start with a ConfigError naming the setting and value."""
+    from streams_sched.config import StreamsConfig
+    from streams_sched.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        StreamsConfig.from_settings({"REDIS_URL": "redis://localhost:6379/0", name: value}, "spider")
+    assert name in str(info.value) and message in str(info.value)
