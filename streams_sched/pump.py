@@ -247,6 +247,8 @@ class Pump(threading.Thread):
             return 0.0
         poll = self.config.idle_poll_seconds
         deadlines = [self.next_heartbeat, self.next_busy_claim]
+        if self.answers.sites:
+            deadlines.append(self.answers.next_report)
         if not self._closing and self.held_total - self.inflight <= self.low_water:
             browser = self.browser_cap > 0
             deadlines += [h.not_before for h in self.hints.values() if h.may_have_work(browser)]
