@@ -6,6 +6,7 @@ refused, and when. Bounds leave room for a loaded 2-core machine."""
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,19 @@ SPIDER = "politeweb.PoliteSpider"
 
 def workers(n: int, settings: dict[str, Any], tmp_path: Path) -> list[Worker]:
     return [Worker(settings, tmp_path / f"w{i}.log", spider=SPIDER) for i in range(n)]
+
+
+def scrapy_alone(settings: dict[str, Any], tmp_path: Path) -> set[str]:
+    """Crawl with Scrapy's own in-memory scheduler in one process; the URLs it got."""
+    record = tmp_path / "scrapy-alone.jsonl"
+    alone = {k: v for k, v in settings.items() if k != "SCHEDULER" and not k.startswith("STREAMS_")}
+    alone["RECORD_FILE"] = str(record)
+    crawl_to_end(Worker(alone, tmp_path / "alone.log", spider=SPIDER), timeout=240)
+    return recorded(record)
+
+
+def recorded(path: Path) -> set[str]:
+    return {json.loads(line)["url"] for line in path.read_text().splitlines() if line.endswith("}")} if path.exists() else set()
 
 
 def max_in_window(times: list[float], window: float = 1.0) -> int:
@@ -66,6 +80,22 @@ def test_adaptive_backoff_keeps_three_workers_near_the_sites_limit(plain_redis_u
     stats = {k.decode(): v.decode() for k, v in r.hgetall(Frontier(r, crawl).site("busy.test").stats).items()}
     assert int(stats.get("throttled", 0)) == len(log) - len(ok)  # every 429 reached Redis
     assert int(stats.get("backoffs", 0)) >= 1
+    assert recorded(tmp_path / "rec.jsonl") == set(urls)  # the items, as the spider saw them
+
+
+def test_scrapy_alone_against_the_same_limit_for_comparison(tmp_path: Path, measured: Any) -> None:
+    """For comparison: Scrapy's own scheduler, one process, default settings (AutoThrottle
+    off), against the same 429 limit; it gets the same pages, with most answers 429."""
+    limit, n_pages = 20, 360
+    with PoliteServer(limit=limit, retry_after=1) as web:
+        urls = [web.url("busy.test", f"/p/{i}") for i in range(n_pages)]
+        got = scrapy_alone(spider_settings("", "unused", urls, "", RETRY_TIMES=1000), tmp_path)
+        log = web.pages()
+    ok = sum(1 for *_, s in log if s == 200)
+    duration = max(t for _, _, t, _ in log) - min(t for _, _, t, _ in log)
+    measured(f"Scrapy alone, 1 process, limit R={limit}/s: {1 - ok / len(log):.1%} of {len(log)} answers 429,"
+             f" {ok / duration:.1f} pages/s; {len(got)} pages")
+    assert got == set(urls)
 
 
 def test_crawl_delay_holds_across_three_workers(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
@@ -77,6 +107,7 @@ def test_crawl_delay_holds_across_three_workers(plain_redis_url: str, crawl: str
         settings = spider_settings(plain_redis_url, crawl, urls, str(tmp_path / "rec.jsonl"), ROBOTSTXT_OBEY=True)
         crawl_to_end(*workers(3, settings, tmp_path), timeout=240)
         times = sorted(t for _, _, t, _ in web.pages())
+        assert recorded(tmp_path / "rec.jsonl") == scrapy_alone(settings, tmp_path) == set(urls)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     measured(
         f"Crawl-delay 0.5 s, 3 workers: {len(times)} pages, gaps min {min(gaps):.3f}s median"
@@ -101,6 +132,7 @@ def test_domain_mode_keeps_two_subdomains_under_one_budget(plain_redis_url: str,
         )
         crawl_to_end(*workers(2, settings, tmp_path), timeout=240)
         log = web.pages()
+        assert recorded(tmp_path / "rec.jsonl") == scrapy_alone(settings, tmp_path) == set(urls)
     times = [t for _, _, t, _ in log]
     per_host = {h: sum(1 for host, *_ in log if host == h) for h in hosts}
     busiest = max_in_window(times)
