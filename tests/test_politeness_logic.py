@@ -60,7 +60,7 @@ def test_congestion_cuts_the_rate_once_per_cooldown_and_never_below_the_floor(f:
     feedback(f, throttled=1)
     assert float(state(f)["a_rate"]) == pytest.approx(0.1)
     stats = f.client.hgetall(f.site(SITE).stats)
-    assert stats[b"throttled"] == b"6" and stats[b"timeouts"] == b"1" and stats[b"backoffs"] == b"4"
+    assert stats[b"throttled"] == b"6" and stats[b"timeouts"] == b"1" and stats[b"backoffs"] == b"3"  # at the floor: no cut
 
 
 def test_healthy_answers_climb_additively_only_while_the_rate_is_used(f: Frontier) -> None:
@@ -327,3 +327,17 @@ def test_bad_politeness_settings_fail_naming_the_setting(name: str, value: Any, 
     with pytest.raises(ConfigError) as info:
         StreamsConfig.from_settings({"REDIS_URL": "redis://localhost:6379/0", name: value}, "spider")
     assert name in str(info.value) and message in str(info.value)
+
+
+def test_late_429s_do_not_cut_below_what_the_site_served(f: Frontier) -> None:
+    """429s that answer requests sent before a cut (the rate is already below decrease x the
+    rate the site served over the last second) cut nothing; once the site serves less, they do."""
+    key = f.site(SITE).policy
+    now = now_ms(f)
+    f.client.hset(key, mapping={"a_rate": "14", "a_cut": now - 5000, "o_ts": now, "o_n": 0, "o_ok": 0,
+                                "o_rate": "30", "o_okrate": "20"})
+    assert feedback(f, throttled=2)[3] == 0
+    assert float(state(f)["a_rate"]) == pytest.approx(14.0)
+    f.client.hset(key, "o_okrate", "14")  # the site now serves only what it is sent
+    assert feedback(f, throttled=1)[3] == 1
+    assert float(state(f)["a_rate"]) == pytest.approx(9.8)

@@ -3,14 +3,15 @@
 -- robots.txt Crawl-delay). Time is Redis TIME, so every worker agrees.
 --
 -- AIMD (additive increase, multiplicative decrease, as TCP congestion control):
---   * a congestion signal (429, 503 or a download timeout) cuts the adaptive rate a_rate to
---     max(floor, rate * decrease), at most once per cooldown (max(1 s, 2 / new rate)):
---     answers to requests sent before the cut must not cut it again. The rate cut is
---     the current effective one (a_rate, else the policy / robots rate, else, on an
---     unlimited site, the rate the site answered at over the last second), or the rate
---     of healthy answers over the last second when that is lower (TCP Westwood's
---     bandwidth estimate: what the site actually served), so the first 429 of an
---     unlimited site lands near the site's limit in one step instead of ten;
+--   * a congestion signal (429, 503 or a download timeout) cuts the adaptive rate a_rate,
+--     at most once per cooldown (max(1 s, 2 / new rate)), to
+--     max(floor, min(rate, decrease * served)) where `served` is the rate of healthy answers
+--     over the last second (TCP Westwood: the bandwidth estimate, what the site actually
+--     served), or to max(floor, rate * decrease) while nothing was served. `rate` is the
+--     current effective one: a_rate, else the policy / robots rate, else, on an unlimited
+--     site, the rate it answered at over the last second. So the first 429 of an unlimited
+--     site lands near the site's limit in one step instead of ten, and 429s answering
+--     requests sent before a cut (the rate is already below decrease * served) cut nothing;
 --   * healthy answers raise a_rate by `increase` req/s per second, but only while the site
 --     uses most of its rate (observed >= 80% of a_rate: a rate nobody uses proves nothing,
 --     RFC 7661); at the policy / robots rate a_rate is dropped (back to that rate), and on a
@@ -101,17 +102,21 @@ if adaptive then
           current = math.max(current, o_n * 1000 / (now - o_ts))
         end
       end
-      if served > 0 and served < current then
-        current = served
+      local target = current * decrease
+      if served > 0 then
+        target = math.min(current, served * decrease)
       end
       local low = floor
       if base > 0 then
         low = math.min(floor, base)
       end
-      a_rate = math.max(low, current * decrease)
-      redis.call('HSET', KEYS[1], 'a_rate', tostring(a_rate), 'a_cut', now, 'a_inc', now)
-      redis.call('HINCRBY', KEYS[2], 'backoffs', 1)
-      cut = 1
+      target = math.max(low, target)
+      if target < current then
+        a_rate = target
+        redis.call('HSET', KEYS[1], 'a_rate', tostring(a_rate), 'a_cut', now, 'a_inc', now)
+        redis.call('HINCRBY', KEYS[2], 'backoffs', 1)
+        cut = 1
+      end
     end
   elseif a_rate and ok > 0 then
     local since = now - (tonumber(p[5]) or now)
