@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from streams_sched.keys import BANDS
 from streams_sched.liveness import ALIVE, DEAD, NodeState
+from streams_sched.politeness import effective_rate
 
 from .snapshot import CrawlSnapshot
 
@@ -47,6 +48,12 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams_sched_sites": ("gauge", ("crawl", "state"), "Registered sites by state: active or paused."),
     "streams_sched_sites_unlabelled": ("gauge", ("crawl",), "Sites summed into site=\"_other\" (over --max-sites)."),
     "streams_sched_seen_estimate": ("gauge", ("crawl",), "Fingerprints in the seen filters (where the back-end and ACL can tell)."),
+    "streams_sched_site_rate_limit": ("gauge", ("crawl", "site", "reason"), "Requests per second a site is held to now, all workers together (0 = unlimited or paused), and why: policy, robots, backoff, retry-after, paused, unlimited. Labelled sites only."),
+    "streams_sched_site_paused_until_seconds": ("gauge", ("crawl", "site"), "Epoch seconds until which a Retry-After pauses the site (0 = not paused). Labelled sites only."),
+    "streams_sched_throttled": ("counter", ("crawl", "site"), "429 and 503 answers the workers reported (kept in Redis)."),
+    "streams_sched_timeouts": ("counter", ("crawl",), "Download timeouts the workers reported (kept in Redis)."),
+    "streams_sched_backoffs": ("counter", ("crawl",), "Times a site's shared rate was cut by the adaptive back-off."),
+    "streams_sched_over_cap": ("counter", ("crawl", "site"), "Requests dropped because their site reached its max_pages."),
     "streams_sched_redis_up": ("gauge", (), "1 if the last read of Redis succeeded, else 0."),
     "streams_sched_monitor_read_seconds": ("gauge", (), "Seconds the last read of Redis took."),
 }
@@ -106,8 +113,15 @@ def build_families(
             label = labeller.label(c, st.site)
             row = per.setdefault(
                 label,
-                {"bands": dict.fromkeys(BANDS, 0), "pending": 0, "oldest": 0.0, "delayed": 0, "enqueued": 0, "acked": 0},
+                {"bands": dict.fromkeys(BANDS, 0), "pending": 0, "oldest": 0.0, "delayed": 0, "enqueued": 0, "acked": 0,
+                 "throttled": 0, "over_cap": 0},
             )
+            if label != OTHER:
+                eff = effective_rate(st.policy, st.now_ms, default_rate=snap.default_rate)
+                fam["streams_sched_site_rate_limit"].add_metric([c, label, eff.reason], eff.rate)
+                fam["streams_sched_site_paused_until_seconds"].add_metric([c, label], eff.paused_until_ms / 1000.0)
+            row["throttled"] += st.stats.get("throttled", 0)
+            row["over_cap"] += st.stats.get("over_cap", 0)
             for band in BANDS:
                 row["bands"][band] += st.band_backlog(band)
             row["pending"] += st.pending
@@ -124,10 +138,14 @@ def build_families(
             fam["streams_sched_delayed"].add_metric([c, label], row["delayed"])
             fam["streams_sched_enqueued"].add_metric([c, label], row["enqueued"])
             fam["streams_sched_acked"].add_metric([c, label], row["acked"])
+            fam["streams_sched_throttled"].add_metric([c, label], row["throttled"])
+            fam["streams_sched_over_cap"].add_metric([c, label], row["over_cap"])
         fam["streams_sched_dead_letters"].add_metric([c], snap.dead_letters)
         fam["streams_sched_dead_lettered"].add_metric([c], snap.stat("dead"))
         fam["streams_sched_reclaimed"].add_metric([c], snap.stat("reclaimed"))
         fam["streams_sched_duplicates"].add_metric([c], snap.stat("duplicates"))
+        fam["streams_sched_timeouts"].add_metric([c], snap.stat("timeouts"))
+        fam["streams_sched_backoffs"].add_metric([c], snap.stat("backoffs"))
         crawl_states = states.get(c, {})
         for state in (ALIVE, DEAD):
             fam["streams_sched_nodes"].add_metric([c, state], sum(1 for n in crawl_states.values() if n.state == state))

@@ -33,6 +33,8 @@ class CrawlSnapshot:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: fingerprints in the seen filters of every site (None: the back-end or the ACL cannot tell)
     seen_estimate: int | None = None
+    #: the crawl's default rate (policy "*"; 0 = none), for the sites' effective rates
+    default_rate: float = 0.0
 
     @property
     def dead_letters(self) -> int:
@@ -131,6 +133,10 @@ def read_crawl(frontier: Frontier, *, seen: bool = True, chunk: int = 500) -> Cr
             nodes[text(k)] = info
     meta = {text(k): text(v) for k, v in raw_meta.items()}
     snap = CrawlSnapshot(frontier.crawl, int(sec) + int(usec) / 1e6, read_statuses(frontier, sites, chunk), nodes)
+    try:
+        snap.default_rate = float(meta.get("default_rate") or 0)
+    except ValueError:
+        snap.default_rate = 0.0
     if seen:
         snap.seen_estimate = read_seen(frontier, sites, meta, snap.now_s, chunk)
     return snap

@@ -1,4 +1,4 @@
-"""The four places where streams-sched reaches into Scrapy's engine.
+"""The five places where streams-sched reaches into Scrapy's engine.
 
 Scrapy has no public "request finished" hook (scrapy/scrapy#7978). The exact
 point is the engine slot's ``remove_request``: the engine calls it once per
@@ -30,6 +30,11 @@ the engine stops: :meth:`EngineHooks.fail_crawl` makes it fail, so the crawl
 raises, ``CrawlerProcess.bootstrap_failed`` is set and ``scrapy crawl`` (and
 ``runspider``, and scripts that check it) exit with code 1. Scrapy has no
 public way for a component to set the exit code.
+
+The fifth is the downloader middleware manager's ``methods["process_exception"]``:
+:meth:`EngineHooks.on_download_error` puts an observer first in it (closest to
+the download handler, before RetryMiddleware turns a timeout into a retry), so
+the scheduler sees download timeouts without the user adding a middleware.
 
 All are private. :func:`check_scrapy` (the version against the supported range,
 the slot class's methods) runs when the scheduler is built, and
@@ -235,6 +240,28 @@ class EngineHooks:
         stand_in.addCallback(fail)
         engine._closewait = stand_in
         return True
+    def on_download_error(self, observe: Callable[[Request, BaseException], None]) -> None:
+        """Call ``observe(request, exception)`` for every failed download (it must not
+        raise; the exception goes on to the other middlewares unchanged)."""
+        downloader = getattr(self._engine, "downloader", None)
+        methods = getattr(getattr(downloader, "middleware", None), "methods", None)
+        chain = methods.get("process_exception") if isinstance(methods, dict) else None
+        if chain is None or not hasattr(chain, "appendleft"):
+            raise ScrapyCompatError(
+                "streams-sched needs the downloader middleware manager's methods['process_exception']"
+                " deque to see download timeouts; this Scrapy version moved it. Set"
+                " STREAMS_ADAPTIVE=False or pin scrapy to a tested version (see README) and report it."
+            )
+
+        def process_exception(request: Request, exception: BaseException, spider: Any = None) -> None:
+            try:
+                observe(request, exception)
+            except Exception:
+                logger.exception("streams-sched could not record a download error")
+
+        chain.appendleft(process_exception)
+        self._exception_chain = chain
+        self._exception_observer = process_exception
 
     def wake(self) -> None:
         """From any thread: ask the engine to pull requests now."""
@@ -245,6 +272,12 @@ class EngineHooks:
 
     def unhook(self) -> None:
         self._slot.remove_request = self._original
+        chain = getattr(self, "_exception_chain", None)
+        if chain is not None:
+            try:
+                chain.remove(self._exception_observer)
+            except ValueError:
+                pass
         original_close = getattr(self, "_original_close", None)
         if original_close is not None:
             self._slot.close = original_close

@@ -101,7 +101,7 @@ _CLUSTER = ("cluster|slots", "cluster|shards", "cluster|nodes", "command", "read
 
 #: The scripts each role runs (the monitor runs status.lua read-only: +@read covers it).
 _ROLE_SCRIPTS: dict[str, tuple[str, ...]] = {
-    "worker": ("enqueue", "lease", "claim", "ack", "dead", "release", "promote", "status"),
+    "worker": ("enqueue", "lease", "claim", "ack", "dead", "release", "promote", "status", "feedback"),
     "reclaimer": ("claim", "promote", "prune", "status"),
     "monitor": (),
 }

@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from .errors import RedisUnavailable, StreamsSchedError
 from .exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
 from .frontier import Frontier, SiteStatus
 from .keys import BANDS, validate_crawl_name, validate_site_name
+from .politeness import effective_rate
 from .rates import ack_rate_per_s
 
 __all__ = ["main"]
@@ -174,7 +176,13 @@ def _rate(v: float) -> str:
     return f"{v:.1f}/s" if v < 100 else f"{v:.0f}/s"
 
 
-def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
+def _until(ms: int) -> str:
+    if ms <= 0:
+        return ""
+    return time.strftime("%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000 // 100}Z"
+
+
+def status_rows(statuses: list[SiteStatus], default_rate: float = 0.0) -> list[dict[str, Any]]:
     rows = []
     for st in statuses:
         row: dict[str, Any] = {"site": st.site}
@@ -190,6 +198,14 @@ def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
         row["acked"] = st.stats.get("acked", 0)
         row["rate_per_s"] = round(ack_rate_per_s(st.stats, st.now_ms), 3)
         row["paused"] = st.policy.get("paused") == "1"
+        eff = effective_rate(st.policy, st.now_ms, default_rate=default_rate)
+        row["limit_per_s"] = round(eff.rate, 3)
+        row["limit_reason"] = eff.reason
+        row["paused_until_ms"] = eff.paused_until_ms
+        row["robots_delay_s"] = float(st.policy.get("robots_delay") or 0)
+        row["max_pages"] = int(st.policy.get("max_pages") or 0)
+        row["over_cap"] = st.stats.get("over_cap", 0)
+        row["throttled"] = st.stats.get("throttled", 0)
         rows.append(row)
     return rows
 
@@ -217,6 +233,11 @@ STATUS_COLUMNS: list[tuple[str, str, Callable[[Any], str]]] = [
     ("enqueued", "ENQUEUED", str),
     ("acked", "ACKED", str),
     ("rate_per_s", "RATE 1M", _rate),
+    ("limit_per_s", "LIMIT", lambda v: _rate(v) if v > 0 else "-"),
+    ("limit_reason", "WHY", str),
+    ("paused_until_ms", "PAUSED UNTIL", _until),
+    ("throttled", "429/503", str),
+    ("over_cap", "OVER CAP", str),
     ("paused", "PAUSED", lambda p: "yes" if p else ""),
 ]
 
@@ -235,7 +256,8 @@ def sort_rows(rows: list[dict[str, Any]], key: str, limit: int) -> list[dict[str
 
 
 def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("high", "default", "low", "browser", "backlog", "pending", "delayed", "dead", "enqueued", "acked")
+    keys = ("high", "default", "low", "browser", "backlog", "pending", "delayed", "dead", "enqueued", "acked",
+            "throttled", "over_cap")
     out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
     out["rate_per_s"] = round(sum(r["rate_per_s"] for r in rows), 3)
     out["oldest_lease_ms"] = max((r["oldest_lease_ms"] for r in rows), default=-1)
@@ -256,8 +278,12 @@ def summary_line(t: dict[str, Any]) -> str:
 def read_rows(frontier: Frontier) -> list[dict[str, Any]]:
     sites = frontier.sites()
     rows: list[dict[str, Any]] = []
+    try:
+        default_rate = float(frontier.client.hget(frontier.keys.meta, "default_rate") or 0)
+    except ValueError:
+        default_rate = 0.0
     for i in range(0, len(sites), 500):
-        rows += status_rows(frontier.status_many(sites[i : i + 500]))
+        rows += status_rows(frontier.status_many(sites[i : i + 500]), default_rate)
     return rows
 
 
@@ -268,7 +294,9 @@ def read_rows(frontier: Frontier) -> list[dict[str, Any]]:
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=0, help="Show only the first N sites (0 = all); totals cover every site.")
 def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int) -> None:
     """Per site: backlog by band, pending leases, oldest lease age, delayed,
-    dead letters, and the ack rate over the last minute."""
+    dead letters, the ack rate over the last minute, the rate limit in force and
+    why (policy, robots, backoff, retry-after, paused, unlimited), until when a
+    Retry-After pauses it, 429/503 answers and requests dropped over its page cap."""
     client = _client(redis_url)
     frontier = known_crawl(client, crawl, redis_url)
     rows = read_rows(frontier)
@@ -303,7 +331,7 @@ def purge(redis_url: str, crawl: str, site: str | None, yes: bool) -> None:
 
 @main.group()
 def site() -> None:
-    """Per-site policy: rate limit, weight, task type, browser cap, pause."""
+    """Per-site policy: rate limit, weight, task type, browser cap, page cap, pause."""
 
 
 @site.command("set")
@@ -315,8 +343,9 @@ def site() -> None:
 @click.option("--task-type", type=click.Choice(["http", "browser"]), help="Default task type of the site's requests.")
 @click.option("--max-browser", type=int, help="Most browser requests of this site in flight on one node.")
 @click.option("--paused/--resumed", default=None, help="Stop or restart leasing the site.")
+@click.option("--max-pages", type=int, help="Most requests of the site accepted in all, all workers together; 0 = no cap.")
 def site_set(redis_url: str, crawl: str, name: str, rate: float | None, burst: float | None, weight: float | None,
-             task_type: str | None, max_browser: int | None, paused: bool | None) -> None:
+             task_type: str | None, max_browser: int | None, paused: bool | None, max_pages: int | None) -> None:
     """Change a site's policy (NAME "*" = the default for sites without their own).
 
     Workers pick it up within STREAMS_POLICY_REFRESH_SECONDS (the site's own policy on
@@ -324,9 +353,12 @@ def site_set(redis_url: str, crawl: str, name: str, rate: float | None, burst: f
     from .policy import set_policy
 
     fields = {k: v for k, v in {"rate": rate, "burst": burst, "weight": weight, "task_type": task_type,
-                                "max_browser": max_browser, "paused": paused}.items() if v is not None}
+                                "max_browser": max_browser, "paused": paused, "max_pages": max_pages}.items()
+              if v is not None}
     if not fields:
-        raise click.UsageError("give at least one of --rate --burst --weight --task-type --max-browser --paused/--resumed")
+        raise click.UsageError(
+            "give at least one of --rate --burst --weight --task-type --max-browser --max-pages --paused/--resumed"
+        )
     frontier = Frontier(_client(redis_url), crawl)
     try:
         stored = set_policy(frontier, name, fields)

@@ -234,6 +234,25 @@ class StreamsConfig:
     #: its memory ("local": not shared, not leased, lost if the worker dies) or refused
     #: with an error, and the crawl then ends with exit code 1 ("error").
     unserializable: str = "local"
+    #: STREAMS_ADAPTIVE: cluster-wide AIMD back-off on 429 / 503 / timeouts, and a
+    #: Retry-After pauses the whole site (see feedback.lua and the README).
+    adaptive: bool = True
+    #: STREAMS_ADAPTIVE_DECREASE: a congestion signal multiplies the site's rate by this.
+    adaptive_decrease: float = 0.7
+    #: STREAMS_ADAPTIVE_INCREASE: healthy answers raise a backed-off rate by this many req/s per second.
+    adaptive_increase: float = 0.5
+    #: STREAMS_ADAPTIVE_MIN_RATE: the back-off never goes below this (req/s).
+    adaptive_min_rate: float = 0.1
+    #: STREAMS_ADAPTIVE_FORGET_SECONDS: a site without a policy or robots rate is unlimited
+    #: again after this long without a congestion signal.
+    adaptive_forget_seconds: float = 600.0
+    #: STREAMS_FEEDBACK_INTERVAL_SECONDS: how often a worker reports healthy answers
+    #: (429 / 503 / timeouts / robots.txt are reported at once).
+    feedback_interval_seconds: float = 0.5
+    #: STREAMS_MAX_CRAWL_DELAY: cap on a robots.txt Crawl-delay, seconds.
+    max_crawl_delay_seconds: float = 30.0
+    #: STREAMS_SITE_KEY: "host" (a site is a host name) or "domain" (its registered domain).
+    site_key: str = "host"
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -282,6 +301,15 @@ class StreamsConfig:
             raise ConfigError("REDIS_ENCODING", self.feed_encoding, "unknown encoding") from None
         if self.unserializable not in UNSERIALIZABLE_MODES:
             raise ConfigError("STREAMS_UNSERIALIZABLE", self.unserializable, f"expected one of {UNSERIALIZABLE_MODES}")
+        if not (0 < self.adaptive_decrease < 1):
+            raise ConfigError("STREAMS_ADAPTIVE_DECREASE", self.adaptive_decrease, "expected a factor between 0 and 1, e.g. 0.7")
+        check_positive("STREAMS_ADAPTIVE_INCREASE", self.adaptive_increase)
+        check_positive("STREAMS_ADAPTIVE_MIN_RATE", self.adaptive_min_rate)
+        check_positive("STREAMS_ADAPTIVE_FORGET_SECONDS", self.adaptive_forget_seconds)
+        check_positive("STREAMS_FEEDBACK_INTERVAL_SECONDS", self.feedback_interval_seconds)
+        check_positive("STREAMS_MAX_CRAWL_DELAY", self.max_crawl_delay_seconds)
+        if self.site_key not in ("host", "domain"):
+            raise ConfigError("STREAMS_SITE_KEY", self.site_key, 'expected "host" or "domain"')
         if self.node_id and not validate_node_id(self.node_id):
             raise ConfigError(
                 "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
@@ -386,6 +414,14 @@ class StreamsConfig:
             feed_poll_seconds=_num(settings, "STREAMS_FEED_POLL_SECONDS", 1.0),
             feed_encoding=str(get("REDIS_ENCODING", "utf-8")),
             unserializable=str(get("STREAMS_UNSERIALIZABLE", "local")).strip().lower(),
+            adaptive=_bool(settings, "STREAMS_ADAPTIVE", True),
+            adaptive_decrease=_num(settings, "STREAMS_ADAPTIVE_DECREASE", 0.7),
+            adaptive_increase=_num(settings, "STREAMS_ADAPTIVE_INCREASE", 0.5),
+            adaptive_min_rate=_num(settings, "STREAMS_ADAPTIVE_MIN_RATE", 0.1),
+            adaptive_forget_seconds=_num(settings, "STREAMS_ADAPTIVE_FORGET_SECONDS", 600.0),
+            feedback_interval_seconds=_num(settings, "STREAMS_FEEDBACK_INTERVAL_SECONDS", 0.5),
+            max_crawl_delay_seconds=_num(settings, "STREAMS_MAX_CRAWL_DELAY", 30.0),
+            site_key=str(get("STREAMS_SITE_KEY", "host")).lower(),
         )
 
 

@@ -135,6 +135,7 @@ class FeedMover:
         high_min: int = 1,
         low_max: int = -1,
         make_requests: Callable[[bytes], Any] | None = None,
+        site_of: Callable[[str], str] | None = None,
     ) -> None:
         if kind not in FEED_KINDS:
             raise ValueError(f"feed kind {kind!r} is not one of {FEED_KINDS}")
@@ -143,6 +144,7 @@ class FeedMover:
         self.key = key
         self.codec = codec
         self.fingerprinter = fingerprinter
+        self.site_of = site_of
         self.node_id = node_id
         self.kind = kind
         self.batch = batch
@@ -222,7 +224,7 @@ class FeedMover:
                 for request in self._requests(raw):
                     seeds.append(outgoing_for(
                         request, self.codec, self.fingerprinter, high_min=self.high_min,
-                        low_max=self.low_max, legacy=self.legacy is not None,
+                        low_max=self.low_max, legacy=self.legacy is not None, site_of=self.site_of,
                     ))
             except (EntryError, SerializationError, ValueError) as exc:
                 dead.append((raw, str(exc)))

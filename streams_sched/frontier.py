@@ -34,6 +34,7 @@ __all__ = [
     "crawl_bloom",
     "detect_dedupe",
     "parse_claim",
+    "over_cap_of",
     "parse_enqueue",
     "parse_lease",
     "parse_status",
@@ -163,8 +164,14 @@ def _int(v: Any) -> int:
 
 
 def parse_enqueue(reply: Sequence[Any]) -> tuple[int, int, int, bytes]:
-    """-> (added, duplicates, delayed, flags) where flags[i] is ord('1') if request i was added."""
+    """-> (added, duplicates, delayed, flags) where flags[i] is ord('1') if request i was
+    added, ord('0') a duplicate, ord('c') over the site's page cap (see over_cap_of)."""
     return int(reply[0]), int(reply[1]), int(reply[2]), bytes(reply[3])
+
+
+def over_cap_of(reply: Sequence[Any]) -> int:
+    """Requests of an enqueue reply dropped over the site's page cap (max_pages)."""
+    return int(reply[4]) if len(reply) > 4 else 0
 
 
 def _entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) -> list[LeasedEntry]:
@@ -343,6 +350,8 @@ class Frontier:
         self.default_task = "http"
         #: the crawl's default policy ("*"), as lease.lua ARGV: rate, burst, paused, weight, max_browser
         self.default_policy: tuple[str, str, str, str, str] = ("", "", "", "", "")
+        #: lease.lua's politeness flags: "a" adaptive back-off, "r" robots.txt obeyed
+        self.politeness = ""
 
     def site(self, site: str) -> SiteKeys:
         keys = self._sites.get(site)
@@ -450,10 +459,22 @@ class Frontier:
             self.scripts.lease,
             [k.delayed, k.dlq, k.stats, k.policy, *k.streams],
             [self.group, consumer, total, max_http, max_browser, *weights, promote_limit, max_suspects,
-             *self.default_policy],
+             *self.default_policy, self.politeness],
             pipe,
         )
         return reply if pipe is not None else parse_lease(site, reply)
+
+    def feedback(self, site: str, outcome: Sequence[int], robots_delay: str, params: Sequence[Any], pipe: Any = None) -> Any:
+        """Report a batch of a site's answers: ``outcome`` = (healthy, 429/503, timeouts,
+        longest Retry-After in ms); ``robots_delay`` its Crawl-delay in s ('' not reported);
+        ``params`` = (adaptive '1'/'0', decrease, increase, floor, forget ms). See feedback.lua."""
+        k = self.site(site)
+        return self.scripts.call(
+            self.scripts.feedback,
+            [k.policy, k.stats],
+            [*outcome, robots_delay, *params, self.default_policy[0]],
+            pipe,
+        )
 
     def claim(
         self,

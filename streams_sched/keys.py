@@ -24,7 +24,9 @@ Key layout (``C`` = crawl, ``S`` = site)::
                                             bucket n, expiring on its own (TTL)
     ss:{C/S}:dlq                    STREAM  dead letters: the entry, the reason, its origin
     ss:{C/S}:stats                  HASH    counters kept in Redis (enqueued, acked, ...)
-    ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, ...)
+    ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, max_pages, ...),
+                                            its token bucket, and its shared politeness state
+                                            (a_rate, a_until, robots_delay, ...; see feedback.lua)
 """
 
 from __future__ import annotations

@@ -211,7 +211,7 @@ class ScrapyRedisCrawl:
             for raw in chunk:
                 try:
                     seeds += [
-                        outgoing_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None)
+                        outgoing_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None, site_of=s.site_of)
                         for r in parse_feed_entry(raw, self.encoding)
                     ]
                 except (EntryError, SerializationError, ValueError) as exc:
@@ -245,7 +245,7 @@ class ScrapyRedisCrawl:
                     fp = hashlib.sha1(b"ss-migrate:" + raw).digest() if request.dont_filter else None
                     seeds.append(outgoing_for(
                         request, codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max,
-                        callback=cb, errback=eb, fingerprint=fp,
+                        callback=cb, errback=eb, fingerprint=fp, site_of=s.site_of,
                     ))
                 except (EntryError, SerializationError, ValueError) as exc:
                     dead.append((raw, str(exc)))

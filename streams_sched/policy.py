@@ -8,6 +8,8 @@ A policy is a dict with any of::
     task_type   "http" or "browser": the default task type of the site's requests
     max_browser most browser requests of this site in flight on one node
     paused      True to stop leasing the site (its backlog stays)
+    max_pages   most requests of the site accepted in all (0 = no cap); more are dropped
+                and counted (stats over_cap); requests with dont_filter are not counted
 
 ``STREAMS_SITES`` maps site names to policies; the key ``"*"`` is the default
 for sites not listed.
@@ -38,6 +40,7 @@ POLICY_FIELDS: dict[str, type] = {
     "task_type": str,
     "max_browser": int,
     "paused": bool,
+    "max_pages": int,
 }
 
 
@@ -71,6 +74,8 @@ def validate_policy(site: str, policy: Mapping[str, Any], setting: str = "STREAM
                 raise ConfigError(f"{name}[{key!r}]", value, "expected a number") from None
             if isinstance(value, bool) or number < 0:
                 raise ConfigError(f"{name}[{key!r}]", value, "expected a number of 0 or more")
+            if key == "max_pages" and site == "*":
+                raise ConfigError(f"{name}[{key!r}]", value, "a page cap is per site; set it on each site, not on '*'")
             if key == "weight" and number == 0:
                 raise ConfigError(f"{name}[{key!r}]", value, "a weight must be above 0 (pause the site instead)")
             out[key] = repr(number) if kind is float else str(number)

@@ -34,9 +34,10 @@ from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .errors import EntryError
-from .frontier import Frontier, LeasedEntry, parse_enqueue, parse_lease
+from .frontier import Frontier, LeasedEntry, over_cap_of, parse_enqueue, parse_lease
 from .keys import BANDS
 from .legacy import LEGACY_FIELD, legacy_seen
+from .politeness import FeedbackBatch
 from .recovery import LeaseKey, release_orphans
 from .selection import DrainDetector, SiteHint, empty_lease_backoff, plan_leases
 
@@ -81,6 +82,8 @@ class Pump(threading.Thread):
         self.outbox: deque[tuple[Any, ...]] = deque()
         self.arrivals: deque[tuple[Any, LeasedEntry]] = deque()
         self.stats: deque[tuple[str, int]] = deque()
+        #: answers seen by the reactor thread, (site, kind, value); see politeness.FeedbackBatch
+        self.feedback: deque[tuple[str, str, Any]] = deque()
         self.inflight = 0  # written by the reactor thread: requests handed to the engine
         self.drained = False
         #: enqueue operations whose reply came back (the scheduler compares it with what it
@@ -144,6 +147,7 @@ class Pump(threading.Thread):
         self.next_feed = now
         #: a migrated scrapy-redis dupefilter SET (legacy.py), read from the crawl meta
         self.legacy: str | None = None
+        self.answers = FeedbackBatch(config.feedback_interval_seconds)
 
     # -- called from the reactor thread ------------------------------------
 
@@ -256,8 +260,14 @@ class Pump(threading.Thread):
         if self.outbox or self._unsent():
             return self.config.flush_interval_seconds
         now = time.monotonic()
+        if self.feedback:
+            self.answers.absorb(self.feedback)
+        if self.answers.due(now):
+            return 0.0
         poll = self.config.idle_poll_seconds
         deadlines = [self.next_heartbeat, self.next_busy_claim]
+        if self.answers.sites:
+            deadlines.append(self.answers.next_report)
         if not self._closing and self.held_total - self.inflight <= self.low_water:
             browser = self.browser_cap > 0
             deadlines += [h.not_before for h in self.hints.values() if h.may_have_work(browser)]
@@ -304,6 +314,7 @@ class Pump(threading.Thread):
             if self.legacy is not None:
                 enq = self._legacy_filter(enq)
             self._queue_writes(pipe, handlers, enq, sendable)
+            self._queue_feedback(pipe, handlers, now)
             planned = self._queue_leases(pipe, handlers, now)
             self._queue_heartbeat(pipe, handlers, now)
             replies = pipe.execute(raise_on_error=False) if handlers else []
@@ -435,6 +446,24 @@ class Pump(threading.Thread):
                         f.extend(site, self.node_id, op[1].stream, op[1].id, pipe)
                 handlers.append(("after", kind, group))
 
+    def _queue_feedback(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> None:
+        """One feedback.lua call per site with answers to report: at once after a 429, 503,
+        timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS."""
+        self.answers.absorb(self.feedback)
+        if not self.answers.due(now):
+            return
+        cfg = self.config
+        params = (
+            "1" if cfg.adaptive else "0",
+            repr(cfg.adaptive_decrease),
+            repr(cfg.adaptive_increase),
+            repr(cfg.adaptive_min_rate),
+            int(cfg.adaptive_forget_seconds * 1000),
+        )
+        for site, outcome, robots in self.answers.take(now):
+            self.frontier.feedback(site, outcome, robots, params, pipe)
+            handlers.append(("fb", site))
+
     def _queue_leases(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> bool:
         """Queue lease calls; True if any site was asked."""
         if self._closing or self._stop_requested:
@@ -528,6 +557,11 @@ class Pump(threading.Thread):
                 self._on_after(h[1], h[2], reply)
             elif kind == "lease":
                 arrived += self._on_leased(h[1], reply, h[2])
+            elif kind == "fb" and int(reply[3]):
+                self.stats.append(("streams/backoffs", 1))
+                hint = self.hints.get(h[1])
+                if hint is not None:
+                    hint.not_before = 0.0  # ask again now: the lease reply carries the new rate
         if noscript:
             self.frontier.scripts.load()
         if arrived:
@@ -556,6 +590,9 @@ class Pump(threading.Thread):
             st.append(("streams/duplicates_remote", dups))
         if delayed:
             st.append(("streams/delayed", delayed))
+        over = over_cap_of(reply)
+        if over:
+            st.append(("streams/over_cap", over))
 
     def _on_after(self, kind: str, group: list[tuple[Any, ...]], reply: Any) -> None:
         n = int(reply) if not isinstance(reply, list) else len(group)

@@ -43,6 +43,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "expire": ("EXPIRE", "K", "1"),
     "getrange": ("GETRANGE", "K", "0", "1"),
     "hget": ("HGET", "K", "f"),
+    "hdel": ("HDEL", "K", "f"),
     "hgetall": ("HGETALL", "K"),
     "hincrby": ("HINCRBY", "K", "f", "1"),
     "setrange": ("SETRANGE", "K", "0", "v"),

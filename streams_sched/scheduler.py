@@ -57,12 +57,14 @@ from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import BANDS, TASK_TYPES, validate_site_name
 from .legacy import legacy_fingerprint
+from .politeness import THROTTLE_STATUSES, crawl_delay_of, is_timeout, robots_body_crawl_delay
 from .pump import Pump, make_node_id
 from .recovery import release_orphans
 from .retry_after import retry_after_seconds
 from .rights import check_rights
 from .seen import SeenCache
 from .selection import band_for, returning_credit
+from .sitekey import site_keyer
 from .startup import fail_clearly
 from .unserializable import UnserializablePolicy
 
@@ -98,6 +100,9 @@ class StreamsScheduler(BaseScheduler):
         download_delay: float = 0.0,
         dupefilter_debug: bool = False,
         url_shortcut: bool = True,
+        robots_obey: bool = False,
+        robots_user_agent: str = "",
+        user_agent: str = "",
     ) -> None:
         self.config = config
         self.fingerprinter = fingerprinter
@@ -107,6 +112,13 @@ class StreamsScheduler(BaseScheduler):
         self.per_site_concurrency = per_site_concurrency
         self.download_delay = download_delay
         self.dupefilter_debug = dupefilter_debug
+        self.robots_obey = robots_obey
+        self.robots_user_agent = robots_user_agent
+        self.user_agent = user_agent
+        # Scrapy sends robots_parsed (with the parser of ROBOTSTXT_PARSER) only in its
+        # newer versions; before that the robots.txt answer is read here with Protego.
+        self._robots_from_body = robots_obey and not hasattr(signals, "robots_parsed")
+        self._site_key = site_keyer(config.site_key)
         self.node_id = config.node_id or make_node_id()
         self.seen = SeenCache(config.local_seen_cache)
         # With Scrapy's own fingerprinter a GET without body has a fingerprint that
@@ -157,6 +169,9 @@ class StreamsScheduler(BaseScheduler):
             download_delay=settings.getfloat("DOWNLOAD_DELAY"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
             url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", True),
+            robots_obey=settings.getbool("ROBOTSTXT_OBEY"),
+            robots_user_agent=settings.get("ROBOTSTXT_USER_AGENT") or "",
+            user_agent=settings.get("USER_AGENT") or "",
         )
         from .metrics import attach_worker_metrics
 
@@ -184,6 +199,8 @@ class StreamsScheduler(BaseScheduler):
         self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
         frontier.scripts.load()
         frontier.register()
+        frontier.politeness = ("a" if cfg.adaptive else "") + ("r" if self.robots_obey else "")
+        self._record_site_key(frontier)
         self._apply_site_policies()
         self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
@@ -216,6 +233,10 @@ class StreamsScheduler(BaseScheduler):
             self._downloader = getattr(self.crawler.engine, "downloader", None)
             self._pump.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
+            self._hooks.on_download_error(self._on_download_error)
+            robots_parsed = getattr(signals, "robots_parsed", None)
+            if self.robots_obey and robots_parsed is not None:
+                self.crawler.signals.connect(self._on_robots_parsed, robots_parsed)
             if not cfg.close_on_drain:
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
         self._pump.local_count = lambda: self.local_held  # in the node record: lost if this worker dies
@@ -265,8 +286,21 @@ class StreamsScheduler(BaseScheduler):
         return FeedMover(
             frontier, key, self.codec, fingerprinter, self.node_id, kind=cfg.feed_kind, batch=cfg.feed_batch,
             encoding=cfg.feed_encoding, high_min=cfg.high_priority_min, low_max=cfg.low_priority_max,
-            make_requests=make_requests,
+            make_requests=make_requests, site_of=self._site_key,
         )
+    def _record_site_key(self, frontier: Frontier) -> None:
+        """The first worker records STREAMS_SITE_KEY in the crawl meta (push reads it);
+        a worker with another one would split the crawl's sites two ways: say so."""
+        client = frontier.client
+        client.hsetnx(frontier.keys.meta, "site_key", self.config.site_key)
+        recorded = client.hget(frontier.keys.meta, "site_key")
+        recorded = recorded.decode() if isinstance(recorded, bytes) else recorded
+        if recorded != self.config.site_key:
+            logger.warning(
+                "crawl %s was started with STREAMS_SITE_KEY=%r but this worker has %r: requests it"
+                " enqueues are grouped by %s, the others' by %s",
+                self.config.crawl, recorded, self.config.site_key, self.config.site_key, recorded,
+            )
 
     def _apply_site_policies(self) -> None:
         assert self.frontier is not None
@@ -619,7 +653,8 @@ class StreamsScheduler(BaseScheduler):
     def _site_of(self, request: Request, meta: dict[str, Any]) -> str:
         site = meta.get("site")
         if site is None:
-            return urlparse_cached(request).hostname or "_nohost"
+            host = urlparse_cached(request).hostname
+            return self._site_key(host) if host else "_nohost"
         known = self._sites.get(site)
         if known is None:
             try:
@@ -672,17 +707,80 @@ class StreamsScheduler(BaseScheduler):
     def _on_spider_idle(self, spider: Spider) -> None:
         raise DontCloseSpider
 
+    def _answer_site(self, request: Request) -> str | None:
+        entry = self._leases.get(request)
+        if entry is not None:
+            return entry.site
+        try:
+            return self._site_of(request, request.meta)
+        except SerializationError:
+            return None
+
     def _on_response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
-        if response.status not in (429, 503):
+        """Every answer goes to the site's shared politeness state (pump -> feedback.lua);
+        a 429 / 503 with Retry-After also delays the retry of this request."""
+        pump = self._pump
+        status = response.status
+        if self._robots_from_body and _is_robots_request(request):
+            self._report_robots(request, robots_body_crawl_delay(response.body, self._robots_agent(request)))
+        if status not in THROTTLE_STATUSES:
+            if pump is not None and self.config.adaptive:
+                site = self._answer_site(request)
+                if site is not None:
+                    pump.feedback.append((site, "ok", 1))
             return
-        delay = retry_after_seconds(
-            response.headers.get(b"Retry-After"), time.time(), self.config.retry_after_max_seconds
-        )
+        now = time.time()
+        delay = retry_after_seconds(response.headers.get(b"Retry-After"), now, self.config.retry_after_max_seconds)
         if delay:
             # RetryMiddleware copies the meta into the retry request, which then waits
             # in the site's delay queue until Retry-After has passed.
-            request.meta["not_before"] = time.time() + delay
+            request.meta["not_before"] = now + delay
             self._inc("streams/retry_after")
+        if pump is not None:
+            site = self._answer_site(request)
+            if site is not None:
+                pump.feedback.append((site, "throttled", int((delay or 0) * 1000)))
+                pump.kick()
+
+    def _on_download_error(self, request: Request, exc: BaseException) -> None:
+        """A download failed: a timeout is a congestion signal; a robots.txt that could
+        not be fetched means no Crawl-delay (as Scrapy then allows everything)."""
+        pump = self._pump
+        if pump is None:
+            return
+        site = self._answer_site(request)
+        if site is None:
+            return
+        if self.robots_obey and _is_robots_request(request):
+            pump.feedback.append((site, "robots", "0"))
+            pump.kick()
+        elif is_timeout(exc) and self.config.adaptive:
+            pump.feedback.append((site, "timeout", 1))
+            pump.kick()
+
+    def _on_robots_parsed(self, robotparser: Any, request: Request, **_: Any) -> None:
+        """A worker read a host's robots.txt (Scrapy's robots_parsed signal)."""
+        self._report_robots(request, crawl_delay_of(robotparser, self._robots_agent(request)))
+
+    def _robots_agent(self, request: Request) -> str:
+        """The user agent RobotsTxtMiddleware asks robots.txt about."""
+        if self.robots_user_agent:
+            return self.robots_user_agent
+        header = request.headers.get(b"User-Agent")
+        return (header.decode("latin-1") if header else self.user_agent) or "*"
+
+    def _report_robots(self, request: Request, delay: float | None) -> None:
+        """A site's Crawl-delay (capped at STREAMS_MAX_CRAWL_DELAY; '0' = none) becomes its
+        shared rate across all workers, unless its policy sets a rate (lease.lua)."""
+        pump = self._pump
+        site = self._answer_site(request)
+        if pump is None or site is None:
+            return
+        if delay is not None:
+            delay = min(delay, self.config.max_crawl_delay_seconds)
+            self._inc("streams/robots_crawl_delay")
+        pump.feedback.append((site, "robots", repr(delay) if delay else "0"))
+        pump.kick()
 
     def _report_fatal(self) -> None:
         if self._fatal_reported:
@@ -693,6 +791,11 @@ class StreamsScheduler(BaseScheduler):
             from ._engine import close_spider
 
             close_spider(self.crawler.engine, "streams_sched_error")
+
+
+def _is_robots_request(request: Request) -> bool:
+    """RobotsTxtMiddleware's own robots.txt request."""
+    return bool(request.meta.get("dont_obey_robotstxt")) and urlparse_cached(request).path == "/robots.txt"
 
 
 def _sha1(data: bytes) -> bytes:

@@ -30,6 +30,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "status",
     "prune",
     "requeue_dead",
+    "feedback",
 )
 
 
@@ -62,10 +63,11 @@ class Scripts:
         self._status: Script = client.register_script(_SOURCES["status"])
         self.prune: Script = client.register_script(_SOURCES["prune"])
         self.requeue_dead: Script = client.register_script(_SOURCES["requeue_dead"])
+        self.feedback: Script = client.register_script(_SOURCES["feedback"])
 
     def all(self) -> list[Script]:
         return [self.enqueue, self.lease, self.claim, self.ack, self.dead, self.release,
-                self.promote, self._status, self.prune, self.requeue_dead]
+                self.promote, self._status, self.prune, self.requeue_dead, self.feedback]
 
     def load(self, client: Any = None) -> None:
         """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""

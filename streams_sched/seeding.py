@@ -20,7 +20,7 @@ on Redis Cluster the pipeline is split per node by redis-py.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
 from .keys import BANDS, TASK_TYPES, validate_crawl_name, validate_site_name
 from .legacy import legacy_fingerprint, legacy_key, legacy_seen
 from .selection import band_for
+from .sitekey import site_keyer
 
 __all__ = ["SITE_TASK", "Seed", "SeedResult", "Seeder", "outgoing_for", "seed"]
 
@@ -91,14 +92,17 @@ def outgoing_for(
     errback: str | None = None,
     fingerprint: bytes | None = None,
     legacy: bool = False,
+    site_of: Callable[[str], str] | None = None,
 ) -> Seed:
     """Turn a request into what enqueue.lua takes. Callbacks are spider methods by
     name (``callback``, or the ``__name__`` of the request's own); raises
-    SerializationError (bad meta, site, task type) or ValueError."""
+    SerializationError (bad meta, site, task type) or ValueError. ``site_of`` maps a
+    host name to its site (STREAMS_SITE_KEY; default: the host itself)."""
     meta = request.meta
     site = meta.get("site")
     if site is None:
-        site = urlparse_cached(request).hostname or "_nohost"
+        host = urlparse_cached(request).hostname
+        site = (site_of(host) if site_of is not None else host) if host else "_nohost"
     else:
         try:
             validate_site_name(site)
@@ -145,6 +149,7 @@ class Seeder:
         low_priority_max: int = -1,
         batch: int = 500,
         connect_timeout_s: float = 10.0,
+        site_key: str | None = None,
     ) -> None:
         validate_crawl_name(crawl, "crawl")
         if batch < 1:
@@ -162,6 +167,10 @@ class Seeder:
         default_task = self.client.hget(self.frontier.keys.meta, "default_task_type")
         self.frontier.default_task = default_task.decode() if isinstance(default_task, bytes) else (default_task or "http")
         self.legacy = legacy_key(self.client, self.frontier.keys.meta)
+        # a URL's site: its host, or its registered domain when the crawl's workers run
+        # with STREAMS_SITE_KEY="domain" (the first worker records it in the crawl meta)
+        recorded = self.client.hget(self.frontier.keys.meta, "site_key")
+        self.site_of = site_keyer(site_key or (recorded.decode() if isinstance(recorded, bytes) else recorded) or "host")
         self._registered: set[str] = set()
 
     def __enter__(self) -> Seeder:
@@ -226,6 +235,7 @@ class Seeder:
                 outgoing_for(
                     request, self.codec, self.fingerprinter, high_min=self.high_min, low_max=self.low_max,
                     callback=callback, errback=errback, legacy=self.legacy is not None,
+                    site_of=self.site_of,
                 )
             )
             if len(batch) >= self.batch:

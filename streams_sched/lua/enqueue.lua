@@ -17,8 +17,8 @@
 -- ARGV[8..]    groups of 4 per request: fingerprint ('' = dont_filter), stream index
 --              (1-6; or 11-13 = band 1-3 with the task type from the site's policy),
 --              delay in ms ('0' = now; due = Redis TIME + delay), payload
--- Returns {added, duplicates, delayed, flags}; flags has one char per request:
--- '1' added, '0' duplicate.
+-- Returns {added, duplicates, delayed, flags, over_cap}; flags has one char per request:
+-- '1' added, '0' duplicate, 'c' dropped over the site's page cap.
 
 local group, mode = ARGV[1], ARGV[2]
 local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -52,6 +52,28 @@ if ttl > 0 and #fps > 0 then
   end
 end
 
+-- Page cap (policy max_pages, 0 = none): once that many requests with a fingerprint were
+-- accepted (stats field pages), new ones are dropped and counted (over_cap).
+-- Requests without a fingerprint (dont_filter: retries) are neither counted nor dropped.
+local over = {}
+local over_cap, pages_in = 0, 0
+local max_pages = tonumber(redis.call('HGET', KEYS[3], 'max_pages') or '')
+if max_pages and max_pages > 0 then
+  local left = max_pages - tonumber(redis.call('HGET', KEYS[2], 'pages') or '0')
+  for i = 8, #ARGV, 4 do
+    local n = fp_at[i]
+    if n and fresh[n] ~= 0 then
+      if left <= 0 then
+        over[i] = true
+        over_cap = over_cap + 1
+      else
+        left = left - 1
+        pages_in = pages_in + 1
+      end
+    end
+  end
+end
+
 local now = now_ms()
 local added, dups, delayed = 0, 0, 0
 local flags = {}
@@ -61,6 +83,8 @@ for i = 8, #ARGV, 4 do
   if n and fresh[n] == 0 then
     dups = dups + 1
     flags[#flags + 1] = '0'
+  elseif over[i] then
+    flags[#flags + 1] = 'c'
   else
     local idx, delay, payload = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
     if idx > 10 then
@@ -95,4 +119,10 @@ end
 if delayed > 0 then
   redis.call('HINCRBY', KEYS[2], 'delayed_in', delayed)
 end
-return { added, dups, delayed, table.concat(flags) }
+if pages_in > 0 then
+  redis.call('HINCRBY', KEYS[2], 'pages', pages_in)
+end
+if over_cap > 0 then
+  redis.call('HINCRBY', KEYS[2], 'over_cap', over_cap)
+end
+return { added, dups, delayed, table.concat(flags), over_cap }

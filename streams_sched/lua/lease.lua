@@ -24,11 +24,17 @@
 --              holds two requests that may have crashed a worker before
 -- ARGV[11..15] the crawl's defaults for fields the site's policy does not set:
 --              rate, burst, paused ('1'/'0'), weight, max_browser ('' = none)
+-- ARGV[16]     politeness flags: 'a' adaptive back-off on (STREAMS_ADAPTIVE), 'r' robots.txt
+--              obeyed (ROBOTSTXT_OBEY); '' neither. The effective rate is the policy rate,
+--              else 1 / robots Crawl-delay, lowered by the adaptive rate (a_rate); a
+--              Retry-After pause (a_until, ms) holds the site (see feedback.lua). With 'r' and no
+--              policy rate, a site whose robots.txt nobody has read yet gets one probe request
+--              (robots_probe) every 10 s until a worker reports its Crawl-delay.
 -- Returns {backlog_http, backlog_browser, pending (both 0 for a task type asked for 0), delayed, ms until the next delayed
 --          request is due (-1 none),
 --          wait_ms (0 ok, >0 rate-limited for that long, -1 paused),
 --          entries put back because of ARGV[10], the site's weight (string),
---          the site's max_browser (-1 none), the site's rate (string, '0' none),
+--          the site's max_browser (-1 none), the site's effective rate (string, '0' none),
 --          then per entry: stream index, id, payload (false if missing), prior deliveries}
 
 local group, consumer = ARGV[1], ARGV[2]
@@ -40,7 +46,8 @@ local now = now_ms()
 
 promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, now, tonumber(ARGV[9]))
 
-local pol = redis.call('HMGET', KEYS[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts', 'weight', 'max_browser')
+local pol = redis.call('HMGET', KEYS[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts', 'weight', 'max_browser',
+  'robots_delay', 'a_rate', 'a_until', 'robots_probe')
 local paused = pol[1] or ARGV[13]
 local rate = tonumber(pol[2]) or tonumber(ARGV[11]) or 0
 local burst_setting = tonumber(pol[3]) or tonumber(ARGV[12])
@@ -49,7 +56,35 @@ local max_browser = tonumber(pol[7]) or tonumber(ARGV[15]) or -1
 local wait_ms = 0
 local budget = tonumber(ARGV[3])
 local tokens, burst
-if paused == '1' then
+-- politeness (issue 11): robots Crawl-delay, adaptive back-off, Retry-After pause
+local flags = ARGV[16] or ''
+local adaptive, robots_obey = string.find(flags, 'a', 1, true), string.find(flags, 'r', 1, true)
+local probe = false
+local paused_until = adaptive and tonumber(pol[10]) or 0
+if rate <= 0 and robots_obey then
+  local delay = tonumber(pol[8])
+  if delay and delay > 0 then
+    rate = 1 / delay
+    burst_setting = 1
+  elseif delay == nil then
+    local last = tonumber(pol[11])
+    if last and now - last < 10000 then
+      paused_until = math.max(paused_until, now + 200)
+    else
+      probe = true
+      budget = math.min(budget, 1)
+    end
+  end
+end
+local a_rate = adaptive and tonumber(pol[9])
+if a_rate and (rate <= 0 or a_rate < rate) then
+  rate = a_rate
+  burst_setting = math.max(1, a_rate / 10)
+end
+if paused ~= '1' and paused_until > now then
+  budget = 0
+  wait_ms = paused_until - now
+elseif paused == '1' then
   budget = 0
   wait_ms = -1
 elseif rate > 0 then
@@ -158,6 +193,11 @@ if tokens ~= nil then
 end
 if leased > 0 then
   redis.call('HINCRBY', KEYS[3], 'leased', leased)
+  if probe then
+    -- the robots.txt probe: the bucket starts empty at this request, so the first
+    -- request after the Crawl-delay is known comes a full delay after it
+    redis.call('HSET', KEYS[4], 'robots_probe', now, 'tokens', '0', 'tokens_ts', now)
+  end
 end
 
 local delayed = redis.call('ZCARD', KEYS[1])
