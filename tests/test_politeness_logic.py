@@ -271,11 +271,12 @@ def test_status_and_site_set_show_and_change_politeness(plain_redis_url: str, cr
 
     from click.testing import CliRunner
 
-    from streams_sched.cli import main, push_urls
+    from streams_sched.cli import main
+    from streams_sched.seeding import Seeder
 
     r = connect(plain_redis_url)
     r.hset(f"ss:{{{crawl}}}:meta", "site_key", "domain")
-    push_urls(r, crawl, ["http://a.shop.co.uk/1", "http://b.shop.co.uk/2", "http://x.test/1"])
+    Seeder(r, crawl).seed(["http://a.shop.co.uk/1", "http://b.shop.co.uk/2", "http://x.test/1"])
     f = Frontier(r, crawl)
     f.scripts.load()
     assert f.sites() == ["shop.co.uk", "x.test"]
