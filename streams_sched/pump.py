@@ -360,6 +360,8 @@ class Pump(threading.Thread):
         if drop:
             self.stats.append(("streams/legacy_duplicates", len(drop)))
             self.stats.append(("dupefilter/filtered", len(drop)))
+            # done as far as the scheduler's pending count goes: they will never be sent
+            self.enqueues_done += len(drop)
         return [op[:3] if len(op) > 3 else op for op in ops if id(op) not in drop]
 
     def _move_feed(self, now: float) -> None:
