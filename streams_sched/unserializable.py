@@ -58,6 +58,8 @@ def how_to_fix(field: str) -> str:
             " from a Response, a Selector or a browser"
             " page instead of the object itself"
         )
+    if field.startswith("cookies"):
+        return "give cookies as plain values (str, int, float), the way Scrapy sends them"
     if field == "size":
         return "keep large data out of meta and the body, or raise STREAMS_MAX_REQUEST_BYTES"
     if field == "class":

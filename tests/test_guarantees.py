@@ -245,9 +245,9 @@ def test_a_class_in_streams_request_classes_travels_end_to_end(plain_redis_url: 
 
 
 @pytest.mark.e2e
-def test_requests_that_cannot_travel_are_signalled_dropped_and_named(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
-    """Requests whose meta, cookies or cb_kwargs msgpack cannot encode are refused with an error
-    naming the field and key, Scrapy sends request_dropped for each, and the crawl goes on."""
+def test_requests_that_cannot_travel_are_crawled_locally_and_named(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+    """By default, requests whose meta, cookies or cb_kwargs cannot travel are kept and crawled by
+    their worker, not dropped: no request_dropped, one warning naming each field and key."""
     dropped = tmp_path / "dropped.jsonl"
     items = tmp_path / "items.jsonl"
     settings = base_settings(
@@ -257,6 +257,36 @@ def test_requests_that_cannot_travel_are_signalled_dropped_and_named(plain_redis
     crawl_to_end(w)
     log = w.log()
     b = "http://site0.test"
+    signalled = [json.loads(line)["url"] for line in dropped.read_text().splitlines()] if dropped.exists() else []
+    assert [u for u in signalled if "/obj-" in u] == []
+    assert f"cannot enqueue <GET {b}/obj-meta>: meta['obj']" in log
+    assert f"cannot enqueue <GET {b}/obj-cookie>: cookies['session']" in log
+    assert f"cannot enqueue <GET {b}/obj-kwargs>: cb_kwargs['when']" in log
+    assert "this worker keeps it in memory and crawls it itself" in log
+    assert "'streams/unserializable_local': 3" in log
+    for path in ("obj-meta", "obj-cookie", "obj-kwargs"):  # downloaded by this worker (a 404 or an error)
+        assert any(f"{b}/{path}" in line and "cannot enqueue" not in line for line in log.splitlines()), path
+    assert set(crawled_urls(items)) == SyntheticWeb(sites=1, pages=20).all_urls()
+
+
+def test_requests_that_cannot_travel_are_signalled_dropped_and_named_in_error_mode(
+    plain_redis_url: str, crawl: str, tmp_path: Path
+) -> None:
+    """With STREAMS_UNSERIALIZABLE="error", such requests are refused with an error naming the field
+    and key, Scrapy sends request_dropped for each, the crawl goes on, and it exits 1."""
+    dropped = tmp_path / "dropped.jsonl"
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        plain_redis_url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=20, DROPPED_FILE=str(dropped),
+        STREAMS_UNSERIALIZABLE="error",
+    )
+    w = Worker(settings, tmp_path / "w.log", spider="spiders.DroppedSpider")
+    try:
+        assert w.wait(120) == 1, w.log()
+    finally:
+        w.close()
+    log = w.log()
+    b = "http://site0.test"
     signalled = [json.loads(line)["url"] for line in dropped.read_text().splitlines()]
     assert sorted(u for u in signalled if "/obj-" in u) == [  # (duplicates are signalled too)
         f"{b}/obj-cookie", f"{b}/obj-kwargs", f"{b}/obj-meta",
@@ -264,7 +294,7 @@ def test_requests_that_cannot_travel_are_signalled_dropped_and_named(plain_redis
     assert f"cannot enqueue <GET {b}/obj-meta>: meta['obj']" in log
     assert f"cannot enqueue <GET {b}/obj-cookie>: cookies['session']" in log
     assert f"cannot enqueue <GET {b}/obj-kwargs>: cb_kwargs['when']" in log
-    assert "'streams/unserializable': 3" in log
+    assert "'streams/unserializable_refused': 3" in log
     assert set(crawled_urls(items)) == SyntheticWeb(sites=1, pages=20).all_urls()
 
 
