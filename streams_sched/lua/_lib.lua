@@ -146,7 +146,25 @@ local function bitmap_layer(i, cap, err, expansion, offset)
   return { cap = lcap, blocks = blocks, k = k, off = offset, size = blocks * 64 }
 end
 
+-- Positions for the 8-byte fingerprints of filters made by conversion from an
+-- exact set (below): bytes 5-8 give a start, an odd step and a cubic term
+-- (enhanced double hashing in the 512-bit block); bytes 1-4 still pick the block.
+local function bit_positions8(fp, k)
+  local x = u32(fp, 5)
+  local a = x % 512
+  local b = 2 * (math.floor(x / 512) % 256) + 1
+  local c = math.floor(x / 131072) % 512
+  local pos = {}
+  for j = 0, k - 1 do
+    pos[j + 1] = (a + j * b + c * (j * j * j - j) / 6) % 512
+  end
+  return pos
+end
+
 local function bit_positions(fp, k)
+  if #fp == 8 then
+    return bit_positions8(fp, k)
+  end
   local pos = {}
   for j = 0, math.min(k, 8) - 1 do
     local a, b = string.byte(fp, 5 + 2 * j, 6 + 2 * j)
@@ -260,6 +278,127 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
   return out
 end
 
+-- Exact sets -----------------------------------------------------------------
+-- A site's filter starts exact: a string of 8-byte fingerprints (the first 8
+-- bytes of the SHA1), 8 bytes each, no fixed cost. When it would hold more than
+-- EXACT_MAX it becomes a Bloom filter of the crawl's capacity (STREAMS_BLOOM_CAPACITY)
+-- holding those 8-byte prefixes, and `meta` gets w = 8 so later lookups use the
+-- same prefixes. Filters made by earlier versions (Bloom from the start, full
+-- 20-byte fingerprints) have no w and keep working as they are. A 64-bit prefix
+-- adds a false-positive chance of n / 2^64 per lookup (1e-16 at n = 1000).
+local EXACT_MAX = 1024
+
+local function exact_has(blob, fp8)
+  local init = 1
+  while true do
+    local s = string.find(blob, fp8, init, true)
+    if not s then
+      return false
+    end
+    if s % 8 == 1 then
+      return true
+    end
+    init = s + 1
+  end
+end
+
+-- Which form a filter is in: 'exact' (string of prefixes, or no key yet),
+-- 'bloom8' (converted) or 'bloom' (made by an earlier version).
+local function filter_form(mode, seen, meta)
+  local kind = redis.call('TYPE', seen)['ok']
+  if kind == 'none' then
+    return 'exact'
+  end
+  if kind == 'string' then
+    if mode == 'bf' or not redis.call('HGET', meta, 'layers') then
+      return 'exact'
+    end
+  elseif kind == 'set' or kind == 'hash' or kind == 'zset' or kind == 'list' or kind == 'stream' then
+    return 'bloom' -- bloom_* reply with the wrong-type error
+  end
+  if redis.call('HGET', meta, 'w') == '8' then
+    return 'bloom8'
+  end
+  return 'bloom'
+end
+
+local function bloom_of(mode, seen, meta, fps, err, cap, expansion, add)
+  if mode == 'bf' then
+    return bloom_bf(seen, fps, err, cap, expansion, add)
+  end
+  return bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
+end
+
+-- Turn an exact set into a Bloom filter of capacity `cap` holding `prefixes`
+-- (the set's and the new ones), keeping the key's TTL (revisit buckets).
+local function exact_to_bloom(mode, seen, meta, prefixes, err, cap, expansion)
+  local ttl = redis.call('PTTL', seen)
+  redis.call('DEL', seen, meta)
+  for i = 1, #prefixes, 1000 do
+    local part = { unpack(prefixes, i, math.min(i + 999, #prefixes)) }
+    local res = bloom_of(mode, seen, meta, part, err, cap, expansion, true)
+    if res.err then
+      return res
+    end
+  end
+  redis.call('HSET', meta, 'w', '8')
+  if ttl > 0 then
+    redis.call('PEXPIRE', seen, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+  end
+  return true
+end
+
+-- One filter: 1 (new) / 0 (seen) per fingerprint; with add, new ones are recorded.
+local function seen_in(mode, seen, meta, fps, err, cap, expansion, add)
+  if #fps == 0 then
+    return {}
+  end
+  local form = filter_form(mode, seen, meta)
+  if form == 'bloom' then
+    return bloom_of(mode, seen, meta, fps, err, cap, expansion, add)
+  end
+  local prefixes = {}
+  for i = 1, #fps do
+    prefixes[i] = string.sub(fps[i], 1, 8)
+  end
+  if form == 'bloom8' then
+    return bloom_of(mode, seen, meta, prefixes, err, cap, expansion, add)
+  end
+  local blob = redis.call('GET', seen) or ''
+  local out, new, batch = {}, {}, {}
+  for i, p in ipairs(prefixes) do
+    if batch[p] or exact_has(blob, p) then
+      out[i] = 0
+    else
+      out[i] = 1
+      if add then
+        batch[p] = true
+        new[#new + 1] = p
+      end
+    end
+  end
+  if #new == 0 then
+    return out
+  end
+  if #blob / 8 + #new <= EXACT_MAX then
+    redis.call('SET', seen, blob .. table.concat(new), 'KEEPTTL')
+    return out
+  end
+  local all = {}
+  for i = 1, #blob, 8 do
+    all[#all + 1] = string.sub(blob, i, i + 7)
+  end
+  for _, p in ipairs(new) do
+    all[#all + 1] = p
+  end
+  local done = exact_to_bloom(mode, seen, meta, all, err, cap, expansion)
+  if type(done) == 'table' then
+    return done
+  end
+  return out
+end
+
 -- Dedupe against a list of filters (seen keys with their meta keys): the first is
 -- the current one, where new fingerprints are added; the others (older revisit
 -- buckets) are only looked at. Returns 1 (new) / 0 (seen) per fingerprint.
@@ -270,12 +409,7 @@ local function dedupe(mode, filters, fps, err, cap, expansion)
   end
   local todo, at = fps, nil
   for f = #filters, 2, -1 do
-    local res
-    if mode == 'bf' then
-      res = bloom_bf(filters[f][1], todo, err, cap, expansion, false)
-    else
-      res = bloom_bitmap(filters[f][1], filters[f][2], todo, err, cap, expansion, false)
-    end
+    local res = seen_in(mode, filters[f][1], filters[f][2], todo, err, cap, expansion, false)
     if res.err then
       return res
     end
@@ -291,12 +425,7 @@ local function dedupe(mode, filters, fps, err, cap, expansion)
     end
     todo, at = keep, keep_at
   end
-  local res
-  if mode == 'bf' then
-    res = bloom_bf(filters[1][1], todo, err, cap, expansion, true)
-  else
-    res = bloom_bitmap(filters[1][1], filters[1][2], todo, err, cap, expansion, true)
-  end
+  local res = seen_in(mode, filters[1][1], filters[1][2], todo, err, cap, expansion, true)
   if res.err then
     return res
   end
@@ -307,4 +436,16 @@ local function dedupe(mode, filters, fps, err, cap, expansion)
     end
   end
   return fresh
+end
+
+-- Delete a stream once it holds nothing and nothing of it is pending, so a
+-- finished site keeps no empty stream and consumer group (about 0.5-1 KB each).
+-- Enqueue and promote recreate it (ensure_group) when the site gets work again.
+local function retire_if_empty(stream, group)
+  if redis.call('XLEN', stream) == 0 then
+    local p = redis.pcall('XPENDING', stream, group)
+    if type(p) ~= 'table' or p.err or tonumber(p[1]) == 0 then
+      redis.call('DEL', stream)
+    end
+  end
 end

@@ -1,5 +1,6 @@
 -- ack.lua: acknowledge finished requests of ONE site and delete them, so Redis
--- memory follows the backlog, not the crawl's history.
+-- memory follows the backlog, not the crawl's history. A stream left empty with
+-- nothing pending is deleted with its group (enqueue recreates it).
 --
 -- KEYS[1]      stats     HASH of counters
 -- KEYS[2..7]   streams   http:high http:default http:low browser:high browser:default browser:low
@@ -29,6 +30,7 @@ for s, ids in pairs(by_stream) do
   if stream then
     acked = acked + redis.call('XACK', stream, group, unpack(ids))
     redis.call('XDEL', stream, unpack(ids))
+    retire_if_empty(stream, group)
   end
 end
 if acked > 0 then
