@@ -125,6 +125,11 @@ def run_crawls(args: argparse.Namespace, redis_url: str, res: dict[str, Any]) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    rest = sys.argv[1:] if argv is None else argv
+    if rest[:1] == ["broad"]:  # python -m bench broad [--quick] [--sites N]: see bench/broad.py
+        from .broad import main as broad_main
+
+        return broad_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 
