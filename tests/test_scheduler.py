@@ -149,7 +149,8 @@ def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, 
         wait_for(lambda: r.xlen(stream) == 3 and len(r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")) <= s._pump.held_total, timeout=10)
     finally:
         s.close("test")
-    assert r.xpending(stream, GROUP)["pending"] == 0
+    # nothing pending; a stream emptied meanwhile (dead-lettered payloads) is retired
+    assert not r.exists(stream) or r.xpending(stream, GROUP)["pending"] == 0
 
 
 def test_extend_lease_resets_the_lease_clock(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:

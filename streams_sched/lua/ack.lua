@@ -10,7 +10,7 @@
 -- acked, after taking over an expired lease, counts 0).
 --
 -- Besides the total (field acked), acks are counted in six 10-second buckets
--- (fields ack0..ack5, slot = bucket % 6; ack_b = the newest bucket written),
+-- (fields ack0..ack5, slot = bucket % 6, absent = 0; ack_b = the newest bucket written),
 -- so status can tell the rate over the last minute (streams_sched/rates.py).
 
 local group = ARGV[1]
@@ -38,12 +38,13 @@ if acked > 0 then
   local bucket = math.floor(now_ms() / 10000)
   local last = tonumber(redis.call('HGET', KEYS[1], 'ack_b')) or (bucket - 6)
   if bucket ~= last then
-    local reset = { 'ack_b', bucket }
+    -- stale slots are deleted, not zeroed: a finished site keeps one slot, not six
+    local stale = {}
     for b = math.max(last + 1, bucket - 5), bucket do
-      reset[#reset + 1] = 'ack' .. (b % 6)
-      reset[#reset + 1] = 0
+      stale[#stale + 1] = 'ack' .. (b % 6)
     end
-    redis.call('HSET', KEYS[1], unpack(reset))
+    redis.call('HDEL', KEYS[1], unpack(stale))
+    redis.call('HSET', KEYS[1], 'ack_b', bucket)
   end
   redis.call('HINCRBY', KEYS[1], 'ack' .. (bucket % 6), acked)
 end

@@ -115,7 +115,11 @@ for _, t in ipairs({ 2, 1 }) do
       cur[best] = cur[best] - total
       take[best] = take[best] + 1
     end
-    redis.call('HSET', KEYS[3], state_field, table.concat(cur, ','))
+    if cur[1] == 0 and cur[2] == 0 and cur[3] == 0 then
+      redis.call('HDEL', KEYS[3], state_field) -- absent = all zero: a drained site keeps no state
+    else
+      redis.call('HSET', KEYS[3], state_field, table.concat(cur, ','))
+    end
     for b = 1, 3 do
       if take[b] > 0 then
         local s = (t - 1) * 3 + b
