@@ -30,7 +30,7 @@ for s, ids in pairs(by_stream) do
   if stream then
     acked = acked + redis.call('XACK', stream, group, unpack(ids))
     redis.call('XDEL', stream, unpack(ids))
-    retire_if_empty(stream, group)
+    retire_if_empty(stream)
   end
 end
 if acked > 0 then
