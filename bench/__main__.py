@@ -8,6 +8,9 @@
 (e) codec cost per request;
 (f) Redis round trips per crawled page (counted during (a) and (b)).
 
+``python -m bench broad`` runs the broad-crawl benchmark of issue 10 on its own
+(bench/broad.py: many small sites; ``--quick``, ``--sites``).
+
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
 Results go to stdout and to bench/results/ (JSON and markdown). Throwaway

@@ -90,7 +90,7 @@ def measure(kind: str, n: int, probes: int) -> dict[str, Any]:
                 fp_hits += len(batch) - int(script(keys=["seen", "meta"], args=[kind, ERROR_RATE, n, EXPANSION, 0, *batch]))
             keys = ["seen", "meta"]
             if kind == "bf":
-                reply = client.execute_command("BF.INFO", "seen", "FILTERS") if client.type("seen") != b"string" else 0
+                reply: Any = client.execute_command("BF.INFO", "seen", "FILTERS") if client.type("seen") != b"string" else 0  # type: ignore[no-untyped-call]
                 layers = int(next(iter(reply.values())) if isinstance(reply, dict) else reply[0] if isinstance(reply, list) else reply)
             else:
                 layers = int(client.hget("meta", "layers") or 0)
