@@ -8,6 +8,9 @@
 (e) codec cost per request;
 (f) Redis round trips per crawled page (counted during (a) and (b)).
 
+``python -m bench broad`` runs the broad-crawl benchmark of issue 10 on its own
+(bench/broad.py: many small sites; ``--quick``, ``--sites``).
+
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
 Results go to stdout and to bench/results/ (JSON and markdown). Throwaway
@@ -125,6 +128,11 @@ def run_crawls(args: argparse.Namespace, redis_url: str, res: dict[str, Any]) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    rest = sys.argv[1:] if argv is None else argv
+    if rest[:1] == ["broad"]:  # python -m bench broad [--quick] [--sites N]: see bench/broad.py
+        from .broad import main as broad_main
+
+        return broad_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 

@@ -2,16 +2,16 @@
 
 Three ways to remember N fingerprints, each in a fresh redis-server:
 
-- ``bf``: RedisBloom, ``BF.RESERVE key 0.001 N EXPANSION 2`` then ``BF.MADD``
-  of 20-byte SHA1 fingerprints, as ``enqueue.lua``'s ``bloom_bf`` does;
-- ``bitmap``: the Lua bitmap Bloom filter of ``enqueue.lua`` (``bloom_bitmap``
-  from ``lua/_lib.lua``) at error 0.001 and capacity N, driven by a purpose
-  script made of the same library and a few lines that call it;
+- ``bf`` and ``bitmap``: a site's seen filter as ``enqueue.lua`` keeps it
+  (``seen_in`` from ``lua/_lib.lua``, driven by a purpose script): an exact set
+  of 8-byte prefixes up to EXACT_MAX, then a Bloom filter (RedisBloom
+  ``BF.RESERVE key 0.001 N EXPANSION 2`` or the Lua bitmap Bloom filter) at
+  error 0.001 and capacity N holding the prefixes;
 - ``set``: a SET of 40-hex fingerprints, as scrapy-redis' RFPDupeFilter keeps them.
 
 Bytes are the growth of ``used_memory`` (INFO memory) and ``MEMORY USAGE``
 of the keys. The false-positive rate is measured with fingerprints that were
-never added (``BF.MEXISTS``; ``bloom_bitmap`` with ``add`` false).
+never added (``seen_in`` with ``add`` false).
 """
 
 from __future__ import annotations
@@ -33,12 +33,13 @@ BATCH = 2000
 
 _LIB = resources.files("streams_sched").joinpath("lua", "_lib.lua").read_text(encoding="utf-8")
 
-# KEYS: seen, meta; ARGV: err, cap, expansion, add (1 insert / 0 look only), fp...
-# Returns how many fingerprints were new (add) or are absent (look only).
-_BITMAP = _LIB + """
+# KEYS: seen, meta; ARGV: mode, err, cap, expansion, add (1 insert / 0 look only), fp...
+# The same path as enqueue.lua: an exact set first, a Bloom filter of capacity cap
+# after EXACT_MAX. Returns how many fingerprints were new (add) or are absent (look only).
+_DEDUPE = _LIB + """
 local fps = {}
-for i = 5, #ARGV do fps[#fps + 1] = ARGV[i] end
-local r = bloom_bitmap(KEYS[1], KEYS[2], fps, tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1')
+for i = 6, #ARGV do fps[#fps + 1] = ARGV[i] end
+local r = seen_in(ARGV[1], KEYS[1], KEYS[2], fps, tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1')
 if r.err then return r end
 local n = 0
 for _, v in ipairs(r) do n = n + v end
@@ -79,24 +80,20 @@ def measure(kind: str, n: int, probes: int) -> dict[str, Any]:
         client = redis.Redis.from_url(srv.url)
         base = _used(client)
         fp_hits = 0
-        if kind == "bf":
-            client.execute_command("BF.RESERVE", "seen", ERROR_RATE, n, "EXPANSION", EXPANSION)
-            secs = _fill(client, n, lambda p, b: p.execute_command("BF.MADD", "seen", *b))
-            for batch in _batches(probes, b"out"):
-                fp_hits += sum(client.execute_command("BF.MEXISTS", "seen", *batch))
-            keys = ["seen"]
-            reply = client.execute_command("BF.INFO", "seen", "FILTERS")
-            layers = int(next(iter(reply.values())) if isinstance(reply, dict) else reply[0] if isinstance(reply, list) else reply)
-        elif kind == "bitmap":
-            script = client.register_script(_BITMAP)
-            script(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, 1, _fp(b"warm", 0)])
+        if kind in ("bf", "bitmap"):
+            script = client.register_script(_DEDUPE)
+            script(keys=["seen", "meta"], args=[kind, ERROR_RATE, n, EXPANSION, 1, _fp(b"warm", 0)])
             client.delete("seen", "meta")
             base = _used(client)
-            secs = _fill(client, n, lambda p, b: script(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, 1, *b], client=p))
+            secs = _fill(client, n, lambda p, b: script(keys=["seen", "meta"], args=[kind, ERROR_RATE, n, EXPANSION, 1, *b], client=p))
             for batch in _batches(probes, b"out"):
-                fp_hits += len(batch) - int(script(keys=["seen", "meta"], args=[ERROR_RATE, n, EXPANSION, 0, *batch]))
+                fp_hits += len(batch) - int(script(keys=["seen", "meta"], args=[kind, ERROR_RATE, n, EXPANSION, 0, *batch]))
             keys = ["seen", "meta"]
-            layers = int(client.hget("meta", "layers") or 0)
+            if kind == "bf":
+                reply: Any = client.execute_command("BF.INFO", "seen", "FILTERS") if client.type("seen") != b"string" else 0  # type: ignore[no-untyped-call]
+                layers = int(next(iter(reply.values())) if isinstance(reply, dict) else reply[0] if isinstance(reply, list) else reply)
+            else:
+                layers = int(client.hget("meta", "layers") or 0)
         elif kind == "set":
             secs = _fill(client, n, lambda p, b: p.sadd("dupefilter", *[fp.hex() for fp in b]))
             for batch in _batches(probes, b"out"):

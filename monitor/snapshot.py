@@ -93,23 +93,29 @@ def read_seen(
         pipe = frontier.client.pipeline(transaction=False)
         for site in sites[i : i + chunk]:
             for seen, seen_meta in seen_keys(frontier, site, meta, now_s):
+                # a small site's filter is an exact set of 8-byte prefixes (a string):
+                # STRLEN / 8; a Bloom filter answers BF.CARD or its layer state
+                pipe.strlen(seen)
                 if mode == "bf":
                     pipe.execute_command("BF.CARD", seen)
                 else:
                     pipe.hmget(seen_meta, ["layers", "count"])
-        for reply in pipe.execute(raise_on_error=False):
-            if isinstance(reply, ResponseError):
-                text = str(reply)
-                if "NOPERM" in text or "no permissions" in text or "unknown command" in text.lower():
-                    raise PermissionError(text)
-                continue  # e.g. a key of another type: skip that site
-            if isinstance(reply, Exception):
-                raise reply
-            if mode == "bf":
+        replies = pipe.execute(raise_on_error=False)
+        for exact, reply in zip(replies[::2], replies[1::2], strict=True):
+            for r in (exact, reply):
+                if isinstance(r, ResponseError):
+                    text = str(r)
+                    if "NOPERM" in text or "no permissions" in text or "unknown command" in text.lower():
+                        raise PermissionError(text)
+                elif isinstance(r, Exception):
+                    raise r
+            if mode == "bf" and not isinstance(reply, Exception):
                 total += int(reply)
-            else:
+            elif mode == "bitmap" and not isinstance(reply, Exception) and reply[0] is not None:
                 layers, count = (int(v) if v is not None else 0 for v in reply)
                 total += bitmap_items(layers, count, capacity, expansion)
+            elif not isinstance(exact, Exception):
+                total += int(exact) // 8  # else a key of another type: skip that site
     return total
 
 

@@ -150,8 +150,9 @@ class StreamsConfig:
     dedupe: str = "auto"
     #: STREAMS_BLOOM_ERROR_RATE: false-positive rate of the seen filter (per site).
     bloom_error_rate: float = 0.001
-    #: STREAMS_BLOOM_CAPACITY: fingerprints per site before the filter adds a layer
-    #: (about 1.8 bytes each at 0.1%, allocated when the site gets its first request).
+    #: STREAMS_BLOOM_CAPACITY: size of a site's Bloom filter, made when the site passes
+    #: 1,024 fingerprints (an exact set until then); past it the filter adds a layer
+    #: (about 2 bytes per fingerprint at 0.1%).
     bloom_capacity: int = 100_000
     #: STREAMS_BLOOM_EXPANSION: growth factor of each new layer.
     bloom_expansion: int = 2

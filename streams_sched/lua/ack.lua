@@ -1,5 +1,6 @@
 -- ack.lua: acknowledge finished requests of ONE site and delete them, so Redis
--- memory follows the backlog, not the crawl's history.
+-- memory follows the backlog, not the crawl's history. A stream left empty with
+-- nothing pending is deleted with its group (enqueue recreates it).
 --
 -- KEYS[1]      stats     HASH of counters
 -- KEYS[2..7]   streams   http:high http:default http:low browser:high browser:default browser:low
@@ -9,7 +10,7 @@
 -- acked, after taking over an expired lease, counts 0).
 --
 -- Besides the total (field acked), acks are counted in six 10-second buckets
--- (fields ack0..ack5, slot = bucket % 6; ack_b = the newest bucket written),
+-- (fields ack0..ack5, slot = bucket % 6, absent = 0; ack_b = the newest bucket written),
 -- so status can tell the rate over the last minute (streams_sched/rates.py).
 
 local group = ARGV[1]
@@ -29,6 +30,7 @@ for s, ids in pairs(by_stream) do
   if stream then
     acked = acked + redis.call('XACK', stream, group, unpack(ids))
     redis.call('XDEL', stream, unpack(ids))
+    retire_if_empty(stream)
   end
 end
 if acked > 0 then
@@ -36,12 +38,13 @@ if acked > 0 then
   local bucket = math.floor(now_ms() / 10000)
   local last = tonumber(redis.call('HGET', KEYS[1], 'ack_b')) or (bucket - 6)
   if bucket ~= last then
-    local reset = { 'ack_b', bucket }
+    -- stale slots are deleted, not zeroed: a finished site keeps one slot, not six
+    local stale = {}
     for b = math.max(last + 1, bucket - 5), bucket do
-      reset[#reset + 1] = 'ack' .. (b % 6)
-      reset[#reset + 1] = 0
+      stale[#stale + 1] = 'ack' .. (b % 6)
     end
-    redis.call('HSET', KEYS[1], unpack(reset))
+    redis.call('HDEL', KEYS[1], unpack(stale))
+    redis.call('HSET', KEYS[1], 'ack_b', bucket)
   end
   redis.call('HINCRBY', KEYS[1], 'ack' .. (bucket % 6), acked)
 end

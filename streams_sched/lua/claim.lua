@@ -63,6 +63,9 @@ for s = 1, 6 do
         end
         budget = budget - 1
       end
+      if dead > 0 then
+        retire_if_empty(stream)
+      end
     end
   end
 end

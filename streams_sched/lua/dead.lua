@@ -25,6 +25,7 @@ for i = 3, #ARGV, 3 do
       dead_letter(KEYS[1], KEYS[2], stream, id, payload, reason, count + d, node, now)
       redis.call('XACK', stream, group, id)
       redis.call('XDEL', stream, id)
+      retire_if_empty(stream)
       moved = moved + 1
     end
   end

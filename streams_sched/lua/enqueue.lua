@@ -47,9 +47,7 @@ if fresh.err then
 end
 if ttl > 0 and #fps > 0 then
   redis.call('EXPIRE', filters[1][1], ttl, 'NX')
-  if mode ~= 'bf' then
-    redis.call('EXPIRE', filters[1][2], ttl, 'NX')
-  end
+  redis.call('EXPIRE', filters[1][2], ttl, 'NX')
 end
 
 -- Page cap (policy max_pages, 0 = none): once that many requests with a fingerprint were

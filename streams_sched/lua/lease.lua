@@ -44,7 +44,11 @@ local streams = { KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10] }
 local suspects_left = tonumber(ARGV[10]) or 1
 local now = now_ms()
 
-promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, now, tonumber(ARGV[9]))
+local delayed = redis.call('ZCARD', KEYS[1])
+if delayed > 0 then
+  promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, now, tonumber(ARGV[9]))
+  delayed = redis.call('ZCARD', KEYS[1])
+end
 
 local pol = redis.call('HMGET', KEYS[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts', 'weight', 'max_browser',
   'robots_delay', 'a_rate', 'a_until', 'robots_probe')
@@ -124,7 +128,14 @@ for _, t in ipairs({ 2, 1 }) do
   if n > 0 and backlog[t] > 0 then
     local state_field = 'swrr' .. t
     local cur = { 0, 0, 0 }
-    local saved = redis.call('HGET', KEYS[3], state_field)
+    -- with one band backlogged the rotation state cannot change: not read, not written
+    local bands = 0
+    for b = 1, 3 do
+      if bl[b] > 0 then
+        bands = bands + 1
+      end
+    end
+    local saved = bands > 1 and redis.call('HGET', KEYS[3], state_field)
     if saved then
       local i = 1
       for v in string.gmatch(saved, '[^,]+') do
@@ -150,7 +161,13 @@ for _, t in ipairs({ 2, 1 }) do
       cur[best] = cur[best] - total
       take[best] = take[best] + 1
     end
-    redis.call('HSET', KEYS[3], state_field, table.concat(cur, ','))
+    if bands < 2 then
+      -- unchanged (see above)
+    elseif cur[1] == 0 and cur[2] == 0 and cur[3] == 0 then
+      redis.call('HDEL', KEYS[3], state_field) -- absent = all zero: a drained site keeps no state
+    else
+      redis.call('HSET', KEYS[3], state_field, table.concat(cur, ','))
+    end
     for b = 1, 3 do
       if take[b] > 0 then
         local s = (t - 1) * 3 + b
@@ -200,7 +217,6 @@ if leased > 0 then
   end
 end
 
-local delayed = redis.call('ZCARD', KEYS[1])
 local next_due = -1
 if delayed > 0 then
   next_due = math.max(0, tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now)

@@ -15,7 +15,7 @@ local released = 0
 for i = 3, #ARGV, 2 do
   local stream = KEYS[1 + tonumber(ARGV[i])]
   local id = ARGV[i + 1]
-  if stream then
+  if stream and redis.call('EXISTS', stream) == 1 then
     local p = redis.call('XPENDING', stream, group, id, id, 1, consumer)
     if #p > 0 then
       local found = redis.call('XRANGE', stream, id, id)

@@ -1,0 +1,58 @@
+"""A finished broad crawl (many sites, few pages each) keeps only a few hundred bytes of Redis per site (issue 10)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from streams_sched.demo.web import SyntheticWeb
+
+from helpers import Worker, base_settings, crawl_to_end, crawled_urls
+
+pytestmark = pytest.mark.e2e
+
+SITES, PAGES = 300, 3
+#: issue 10: at most 200 bytes per crawled page, every key counted
+MAX_BYTES_PER_PAGE = 200
+#: what a 3-page site keeps: its exact seen set, its stats, its registry entry
+MAX_BYTES_PER_SITE = 400
+
+
+def key_bytes(client: redis.Redis) -> dict[str, int]:
+    """MEMORY USAGE of every key, summed by the key's last name part (seen, stats, q:http:default...)."""
+    out: dict[str, int] = defaultdict(int)
+    for key in client.scan_iter(count=1000):
+        name = key.decode()
+        kind = name.split("}:", 1)[-1] if "}:" in name else name
+        out["q" if kind.startswith("q:") else kind.split(":")[0]] += int(client.memory_usage(key, samples=0) or 0)
+    return dict(out)
+
+
+def test_finished_broad_crawl_costs_under_200_bytes_per_page(
+    redis_url: str, dedupe: str, crawl: str, tmp_path: Path, measured: Any
+) -> None:
+    """300 sites x 3 pages, crawled to the end: every key of the crawl together is <= 200 B per page, on both back-ends."""
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=SITES, SYNTH_PAGES=PAGES,
+        CONCURRENT_REQUESTS=32, CONCURRENT_REQUESTS_PER_DOMAIN=2,
+    )
+    crawl_to_end(Worker(settings, tmp_path / "w.log"), timeout=300)
+    seen = crawled_urls(items)
+    assert set(seen) == SyntheticWeb(sites=SITES, pages=PAGES).all_urls()
+    assert max(seen.values()) == 1
+
+    client = redis.Redis.from_url(redis_url)
+    by_kind = key_bytes(client)
+    total = sum(by_kind.values())
+    pages = len(seen)
+    measured(f"{total / pages:.0f} B/page, {total / SITES:.0f} B/site: {by_kind}")
+    assert "q" not in by_kind, by_kind  # every emptied stream was retired with its group
+    assert total / pages <= MAX_BYTES_PER_PAGE, (total / pages, by_kind)
+    assert total / SITES <= MAX_BYTES_PER_SITE, (total / SITES, by_kind)
+    # each seen filter is still an exact set: 8 bytes per URL of the site, no pre-sized Bloom filter
+    assert by_kind["seen"] / SITES < 150, by_kind
