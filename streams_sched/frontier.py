@@ -18,9 +18,10 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from . import script_keys
 from .connection import is_cluster_client
 from .errors import DedupeBackendError
-from .keys import GROUP, STREAMS, CrawlKeys, SiteKeys
+from .keys import GROUP, STREAMS, TASK_TYPES, CrawlKeys, SiteKeys, stream_code, stream_mask, stream_of_code
 from .replies import text
 from .scripts import Scripts
 
@@ -40,7 +41,8 @@ __all__ = [
     "parse_status",
 ]
 
-NO_MASK = "111111"
+#: claim.lua stream mask that considers every stream
+NO_MASK = stream_mask(TASK_TYPES)
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +81,10 @@ class BloomParams:
 
 @dataclass(slots=True)
 class Outgoing:
-    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream index, delay, payload."""
+    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream, delay, payload.
+
+    ``stream`` is an index into STREAMS, or ``SITE_TASK + band`` (see keys.stream_for).
+    """
 
     fp: bytes
     stream: int
@@ -178,7 +183,7 @@ def _entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) 
     out = []
     for i in range(start, len(flat), 4):
         d = int(flat[i + 3])
-        out.append(LeasedEntry(site, int(flat[i]) - 1, flat[i + 1], flat[i + 2] or None, d, claimed or d > 0))
+        out.append(LeasedEntry(site, stream_of_code(int(flat[i])), flat[i + 1], flat[i + 2] or None, d, claimed or d > 0))
     return out
 
 
@@ -427,16 +432,15 @@ class Frontier:
         return keys
 
     def enqueue(self, site: str, items: Sequence[Outgoing], pipe: Any = None) -> Any:
-        """Dedupe and add requests of one site. ``Outgoing.stream`` is 0-5, or
-        10-12 for band 0-2 with the task type taken from the site's policy."""
+        """Dedupe and add requests of one site. ``Outgoing.stream`` is an index into
+        STREAMS, or ``SITE_TASK + band`` for the task type from the site's policy."""
         k = self.site(site)
         b = self.bloom
         ttl = b.bucket_ttl if b.revisit_seconds else 0
         args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion, ttl, self.default_task]
         for it in items:
-            args += (it.fp, it.stream + 1, it.delay_ms, it.payload)
-        keys = [k.delayed, k.stats, k.policy, *k.streams, *self.filters(site)]
-        reply = self.scripts.call(self.scripts.enqueue, keys, args, pipe)
+            args += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
+        reply = self.scripts.call(self.scripts.enqueue, script_keys.enqueue(k, self.filters(site)), args, pipe)
         return reply if pipe is not None else parse_enqueue(reply)
 
     def lease(
@@ -457,7 +461,7 @@ class Frontier:
         max_http = total if max_http is None else max_http
         reply = self.scripts.call(
             self.scripts.lease,
-            [k.delayed, k.dlq, k.stats, k.policy, *k.streams],
+            script_keys.lease(k),
             [self.group, consumer, total, max_http, max_browser, *weights, promote_limit, max_suspects,
              *self.default_policy, self.politeness],
             pipe,
@@ -471,7 +475,7 @@ class Frontier:
         k = self.site(site)
         return self.scripts.call(
             self.scripts.feedback,
-            [k.policy, k.stats],
+            script_keys.feedback(k),
             [*outcome, robots_delay, *params, self.default_policy[0]],
             pipe,
         )
@@ -490,7 +494,7 @@ class Frontier:
         k = self.site(site)
         reply = self.scripts.call(
             self.scripts.claim,
-            [k.dlq, k.stats, *k.streams],
+            script_keys.claim(k),
             [self.group, consumer, min_idle_ms, count, max_deliveries, mode, mask],
             pipe,
         )
@@ -500,8 +504,8 @@ class Frontier:
         k = self.site(site)
         args: list[Any] = [self.group]
         for stream, entry_id in entries:
-            args += (stream + 1, entry_id)
-        return self.scripts.call(self.scripts.ack, [k.stats, *k.streams], args, pipe)
+            args += (stream_code(stream), entry_id)
+        return self.scripts.call(self.scripts.ack, script_keys.ack(k), args, pipe)
 
     def dead_letter(
         self, site: str, node: str, items: Iterable[tuple[int, bytes, str]], pipe: Any = None
@@ -509,8 +513,8 @@ class Frontier:
         k = self.site(site)
         args: list[Any] = [self.group, node]
         for stream, entry_id, reason in items:
-            args += (stream + 1, entry_id, reason)
-        return self.scripts.call(self.scripts.dead, [k.dlq, k.stats, *k.streams], args, pipe)
+            args += (stream_code(stream), entry_id, reason)
+        return self.scripts.call(self.scripts.dead, script_keys.dead(k), args, pipe)
 
     def release(
         self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]], pipe: Any = None
@@ -518,8 +522,8 @@ class Frontier:
         k = self.site(site)
         args: list[Any] = [self.group, consumer]
         for stream, entry_id in entries:
-            args += (stream + 1, entry_id)
-        return self.scripts.call(self.scripts.release, [k.stats, *k.streams], args, pipe)
+            args += (stream_code(stream), entry_id)
+        return self.scripts.call(self.scripts.release, script_keys.release(k), args, pipe)
 
     def extend(self, site: str, consumer: str, stream: int, entry_id: bytes, pipe: Any = None) -> Any:
         """Reset the idle time of a lease this consumer holds (it lasts a full lease again)."""
@@ -531,14 +535,34 @@ class Frontier:
     def promote(self, site: str, limit: int = 1000, pipe: Any = None) -> Any:
         k = self.site(site)
         return self.scripts.call(
-            self.scripts.promote, [k.delayed, k.dlq, k.stats, *k.streams], [self.group, limit], pipe
+            self.scripts.promote, script_keys.promote(k), [self.group, limit], pipe
         )
+
+    def prune(self, site: str, victims: Iterable[tuple[int, str]], pipe: Any = None) -> Any:
+        """Remove consumers (stream index, consumer name) of a site that own no pending
+        entries. -> consumers removed (the raw reply with ``pipe``)."""
+        args: list[Any] = [self.group]
+        for stream, consumer in victims:
+            args += (stream_code(stream), consumer)
+        reply = self.scripts.call(self.scripts.prune, script_keys.prune(self.site(site)), args, pipe)
+        return reply if pipe is not None else int(reply)
+
+    def requeue_dead(self, site: str, ids: Sequence[str], pipe: Any = None) -> Any:
+        """Put dead letters of a site back into their streams. -> (requeued, kept, missing)."""
+        reply = self.scripts.call(
+            self.scripts.requeue_dead, script_keys.requeue_dead(self.site(site)), [self.group, *ids], pipe
+        )
+        return reply if pipe is not None else (int(reply[0]), int(reply[1]), int(reply[2]))
+
+    def load_scripts(self, client: Any = None) -> None:
+        """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""
+        self.scripts.load(client)
 
     def status(self, site: str, client: Any = None) -> SiteStatus:
         """Read-only snapshot of a site (works for a read-only ACL user)."""
         k = self.site(site)
         reply = self.scripts.status_ro(
-            client or self.client, [k.delayed, k.dlq, k.stats, k.policy, *k.streams], [self.group]
+            client or self.client, script_keys.status(k), [self.group]
         )
         return parse_status(site, reply)
 
@@ -574,8 +598,7 @@ class Frontier:
         sha = self.scripts._status.sha
         pipe = client.pipeline(transaction=False)
         for s in sites:
-            k = self.site(s)
-            keys = [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
+            keys = script_keys.status(self.site(s))
             pipe.execute_command("EVALSHA_RO", sha, len(keys), *keys, self.group)
         return dict(zip(sites, pipe.execute(raise_on_error=False), strict=True))
 
