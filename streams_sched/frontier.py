@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +43,9 @@ __all__ = [
 
 #: claim.lua stream mask that considers every stream
 NO_MASK = stream_mask(TASK_TYPES)
+#: lease.lua ARGV[11..15]: the crawl's default policy ("*"), kept in the crawl meta hash
+#: as ``default_<field>`` (policy.set_policy writes them).
+DEFAULT_POLICY_FIELDS: tuple[str, ...] = ("rate", "burst", "paused", "weight", "max_browser")
 
 logger = logging.getLogger(__name__)
 
@@ -353,10 +356,16 @@ class Frontier:
         self._sites: dict[str, SiteKeys] = {}
         #: task type of requests that name none, for sites whose policy names none
         self.default_task = "http"
-        #: the crawl's default policy ("*"), as lease.lua ARGV: rate, burst, paused, weight, max_browser
-        self.default_policy: tuple[str, str, str, str, str] = ("", "", "", "", "")
+        #: the crawl's default policy ("*"), as lease.lua ARGV: DEFAULT_POLICY_FIELDS in order
+        self.default_policy: tuple[str, ...] = ("",) * len(DEFAULT_POLICY_FIELDS)
         #: lease.lua's politeness flags: "a" adaptive back-off, "r" robots.txt obeyed
         self.politeness = ""
+
+    def use_crawl_defaults(self, meta: Mapping[str, str]) -> None:
+        """Take the crawl's default policy and default task type from its meta hash (decoded),
+        for the scripts that fall back on them (lease, feedback, enqueue)."""
+        self.default_policy = tuple(meta.get(f"default_{name}", "") for name in DEFAULT_POLICY_FIELDS)
+        self.default_task = meta.get("default_task_type") or "http"
 
     def site(self, site: str) -> SiteKeys:
         keys = self._sites.get(site)

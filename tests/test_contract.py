@@ -117,3 +117,33 @@ def test_site_task_code_routes_by_the_site_policy(redis_url: str, dedupe: str, c
     reply = f.lease("b.test", "n1", 10, [1, 1, 1], max_browser=10)
     got = sorted((STREAMS[e.stream], e.payload) for e in reply.entries)
     assert got == sorted([(("browser", b), b"p%d" % n) for n, b in enumerate(BANDS)] + [(("http", "low"), b"explicit")])
+
+
+def test_default_policy_fields_are_lease_argv_order() -> None:
+    """The crawl's default policy goes to lease.lua in the order its header names, as policy fields."""
+    from streams_sched.frontier import DEFAULT_POLICY_FIELDS
+    from streams_sched.policy import POLICY_FIELDS
+
+    assert set(DEFAULT_POLICY_FIELDS) <= set(POLICY_FIELDS)
+    named = re.search(r"ARGV\[11\.\.15\].*\n--\s+(.*)", header("lease"))
+    assert named is not None
+    assert [w.split(" ")[0] for w in named[1].split(", ")] == list(DEFAULT_POLICY_FIELDS)
+
+
+@pytest.mark.cluster
+def test_crawl_default_policy_reaches_lease(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A "*" policy stored by set_policy and taken with use_crawl_defaults pauses an unlisted site."""
+    from streams_sched.policy import set_policy
+    from streams_sched.replies import text
+
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("u.test", [Outgoing(b"", 0, 0, b"p")])
+    set_policy(f, "*", {"paused": True, "task_type": "browser", "rate": 3})
+    meta = {text(k): text(v) for k, v in f.client.hgetall(f.keys.meta).items()}
+    f.use_crawl_defaults(meta)
+    assert f.default_task == "browser"
+    assert float(f.default_policy[0]) == 3.0
+    reply = f.lease("u.test", "n1", 5, [1, 1, 1])
+    assert reply.wait_ms == -1 and reply.entries == []
+    f.use_crawl_defaults({})
+    assert f.lease("u.test", "n1", 5, [1, 1, 1]).entries[0].payload == b"p"
