@@ -46,6 +46,7 @@ NO_MASK = stream_mask(TASK_TYPES)
 #: lease.lua ARGV[11..15]: the crawl's default policy ("*"), kept in the crawl meta hash
 #: as ``default_<field>`` (policy.set_policy writes them).
 DEFAULT_POLICY_FIELDS: tuple[str, ...] = ("rate", "burst", "paused", "weight", "max_browser")
+_DEFAULT_RATE = DEFAULT_POLICY_FIELDS.index("rate")  # feedback.lua ARGV[11]
 
 logger = logging.getLogger(__name__)
 
@@ -485,7 +486,7 @@ class Frontier:
         return self.scripts.call(
             self.scripts.feedback,
             script_keys.feedback(k),
-            [*outcome, robots_delay, *params, self.default_policy[0]],
+            [*outcome, robots_delay, *params, self.default_policy[_DEFAULT_RATE]],
             pipe,
         )
 
