@@ -35,7 +35,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.daemon import TRANSIENT, MetricsServer, StopFlag, connect_at_start, run_passes
 from streams_sched.frontier import NO_MASK, Frontier, parse_claim
-from streams_sched.keys import GROUP, health_key
+from streams_sched.keys import GROUP, STREAMS, health_key
 from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
 from streams_sched.replies import text
 
@@ -278,7 +278,7 @@ class Reclaimer:
                 f.promote(site, s.batch, pipe=pipe)
             replies = pipe.execute(raise_on_error=False)
             if any(isinstance(r, NoScriptError) for r in replies) and not reloaded:
-                f.scripts.load()
+                f.load_scripts()
                 reloaded = True
                 continue
             again = []
@@ -317,8 +317,8 @@ class Reclaimer:
             plans: list[tuple[str, list[tuple[int, str]]]] = []
             for n, site in enumerate(chunk):
                 rows = []
-                for idx in range(6):
-                    reply = replies[6 * n + idx]
+                for idx in range(len(STREAMS)):
+                    reply = replies[len(STREAMS) * n + idx]
                     if isinstance(reply, Exception):
                         if isinstance(reply, ResponseError):
                             continue  # no such stream or group: nothing to prune
@@ -335,17 +335,11 @@ class Reclaimer:
             if plans:
                 pipe = f.client.pipeline(transaction=False)
                 for site, victims in plans:
-                    args: list[Any] = [GROUP]
-                    for idx, name in victims:
-                        args += (idx + 1, name)
-                    f.scripts.call(f.scripts.prune, list(f.site(site).streams), args, pipe)
+                    f.prune(site, victims, pipe=pipe)
                 for (site, victims), reply in zip(plans, pipe.execute(raise_on_error=False), strict=True):
                     if isinstance(reply, NoScriptError):
-                        f.scripts.load()
-                        args = [GROUP]
-                        for idx, name in victims:
-                            args += (idx + 1, name)
-                        reply = f.scripts.call(f.scripts.prune, list(f.site(site).streams), args)
+                        f.load_scripts()
+                        reply = f.prune(site, victims)
                     elif isinstance(reply, Exception):
                         raise reply
                     if int(reply):

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlparse, urlunparse
@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlparse, urlunparse
 from .errors import ConfigError
 from .keys import BANDS, TASK_TYPES, validate_crawl_name
 
-__all__ = ["URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "parse_band_ratio", "redact", "validate_redis_url"]
+__all__ = ["SETTINGS", "URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "parse_band_ratio", "redact", "validate_redis_url"]
 
 #: Band weights used for "strict": high always first, low only when nothing else.
 STRICT_RATIO: tuple[int, int, int] = (1_000_000_000_000, 1_000_000, 1)
@@ -341,89 +341,27 @@ class StreamsConfig:
 
     @classmethod
     def from_settings(cls, settings: Any, spider_name: str | None = None) -> StreamsConfig:
-        """Build from Scrapy settings (or any mapping with ``get``)."""
+        """Build from Scrapy settings (or any mapping with ``get``).
 
-        def get(name: str, default: Any) -> Any:
-            value = settings.get(name)
-            return default if value is None else value
-
-        redis_url = get("REDIS_URL", os.environ.get("REDIS_URL", ""))
-        crawl = get("STREAMS_PREFIX", spider_name or "")
-        capabilities = get("STREAMS_CAPABILITIES", ["http"])
-        if isinstance(capabilities, str):
-            capabilities = [c.strip() for c in capabilities.split(",") if c.strip()]
-        sites = get("STREAMS_SITES", {})
-        if isinstance(sites, str):
-            try:
-                sites = json.loads(sites) if sites.strip() else {}
-            except ValueError as exc:
-                raise ConfigError("STREAMS_SITES", sites, f"not valid JSON ({exc})") from None
-        classes = get("STREAMS_REQUEST_CLASSES", [])
-        if isinstance(classes, str):
-            classes = [c.strip() for c in classes.split(",") if c.strip()]
-        meta_classes = get("STREAMS_META_CLASSES", [])
-        if isinstance(meta_classes, str):
-            meta_classes = [c.strip() for c in meta_classes.split(",") if c.strip()]
-        meta_codecs = get("STREAMS_META_CODECS", {})
-        if isinstance(meta_codecs, str):
-            try:
-                meta_codecs = json.loads(meta_codecs) if meta_codecs.strip() else {}
-            except ValueError as exc:
-                raise ConfigError("STREAMS_META_CODECS", meta_codecs, f"not valid JSON ({exc})") from None
-        return cls(
-            redis_url=redis_url,
-            crawl=crawl,
-            lease_seconds=_num(settings, "STREAMS_LEASE_SECONDS", 300.0),
-            max_deliveries=_int(settings, "STREAMS_MAX_DELIVERIES", 5),
-            dedupe=str(get("STREAMS_DEDUPE", "auto")).lower(),
-            bloom_error_rate=_num(settings, "STREAMS_BLOOM_ERROR_RATE", 0.001),
-            bloom_capacity=_int(settings, "STREAMS_BLOOM_CAPACITY", 100_000),
-            bloom_expansion=_int(settings, "STREAMS_BLOOM_EXPANSION", 2),
-            high_priority_min=_int(settings, "STREAMS_HIGH_PRIORITY_MIN", 1),
-            low_priority_max=_int(settings, "STREAMS_LOW_PRIORITY_MAX", -1),
-            band_ratio=parse_band_ratio(get("STREAMS_BAND_RATIO", "8:3:1")),
-            prefetch=_int(settings, "STREAMS_PREFETCH", 0),
-            prefetch_per_site=_int(settings, "STREAMS_PREFETCH_PER_SITE", 0),
-            close_on_drain=_bool(settings, "STREAMS_CLOSE_ON_DRAIN", True),
-            idle_poll_seconds=_num(settings, "STREAMS_IDLE_POLL_SECONDS", 1.0),
-            flush_interval_seconds=_num(settings, "STREAMS_FLUSH_INTERVAL_SECONDS", 0.02),
-            heartbeat_seconds=_num(settings, "STREAMS_HEARTBEAT_SECONDS", 5.0),
-            node_id=str(get("STREAMS_NODE_ID", "")),
-            retry_after_max_seconds=_num(settings, "STREAMS_RETRY_AFTER_MAX_SECONDS", 3600.0),
-            local_seen_cache=_int(settings, "STREAMS_LOCAL_SEEN_CACHE", 200_000),
-            connect_timeout_seconds=_num(settings, "STREAMS_CONNECT_TIMEOUT_SECONDS", 30.0),
-            socket_timeout_seconds=_num(settings, "STREAMS_SOCKET_TIMEOUT_SECONDS", 10.0),
-            shutdown_timeout_seconds=_num(settings, "STREAMS_SHUTDOWN_TIMEOUT_SECONDS", 25.0),
-            max_request_bytes=_int(settings, "STREAMS_MAX_REQUEST_BYTES", 1_000_000),
-            request_classes=tuple(classes),
-            meta_classes=tuple(meta_classes),
-            meta_codecs=dict(meta_codecs) if isinstance(meta_codecs, Mapping) else meta_codecs,
-            capabilities=tuple(capabilities),
-            browser_max=_int(settings, "STREAMS_BROWSER_MAX", 4),
-            sites=sites,
-            revisit_after_seconds=_num(settings, "STREAMS_REVISIT_AFTER_SECONDS", 0.0),
-            revisit_buckets=_int(settings, "STREAMS_REVISIT_BUCKETS", 4),
-            policy_refresh_seconds=_num(settings, "STREAMS_POLICY_REFRESH_SECONDS", 2.0),
-            empty_crawl_wait_seconds=_num(settings, "STREAMS_EMPTY_CRAWL_WAIT_SECONDS", 60.0),
-            allow_untested_scrapy=_bool(
-                settings, "STREAMS_ALLOW_UNTESTED_SCRAPY",
-                os.environ.get("STREAMS_ALLOW_UNTESTED_SCRAPY", "").strip().lower() in _TRUE,
-            ),
-            feed_key=_feed_key(settings, crawl),
-            feed_kind=_feed_kind(settings),
-            feed_batch=_int(settings, "STREAMS_FEED_BATCH", 100),
-            feed_poll_seconds=_num(settings, "STREAMS_FEED_POLL_SECONDS", 1.0),
-            feed_encoding=str(get("REDIS_ENCODING", "utf-8")),
-            unserializable=str(get("STREAMS_UNSERIALIZABLE", "local")).strip().lower(),
-            adaptive=_bool(settings, "STREAMS_ADAPTIVE", True),
-            adaptive_decrease=_num(settings, "STREAMS_ADAPTIVE_DECREASE", 0.7),
-            adaptive_increase=_num(settings, "STREAMS_ADAPTIVE_INCREASE", 0.5),
-            adaptive_min_rate=_num(settings, "STREAMS_ADAPTIVE_MIN_RATE", 0.1),
-            adaptive_forget_seconds=_num(settings, "STREAMS_ADAPTIVE_FORGET_SECONDS", 600.0),
-            feedback_interval_seconds=_num(settings, "STREAMS_FEEDBACK_INTERVAL_SECONDS", 0.5),
-            max_crawl_delay_seconds=_num(settings, "STREAMS_MAX_CRAWL_DELAY", 30.0),
-            site_key=str(get("STREAMS_SITE_KEY", "host")).lower(),
-        )
+        A setting that is not set (or is None) keeps the field's default above; the
+        table :data:`SETTINGS` names each field's setting and how its value is read.
+        """
+        redis_url = settings.get("REDIS_URL")
+        crawl = settings.get("STREAMS_PREFIX")
+        values: dict[str, Any] = {
+            "redis_url": os.environ.get("REDIS_URL", "") if redis_url is None else redis_url,
+            "crawl": (spider_name or "") if crawl is None else crawl,
+        }
+        for name, (setting, parse) in SETTINGS.items():
+            value = settings.get(setting)
+            if value is not None:
+                values[name] = parse(setting, value)
+        if "allow_untested_scrapy" not in values:  # the environment variable of the same name
+            env = os.environ.get("STREAMS_ALLOW_UNTESTED_SCRAPY", "")
+            values["allow_untested_scrapy"] = env.strip().lower() in _TRUE
+        values["feed_key"] = _feed_key(settings, values["crawl"])
+        values["feed_kind"] = _feed_kind(settings)
+        return cls(**values)
 
 
 def validate_node_id(node_id: str) -> bool:
@@ -453,21 +391,20 @@ def _feed_key(settings: Any, name: str) -> str:
 
 
 def _feed_kind(settings: Any) -> str:
-    as_set = _bool(settings, "REDIS_START_URLS_AS_SET", False)
-    as_zset = _bool(settings, "REDIS_START_URLS_AS_ZSET", False)
+    as_set = _setting(settings, "REDIS_START_URLS_AS_SET", _bool, False)
+    as_zset = _setting(settings, "REDIS_START_URLS_AS_ZSET", _bool, False)
     if as_set and as_zset:
         raise ConfigError("REDIS_START_URLS_AS_ZSET", True, "REDIS_START_URLS_AS_SET is set too; choose one")
     return "set" if as_set else "zset" if as_zset else "list"
 
 
-def _raw(settings: Any, name: str) -> Any:
-    return settings.get(name)
+def _setting(settings: Any, name: str, parse: Callable[[str, Any], Any], default: Any) -> Any:
+    """``parse(name, value)`` of a setting that is set, else ``default``."""
+    value = settings.get(name)
+    return default if value is None else parse(name, value)
 
 
-def _num(settings: Any, name: str, default: float) -> float:
-    value = _raw(settings, name)
-    if value is None:
-        return default
+def _num(name: str, value: Any) -> float:
     try:
         result = float(value)
     except (TypeError, ValueError):
@@ -477,10 +414,7 @@ def _num(settings: Any, name: str, default: float) -> float:
     return result
 
 
-def _int(settings: Any, name: str, default: int) -> int:
-    value = _raw(settings, name)
-    if value is None:
-        return default
+def _int(name: str, value: Any) -> int:
     if isinstance(value, bool):
         raise ConfigError(name, value, "expected a whole number")
     try:
@@ -496,10 +430,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
-def _bool(settings: Any, name: str, default: bool) -> bool:
-    value = _raw(settings, name)
-    if value is None:
-        return default
+def _bool(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -507,6 +438,92 @@ def _bool(settings: Any, name: str, default: bool) -> bool:
     if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
         return value.strip().lower() in _TRUE
     raise ConfigError(name, value, "expected True or False")
+
+
+def _str(name: str, value: Any) -> str:
+    return str(value)
+
+
+def _word(name: str, value: Any) -> str:
+    """A keyword setting, case-insensitive ("auto", "local", ...); checked in __post_init__."""
+    return str(value).strip().lower()
+
+
+def _names(name: str, value: Any) -> tuple[Any, ...]:
+    """A list, or a comma-separated string ("http,browser")."""
+    if isinstance(value, str):
+        return tuple(c.strip() for c in value.split(",") if c.strip())
+    if isinstance(value, Mapping) or not isinstance(value, Iterable):
+        raise ConfigError(name, value, 'expected a list, or names separated by commas ("a,b")')
+    return tuple(value)
+
+
+def _json_dict(name: str, value: Any) -> Any:
+    """A dict, or its JSON text ("" = empty); anything else is left for __post_init__ to name."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError as exc:
+            raise ConfigError(name, value, f"not valid JSON ({exc})") from None
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _band_ratio(name: str, value: Any) -> tuple[int, int, int]:
+    return parse_band_ratio(value, name)
+
+
+#: field of :class:`StreamsConfig` -> (its setting, how a value that is set is read).
+#: A setting left unset keeps the field's default. Not in the table: redis_url and
+#: crawl (their defaults come from the environment and the spider), feed_key and
+#: feed_kind (scrapy-redis's settings, read by _feed_key and _feed_kind), and
+#: allow_untested_scrapy's default (the environment variable of the same name).
+SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "lease_seconds": ("STREAMS_LEASE_SECONDS", _num),
+    "max_deliveries": ("STREAMS_MAX_DELIVERIES", _int),
+    "dedupe": ("STREAMS_DEDUPE", _word),
+    "bloom_error_rate": ("STREAMS_BLOOM_ERROR_RATE", _num),
+    "bloom_capacity": ("STREAMS_BLOOM_CAPACITY", _int),
+    "bloom_expansion": ("STREAMS_BLOOM_EXPANSION", _int),
+    "high_priority_min": ("STREAMS_HIGH_PRIORITY_MIN", _int),
+    "low_priority_max": ("STREAMS_LOW_PRIORITY_MAX", _int),
+    "band_ratio": ("STREAMS_BAND_RATIO", _band_ratio),
+    "prefetch": ("STREAMS_PREFETCH", _int),
+    "prefetch_per_site": ("STREAMS_PREFETCH_PER_SITE", _int),
+    "close_on_drain": ("STREAMS_CLOSE_ON_DRAIN", _bool),
+    "idle_poll_seconds": ("STREAMS_IDLE_POLL_SECONDS", _num),
+    "flush_interval_seconds": ("STREAMS_FLUSH_INTERVAL_SECONDS", _num),
+    "heartbeat_seconds": ("STREAMS_HEARTBEAT_SECONDS", _num),
+    "node_id": ("STREAMS_NODE_ID", _str),
+    "retry_after_max_seconds": ("STREAMS_RETRY_AFTER_MAX_SECONDS", _num),
+    "local_seen_cache": ("STREAMS_LOCAL_SEEN_CACHE", _int),
+    "connect_timeout_seconds": ("STREAMS_CONNECT_TIMEOUT_SECONDS", _num),
+    "socket_timeout_seconds": ("STREAMS_SOCKET_TIMEOUT_SECONDS", _num),
+    "shutdown_timeout_seconds": ("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", _num),
+    "max_request_bytes": ("STREAMS_MAX_REQUEST_BYTES", _int),
+    "request_classes": ("STREAMS_REQUEST_CLASSES", _names),
+    "meta_classes": ("STREAMS_META_CLASSES", _names),
+    "meta_codecs": ("STREAMS_META_CODECS", _json_dict),
+    "capabilities": ("STREAMS_CAPABILITIES", _names),
+    "browser_max": ("STREAMS_BROWSER_MAX", _int),
+    "sites": ("STREAMS_SITES", _json_dict),
+    "revisit_after_seconds": ("STREAMS_REVISIT_AFTER_SECONDS", _num),
+    "revisit_buckets": ("STREAMS_REVISIT_BUCKETS", _int),
+    "policy_refresh_seconds": ("STREAMS_POLICY_REFRESH_SECONDS", _num),
+    "empty_crawl_wait_seconds": ("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", _num),
+    "allow_untested_scrapy": ("STREAMS_ALLOW_UNTESTED_SCRAPY", _bool),
+    "feed_batch": ("STREAMS_FEED_BATCH", _int),
+    "feed_poll_seconds": ("STREAMS_FEED_POLL_SECONDS", _num),
+    "feed_encoding": ("REDIS_ENCODING", _str),
+    "unserializable": ("STREAMS_UNSERIALIZABLE", _word),
+    "adaptive": ("STREAMS_ADAPTIVE", _bool),
+    "adaptive_decrease": ("STREAMS_ADAPTIVE_DECREASE", _num),
+    "adaptive_increase": ("STREAMS_ADAPTIVE_INCREASE", _num),
+    "adaptive_min_rate": ("STREAMS_ADAPTIVE_MIN_RATE", _num),
+    "adaptive_forget_seconds": ("STREAMS_ADAPTIVE_FORGET_SECONDS", _num),
+    "feedback_interval_seconds": ("STREAMS_FEEDBACK_INTERVAL_SECONDS", _num),
+    "max_crawl_delay_seconds": ("STREAMS_MAX_CRAWL_DELAY", _num),
+    "site_key": ("STREAMS_SITE_KEY", _word),
+}
 
 
 def check_positive(name: str, value: float, zero_ok: bool = False) -> None:

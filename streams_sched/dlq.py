@@ -16,7 +16,6 @@ from typing import Any
 import msgpack
 
 from .frontier import Frontier
-from .keys import GROUP
 from .replies import text
 
 __all__ = ["DeadLetter", "iter_letters", "parse_letter", "purge_letters", "requeue_letters"]
@@ -112,15 +111,11 @@ def iter_letters(frontier: Frontier, site: str, batch: int = 500) -> Iterator[De
 
 def requeue_letters(frontier: Frontier, site: str, ids: Sequence[str]) -> tuple[int, int, int]:
     """Requeue dead letters of one site by id. -> (requeued, kept, missing)."""
-    k = frontier.site(site)
     total = [0, 0, 0]
     for i in range(0, len(ids), REQUEUE_CHUNK):
-        chunk = list(ids[i : i + REQUEUE_CHUNK])
-        reply = frontier.scripts.call(
-            frontier.scripts.requeue_dead, [k.dlq, k.stats, *k.streams], [GROUP, *chunk]
-        )
+        counts = frontier.requeue_dead(site, ids[i : i + REQUEUE_CHUNK])
         for n in range(3):
-            total[n] += int(reply[n])
+            total[n] += counts[n]
     return total[0], total[1], total[2]
 
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from . import script_keys
 from .connection import is_cluster_client
 from .errors import DedupeBackendError
-from .keys import GROUP, STREAMS, CrawlKeys, SiteKeys
+from .keys import GROUP, STREAMS, TASK_TYPES, CrawlKeys, SiteKeys, stream_code, stream_mask, stream_of_code
 from .replies import text
 from .scripts import Scripts
 
@@ -40,7 +41,12 @@ __all__ = [
     "parse_status",
 ]
 
-NO_MASK = "111111"
+#: claim.lua stream mask that considers every stream
+NO_MASK = stream_mask(TASK_TYPES)
+#: lease.lua ARGV[11..15]: the crawl's default policy ("*"), kept in the crawl meta hash
+#: as ``default_<field>`` (policy.set_policy writes them).
+DEFAULT_POLICY_FIELDS: tuple[str, ...] = ("rate", "burst", "paused", "weight", "max_browser")
+_DEFAULT_RATE = DEFAULT_POLICY_FIELDS.index("rate")  # feedback.lua ARGV[11]
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +85,10 @@ class BloomParams:
 
 @dataclass(slots=True)
 class Outgoing:
-    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream index, delay, payload."""
+    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream, delay, payload.
+
+    ``stream`` is an index into STREAMS, or ``SITE_TASK + band`` (see keys.stream_for).
+    """
 
     fp: bytes
     stream: int
@@ -178,7 +187,7 @@ def _entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) 
     out = []
     for i in range(start, len(flat), 4):
         d = int(flat[i + 3])
-        out.append(LeasedEntry(site, int(flat[i]) - 1, flat[i + 1], flat[i + 2] or None, d, claimed or d > 0))
+        out.append(LeasedEntry(site, stream_of_code(int(flat[i])), flat[i + 1], flat[i + 2] or None, d, claimed or d > 0))
     return out
 
 
@@ -348,10 +357,16 @@ class Frontier:
         self._sites: dict[str, SiteKeys] = {}
         #: task type of requests that name none, for sites whose policy names none
         self.default_task = "http"
-        #: the crawl's default policy ("*"), as lease.lua ARGV: rate, burst, paused, weight, max_browser
-        self.default_policy: tuple[str, str, str, str, str] = ("", "", "", "", "")
+        #: the crawl's default policy ("*"), as lease.lua ARGV: DEFAULT_POLICY_FIELDS in order
+        self.default_policy: tuple[str, ...] = ("",) * len(DEFAULT_POLICY_FIELDS)
         #: lease.lua's politeness flags: "a" adaptive back-off, "r" robots.txt obeyed
         self.politeness = ""
+
+    def use_crawl_defaults(self, meta: Mapping[str, str]) -> None:
+        """Take the crawl's default policy and default task type from its meta hash (decoded),
+        for the scripts that fall back on them (lease, feedback, enqueue)."""
+        self.default_policy = tuple(meta.get(f"default_{name}", "") for name in DEFAULT_POLICY_FIELDS)
+        self.default_task = meta.get("default_task_type") or "http"
 
     def site(self, site: str) -> SiteKeys:
         keys = self._sites.get(site)
@@ -427,16 +442,15 @@ class Frontier:
         return keys
 
     def enqueue(self, site: str, items: Sequence[Outgoing], pipe: Any = None) -> Any:
-        """Dedupe and add requests of one site. ``Outgoing.stream`` is 0-5, or
-        10-12 for band 0-2 with the task type taken from the site's policy."""
+        """Dedupe and add requests of one site. ``Outgoing.stream`` is an index into
+        STREAMS, or ``SITE_TASK + band`` for the task type from the site's policy."""
         k = self.site(site)
         b = self.bloom
         ttl = b.bucket_ttl if b.revisit_seconds else 0
         args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion, ttl, self.default_task]
         for it in items:
-            args += (it.fp, it.stream + 1, it.delay_ms, it.payload)
-        keys = [k.delayed, k.stats, k.policy, *k.streams, *self.filters(site)]
-        reply = self.scripts.call(self.scripts.enqueue, keys, args, pipe)
+            args += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
+        reply = self.scripts.call(self.scripts.enqueue, script_keys.enqueue(k, self.filters(site)), args, pipe)
         return reply if pipe is not None else parse_enqueue(reply)
 
     def lease(
@@ -457,7 +471,7 @@ class Frontier:
         max_http = total if max_http is None else max_http
         reply = self.scripts.call(
             self.scripts.lease,
-            [k.delayed, k.dlq, k.stats, k.policy, *k.streams],
+            script_keys.lease(k),
             [self.group, consumer, total, max_http, max_browser, *weights, promote_limit, max_suspects,
              *self.default_policy, self.politeness],
             pipe,
@@ -471,8 +485,8 @@ class Frontier:
         k = self.site(site)
         return self.scripts.call(
             self.scripts.feedback,
-            [k.policy, k.stats],
-            [*outcome, robots_delay, *params, self.default_policy[0]],
+            script_keys.feedback(k),
+            [*outcome, robots_delay, *params, self.default_policy[_DEFAULT_RATE]],
             pipe,
         )
 
@@ -490,7 +504,7 @@ class Frontier:
         k = self.site(site)
         reply = self.scripts.call(
             self.scripts.claim,
-            [k.dlq, k.stats, *k.streams],
+            script_keys.claim(k),
             [self.group, consumer, min_idle_ms, count, max_deliveries, mode, mask],
             pipe,
         )
@@ -500,8 +514,8 @@ class Frontier:
         k = self.site(site)
         args: list[Any] = [self.group]
         for stream, entry_id in entries:
-            args += (stream + 1, entry_id)
-        return self.scripts.call(self.scripts.ack, [k.stats, *k.streams], args, pipe)
+            args += (stream_code(stream), entry_id)
+        return self.scripts.call(self.scripts.ack, script_keys.ack(k), args, pipe)
 
     def dead_letter(
         self, site: str, node: str, items: Iterable[tuple[int, bytes, str]], pipe: Any = None
@@ -509,8 +523,8 @@ class Frontier:
         k = self.site(site)
         args: list[Any] = [self.group, node]
         for stream, entry_id, reason in items:
-            args += (stream + 1, entry_id, reason)
-        return self.scripts.call(self.scripts.dead, [k.dlq, k.stats, *k.streams], args, pipe)
+            args += (stream_code(stream), entry_id, reason)
+        return self.scripts.call(self.scripts.dead, script_keys.dead(k), args, pipe)
 
     def release(
         self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]], pipe: Any = None
@@ -518,8 +532,8 @@ class Frontier:
         k = self.site(site)
         args: list[Any] = [self.group, consumer]
         for stream, entry_id in entries:
-            args += (stream + 1, entry_id)
-        return self.scripts.call(self.scripts.release, [k.stats, *k.streams], args, pipe)
+            args += (stream_code(stream), entry_id)
+        return self.scripts.call(self.scripts.release, script_keys.release(k), args, pipe)
 
     def extend(self, site: str, consumer: str, stream: int, entry_id: bytes, pipe: Any = None) -> Any:
         """Reset the idle time of a lease this consumer holds (it lasts a full lease again)."""
@@ -531,14 +545,34 @@ class Frontier:
     def promote(self, site: str, limit: int = 1000, pipe: Any = None) -> Any:
         k = self.site(site)
         return self.scripts.call(
-            self.scripts.promote, [k.delayed, k.dlq, k.stats, *k.streams], [self.group, limit], pipe
+            self.scripts.promote, script_keys.promote(k), [self.group, limit], pipe
         )
+
+    def prune(self, site: str, victims: Iterable[tuple[int, str]], pipe: Any = None) -> Any:
+        """Remove consumers (stream index, consumer name) of a site that own no pending
+        entries. -> consumers removed (the raw reply with ``pipe``)."""
+        args: list[Any] = [self.group]
+        for stream, consumer in victims:
+            args += (stream_code(stream), consumer)
+        reply = self.scripts.call(self.scripts.prune, script_keys.prune(self.site(site)), args, pipe)
+        return reply if pipe is not None else int(reply)
+
+    def requeue_dead(self, site: str, ids: Sequence[str], pipe: Any = None) -> Any:
+        """Put dead letters of a site back into their streams. -> (requeued, kept, missing)."""
+        reply = self.scripts.call(
+            self.scripts.requeue_dead, script_keys.requeue_dead(self.site(site)), [self.group, *ids], pipe
+        )
+        return reply if pipe is not None else (int(reply[0]), int(reply[1]), int(reply[2]))
+
+    def load_scripts(self, client: Any = None) -> None:
+        """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""
+        self.scripts.load(client)
 
     def status(self, site: str, client: Any = None) -> SiteStatus:
         """Read-only snapshot of a site (works for a read-only ACL user)."""
         k = self.site(site)
         reply = self.scripts.status_ro(
-            client or self.client, [k.delayed, k.dlq, k.stats, k.policy, *k.streams], [self.group]
+            client or self.client, script_keys.status(k), [self.group]
         )
         return parse_status(site, reply)
 
@@ -574,8 +608,7 @@ class Frontier:
         sha = self.scripts._status.sha
         pipe = client.pipeline(transaction=False)
         for s in sites:
-            k = self.site(s)
-            keys = [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
+            keys = script_keys.status(self.site(s))
             pipe.execute_command("EVALSHA_RO", sha, len(keys), *keys, self.group)
         return dict(zip(sites, pipe.execute(raise_on_error=False), strict=True))
 

@@ -38,6 +38,7 @@ Key layout (``C`` = crawl, ``S`` = site)::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -48,8 +49,13 @@ __all__ = [
     "BROWSER_FIRST_STREAM",
     "GROUP",
     "ROOT",
+    "SITE_TASK",
     "STREAMS",
     "TASK_TYPES",
+    "stream_code",
+    "stream_for",
+    "stream_mask",
+    "stream_of_code",
     "health_key",
     "CrawlKeys",
     "SiteKeys",
@@ -69,6 +75,41 @@ TASK_TYPES: tuple[str, ...] = ("http", "browser")
 STREAMS: tuple[tuple[str, str], ...] = tuple((t, b) for t in TASK_TYPES for b in BANDS)
 #: Index in :data:`STREAMS` of the first browser stream (the http streams come first).
 BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
+
+# Stream codes: the Python<->Lua contract (lua/_codes.lua holds the Lua side; tests/
+# test_contract.py checks the two agree). In Python a stream is its 0-based index in
+# STREAMS; the scripts get and return it as a 1-based code (Lua arrays start at 1):
+#
+#   index 0..5   code 1..6     the (task, band) streams, in STREAMS order
+#   SITE_TASK+b  code 11..13   band b (0 high, 1 default, 2 low), task type from the
+#                              site's policy (or the crawl's default): enqueue only
+
+#: ``Outgoing.stream`` of ``SITE_TASK + band``: the site's policy picks the task type.
+SITE_TASK = 10
+
+
+def stream_for(task: str | None, band: int) -> int:
+    """``Outgoing.stream`` of a request: its (task, band) stream, or ``SITE_TASK + band``
+    when the request names no task type (the site's policy decides in enqueue.lua)."""
+    if task is None:
+        return SITE_TASK + band
+    return TASK_TYPES.index(task) * len(BANDS) + band
+
+
+def stream_code(index: int) -> int:
+    """The code a script gets for stream ``index`` (or ``SITE_TASK + band``)."""
+    return index + 1
+
+
+def stream_of_code(code: int) -> int:
+    """The stream index of a code a script returns (the inverse of :func:`stream_code`)."""
+    return code - 1
+
+
+def stream_mask(tasks: Iterable[str]) -> str:
+    """claim.lua's stream mask: one char per stream of STREAMS, '1' = a task type in ``tasks``."""
+    wanted = set(tasks)
+    return "".join("1" if task in wanted else "0" for task, _ in STREAMS)
 
 _CRAWL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 _SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")

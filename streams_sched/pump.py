@@ -35,7 +35,7 @@ from .config import StreamsConfig
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .errors import EntryError
 from .frontier import Frontier, LeasedEntry, over_cap_of, parse_enqueue, parse_lease
-from .keys import BANDS
+from .keys import BANDS, BROWSER_FIRST_STREAM
 from .legacy import LEGACY_FIELD, legacy_seen
 from .politeness import FeedbackBatch
 from .recovery import LeaseKey, release_orphans
@@ -52,7 +52,6 @@ logger = logging.getLogger(__name__)
 TRANSIENT = CONNECTION_TRANSIENT
 
 ENQUEUE_CHUNK = 256
-BROWSER_FIRST_STREAM = len(BANDS)
 
 
 class Pump(threading.Thread):

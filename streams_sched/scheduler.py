@@ -55,7 +55,7 @@ from .config import StreamsConfig
 from .connection import connect_ready, redact
 from .errors import SerializationError
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
-from .keys import BANDS, TASK_TYPES, validate_site_name
+from .keys import TASK_TYPES, stream_for, validate_site_name
 from .legacy import legacy_fingerprint
 from .politeness import THROTTLE_STATUSES, crawl_delay_of, is_timeout, robots_body_crawl_delay
 from .pump import Pump, make_node_id
@@ -77,8 +77,6 @@ __all__ = ["StreamsScheduler"]
 
 logger = logging.getLogger(__name__)
 
-#: Outgoing.stream offset meaning "band N, task type from the site's policy" (see enqueue.lua).
-SITE_TASK = 10
 
 
 class Fingerprinter(Protocol):
@@ -441,10 +439,7 @@ class StreamsScheduler(BaseScheduler):
             return self._cannot_travel(request, exc, fp, url_key)
         cfg = self.config
         band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)
-        if task is None:
-            stream = SITE_TASK + band  # the site's policy decides http or browser
-        else:
-            stream = (len(BANDS) if task == "browser" else 0) + band
+        stream = stream_for(task, band)  # task None: the site's policy decides http or browser
         delay_ms = 0
         not_before = meta.get("not_before")
         if not_before:

@@ -1,8 +1,8 @@
 """The server-side scripts, read once at import and registered once per client.
 
 Each ``lua/<name>.lua`` file starts with a header naming its KEYS and ARGV.
-``lua/_lib.lua`` holds helpers shared by all of them and is prepended to each
-script, so every call stays one atomic script that touches only its KEYS.
+``lua/_codes.lua`` (the stream codes) and ``lua/_lib.lua`` (helpers shared by
+all of them) are prepended to each script, so every call stays one atomic script that touches only its KEYS.
 Scripts are registered with redis-py's ``register_script``. Called on their own
 they reload a script the server has forgotten (NOSCRIPT) transparently; queued
 in a pipeline they are a bare EVALSHA, and on NOSCRIPT the caller runs
@@ -39,7 +39,7 @@ def read_lua(name: str) -> str:
     return resources.files("streams_sched").joinpath("lua", name).read_text(encoding="utf-8")
 
 
-_LIB = read_lua("_lib.lua")
+_LIB = read_lua("_codes.lua") + "\n" + read_lua("_lib.lua")
 _SOURCES: dict[str, str] = {name: _LIB + "\n" + read_lua(f"{name}.lua") for name in SCRIPT_NAMES}
 
 

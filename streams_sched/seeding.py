@@ -33,15 +33,13 @@ from .codec import RequestCodec
 from .connection import connect_ready
 from .errors import SerializationError
 from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
-from .keys import BANDS, TASK_TYPES, validate_crawl_name, validate_site_name
+from .keys import SITE_TASK, TASK_TYPES, stream_for, validate_crawl_name, validate_site_name
 from .legacy import legacy_fingerprint, legacy_key, legacy_seen
 from .selection import band_for
 from .sitekey import site_keyer
 
 __all__ = ["SITE_TASK", "Seed", "SeedResult", "Seeder", "outgoing_for", "seed"]
 
-#: Outgoing.stream offset meaning "band N, task type from the site's policy" (enqueue.lua).
-SITE_TASK = 10
 
 
 @dataclass
@@ -128,7 +126,7 @@ def outgoing_for(
     else:
         fp = b"" if request.dont_filter else fingerprinter.fingerprint(request)
     band = band_for(request.priority, high_min, low_max)
-    stream = SITE_TASK + band if task is None else (len(BANDS) if task == "browser" else 0) + band
+    stream = stream_for(task, band)
     lfp = legacy_fingerprint(request) if legacy and not request.dont_filter else b""
     return Seed(site, Outgoing(fp, stream, 0, payload), request.url, lfp)
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import re
+
 import pytest
 
-from streams_sched.config import STRICT_RATIO, StreamsConfig, parse_band_ratio
+from streams_sched.config import SETTINGS, STRICT_RATIO, StreamsConfig, parse_band_ratio
 from streams_sched.errors import ConfigError
 
 
@@ -129,3 +133,48 @@ def test_password_never_appears_in_url_errors() -> None:
     with pytest.raises(ConfigError) as info:
         build(REDIS_URL="redis://worker:s3cret@localhost:6379/0?bogus=1")
     assert "s3cret" not in str(info.value) and "worker:***@localhost" in str(info.value)
+
+
+def test_from_settings_defaults_are_the_field_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no settings, every field keeps its dataclass default (feed_key follows scrapy-redis)."""
+    monkeypatch.delenv("STREAMS_ALLOW_UNTESTED_SCRAPY", raising=False)
+    cfg = build()
+    from_settings_only = {"redis_url", "crawl", "feed_key"}
+    for f in dataclasses.fields(StreamsConfig):
+        if f.name in from_settings_only:
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        assert default is not dataclasses.MISSING, f.name
+        assert getattr(cfg, f.name) == default, f.name
+    assert cfg.feed_key == "spider:start_urls"  # REDIS_START_URLS_KEY's default; "" = no feed
+    assert StreamsConfig("redis://localhost:6379/0", "spider").feed_key == ""
+
+
+def test_every_field_has_its_documented_setting() -> None:
+    """Each field is read from the setting its doc comment names, so none is forgotten."""
+    source = inspect.getsource(StreamsConfig)
+    docs: dict[str, str] = {}
+    comment: list[str] = []
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            comment.append(stripped)
+            continue
+        field = re.match(r"(\w+): ", stripped)
+        if field and comment:
+            docs[field[1]] = " ".join(comment)
+        comment = []
+    names = {f.name for f in dataclasses.fields(StreamsConfig)}
+    assert set(SETTINGS) | {"redis_url", "crawl", "feed_key", "feed_kind"} == names
+    for name, (setting, _) in SETTINGS.items():
+        assert docs[name].startswith(f"#: {setting}"), (name, setting)
+
+
+@pytest.mark.parametrize("setting", sorted(setting for setting, _ in SETTINGS.values()))
+def test_every_setting_names_itself_when_bad(setting: str) -> None:
+    """A nonsense value of any setting fails at start with a ConfigError naming it and the value."""
+    bad: object = 42 if setting in ("STREAMS_REQUEST_CLASSES", "STREAMS_META_CLASSES") else "bogus value!"
+    with pytest.raises(ConfigError) as caught:
+        build(**{setting: bad})
+    assert caught.value.setting == setting
+    assert str(bad) in str(caught.value)

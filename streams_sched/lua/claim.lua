@@ -26,7 +26,7 @@ local now = now_ms()
 local taken, dead = 0, 0
 local out = {}
 
-for s = 1, 6 do
+for s = 1, STREAM_COUNT do
   if budget <= 0 then
     break
   end

@@ -14,8 +14,9 @@
 -- ARGV[5]      Bloom expansion factor
 -- ARGV[6]      seconds the current filter lives (revisit buckets; 0 = forever)
 -- ARGV[7]      default task type of the crawl ('http' or 'browser')
--- ARGV[8..]    groups of 4 per request: fingerprint ('' = dont_filter), stream index
---              (1-6; or 11-13 = band 1-3 with the task type from the site's policy),
+-- ARGV[8..]    groups of 4 per request: fingerprint ('' = dont_filter), stream code
+--              (1-6; or 11-13 = band 1-3 with the task type from the site's policy;
+--              see _codes.lua),
 --              delay in ms ('0' = now; due = Redis TIME + delay), payload
 -- Returns {added, duplicates, delayed, flags, over_cap}; flags has one char per request:
 -- '1' added, '0' duplicate, 'c' dropped over the site's page cap.
@@ -36,7 +37,7 @@ for i = 8, #ARGV, 4 do
     fps[#fps + 1] = ARGV[i]
     fp_at[i] = #fps
   end
-  if site_task == nil and tonumber(ARGV[i + 1]) > 10 then
+  if site_task == nil and tonumber(ARGV[i + 1]) > SITE_TASK then
     site_task = redis.call('HGET', KEYS[3], 'task_type') or ARGV[7]
   end
 end
@@ -85,8 +86,8 @@ for i = 8, #ARGV, 4 do
     flags[#flags + 1] = 'c'
   else
     local idx, delay, payload = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
-    if idx > 10 then
-      idx = idx - 10 + (site_task == 'browser' and 3 or 0)
+    if idx > SITE_TASK then
+      idx = idx - SITE_TASK + (site_task == 'browser' and BANDS or 0)
     end
     local stream = streams[idx]
     if not stream then

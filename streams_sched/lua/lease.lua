@@ -114,7 +114,7 @@ for t = 1, 2 do
     -- a task type this worker does not lease is not even looked at
     local n, p = 0, 0
     if want[t] > 0 then
-      n, p = backlog_of(streams[(t - 1) * 3 + b], group)
+      n, p = backlog_of(streams[(t - 1) * BANDS + b], group)
     end
     per_band[t][b] = n
     pending = pending + p
@@ -170,7 +170,7 @@ for _, t in ipairs({ 2, 1 }) do
     end
     for b = 1, 3 do
       if take[b] > 0 then
-        local s = (t - 1) * 3 + b
+        local s = (t - 1) * BANDS + b
         local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', take[b],
           'STREAMS', streams[s], '>')
         if res then

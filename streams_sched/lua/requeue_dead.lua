@@ -30,7 +30,7 @@ for i = 2, #ARGV do
       end
     end
     local target = false
-    for s = 3, 8 do
+    for s = 3, 2 + STREAM_COUNT do
       if KEYS[s] == origin then
         target = KEYS[s]
       end

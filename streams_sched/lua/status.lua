@@ -13,7 +13,7 @@
 
 local group = ARGV[1]
 local reply = { now_ms() }
-for s = 5, 10 do
+for s = 5, 4 + STREAM_COUNT do
   local backlog, pending = backlog_of(KEYS[s], group, true)
   local oldest = -1
   if pending > 0 then
