@@ -33,6 +33,8 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, max_pages, ...),
                                             its token bucket, and its shared politeness state
                                             (a_rate, a_until, robots_delay, ...; see feedback.lua)
+    ss:{C/S}:obs                    HASH    answers seen over the last second (o_ts, o_n, o_ok, o_rate,
+                                            o_okrate; feedback.lua), expires 3 s after the last report
 """
 
 from __future__ import annotations
@@ -234,6 +236,11 @@ class SiteKeys:
         return f"{self.base}:policy"
 
     @cached_property
+    def obs(self) -> str:
+        """The answers the workers saw in the last second (feedback.lua); expires when idle."""
+        return f"{self.base}:obs"
+
+    @cached_property
     def all(self) -> tuple[str, ...]:
         """Every key of the site (used by purge)."""
         return (
@@ -244,4 +251,5 @@ class SiteKeys:
             self.dlq,
             self.stats,
             self.policy,
+            self.obs,
         )

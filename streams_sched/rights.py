@@ -41,6 +41,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "spublish": ("SPUBLISH", "C", "probe"),
     "exists": ("EXISTS", "K"),
     "expire": ("EXPIRE", "K", "1"),
+    "pexpire": ("PEXPIRE", "K", "1"),
+    "pttl": ("PTTL", "K"),
     "getrange": ("GETRANGE", "K", "0", "1"),
     "hget": ("HGET", "K", "f"),
     "hdel": ("HDEL", "K", "f"),

@@ -67,8 +67,8 @@ def prune(k: SiteKeys) -> list[str]:
 
 
 def feedback(k: SiteKeys) -> list[str]:
-    """policy, stats."""
-    return [k.policy, k.stats]
+    """policy, stats, obs."""
+    return [k.policy, k.stats, k.obs]
 
 
 #: script name -> its KEYS builder (one for every name in scripts.py SCRIPT_NAMES)

@@ -59,7 +59,7 @@ def test_keys_builder_mirrors_the_script_header(name: str) -> None:
     k = SiteKeys("c", "s.test")
     filters = ["F1", "F1:meta", "F2", "F2:meta"]
     built = script_keys.BUILDERS[name](k, filters) if name == "enqueue" else script_keys.BUILDERS[name](k)
-    roles = {"delayed": [k.delayed], "dlq": [k.dlq], "stats": [k.stats], "policy": [k.policy],
+    roles = {"delayed": [k.delayed], "dlq": [k.dlq], "stats": [k.stats], "policy": [k.policy], "obs": [k.obs],
              "streams": list(k.streams), "pairs": filters}
     text = header(name)
     rows = KEYS_LINE.findall(text)

@@ -4,6 +4,7 @@ of it, and the pure helpers (effective rate, answer batching, Crawl-delay, site 
 
 from __future__ import annotations
 
+import hashlib
 import socket
 from collections import deque
 from typing import Any
@@ -25,6 +26,18 @@ def f(plain_redis_url: str, crawl: str) -> Frontier:
     frontier = Frontier(connect(plain_redis_url), crawl)
     frontier.scripts.load()
     return frontier
+
+
+def put(f: Frontier, fields: dict[str, Any]) -> None:
+    """Set a site's shared politeness state: o_* fields (the observed window) live in its obs
+    key, the rest in its policy hash (as feedback.lua keeps them)."""
+    k = f.site(SITE)
+    obs = {n: v for n, v in fields.items() if n.startswith("o_")}
+    rest = {n: v for n, v in fields.items() if not n.startswith("o_")}
+    if obs:
+        f.client.hset(k.obs, mapping=obs)
+    if rest:
+        f.client.hset(k.policy, mapping=rest)
 
 
 def now_ms(f: Frontier) -> int:
@@ -53,7 +66,7 @@ def test_congestion_cuts_the_rate_once_per_cooldown_and_never_below_the_floor(f:
     f.client.hset(f.site(SITE).policy, "a_cut", now_ms(f) - 1500)
     feedback(f, timeouts=1)
     assert float(state(f)["a_rate"]) == pytest.approx(4.9)
-    f.client.hset(f.site(SITE).policy, mapping={"a_rate": "0.12", "a_cut": now_ms(f) - 60_000})
+    put(f, {"a_rate": "0.12", "a_cut": now_ms(f) - 60_000})
     feedback(f, throttled=1)
     assert float(state(f)["a_rate"]) == pytest.approx(0.1)
     f.client.hset(f.site(SITE).policy, "a_cut", now_ms(f) - 60_000)
@@ -67,15 +80,14 @@ def test_healthy_answers_climb_additively_only_while_the_rate_is_used(f: Frontie
     """Healthy answers add `increase` req/s per second, but only when the site used at least
     80% of its rate over the last second (RFC 7661); never above the policy rate."""
     set_policy(f, SITE, {"rate": 10})
-    key = f.site(SITE).policy
     now = now_ms(f)
-    f.client.hset(key, mapping={"a_rate": "5", "a_inc": now - 2000, "a_cut": now - 2000, "o_rate": "4.5", "o_ts": now})
+    put(f, {"a_rate": "5", "a_inc": now - 2000, "a_cut": now - 2000, "o_rate": "4.5", "o_ts": now})
     feedback(f, ok=3)
     assert float(state(f)["a_rate"]) == pytest.approx(6.0, abs=0.05)  # 5 + 0.5/s * 2 s
-    f.client.hset(key, mapping={"a_inc": now_ms(f) - 2000, "o_rate": "1"})  # hardly used
+    put(f, {"a_inc": now_ms(f) - 2000, "o_rate": "1"})  # hardly used
     feedback(f, ok=3)
     assert float(state(f)["a_rate"]) == pytest.approx(6.0, abs=0.05)
-    f.client.hset(key, mapping={"a_rate": "9.8", "a_inc": now_ms(f) - 2000, "o_rate": "9.7"})
+    put(f, {"a_rate": "9.8", "a_inc": now_ms(f) - 2000, "o_rate": "9.7"})
     feedback(f, ok=3)
     assert "a_rate" not in state(f)  # back at the policy rate: the back-off is over
 
@@ -84,7 +96,7 @@ def test_first_429_of_an_unlimited_site_starts_from_what_it_served(f: Frontier) 
     """Without a policy rate the first cut starts from the rate of healthy answers over the
     last second (what the site actually served), not from the much higher request rate."""
     now = now_ms(f)
-    f.client.hset(f.site(SITE).policy, mapping={"o_ts": now - 200, "o_n": 0, "o_ok": 0, "o_rate": "120", "o_okrate": "20"})
+    put(f, {"o_ts": now - 200, "o_n": 0, "o_ok": 0, "o_rate": "120", "o_okrate": "20"})
     feedback(f, throttled=5)
     assert float(state(f)["a_rate"]) == pytest.approx(14.0)
 
@@ -93,7 +105,7 @@ def test_an_unlimited_site_is_forgiven_after_the_forget_time(f: Frontier) -> Non
     """A site without a policy or robots rate drops its adaptive rate (unlimited again)
     after STREAMS_ADAPTIVE_FORGET_SECONDS without congestion."""
     now = now_ms(f)
-    f.client.hset(f.site(SITE).policy, mapping={"a_rate": "3", "a_cut": now - 700_000, "a_inc": now - 1000, "o_rate": "3"})
+    put(f, {"a_rate": "3", "a_cut": now - 700_000, "a_inc": now - 1000, "o_rate": "3"})
     feedback(f, ok=2)
     assert "a_rate" not in state(f)
 
@@ -150,11 +162,11 @@ def test_page_cap_drops_and_counts_and_a_live_change_applies(f: Frontier) -> Non
     """enqueue.lua accepts max_pages requests with a fingerprint, drops and counts the rest,
     lets dont_filter requests through, and a raised cap admits new requests at once."""
     set_policy(f, SITE, {"max_pages": 3})
-    out = [Outgoing(b"%020d" % i, 1, 0, b"p") for i in range(5)]
+    out = [Outgoing(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5)]
     reply = f.enqueue(SITE, [*out, Outgoing(b"", 1, 0, b"retry")])
     assert reply[0] == 4 and reply[3] == b"111cc1"
     set_policy(f, SITE, {"max_pages": 6})
-    reply = f.enqueue(SITE, [Outgoing(b"%020d" % i, 1, 0, b"p") for i in range(5, 10)])
+    reply = f.enqueue(SITE, [Outgoing(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5, 10)])
     assert reply[0] == 3 and reply[3] == b"111cc"
     stats = f.client.hgetall(f.site(SITE).stats)
     assert stats[b"pages"] == b"6" and stats[b"over_cap"] == b"4"
@@ -333,12 +345,11 @@ def test_bad_politeness_settings_fail_naming_the_setting(name: str, value: Any, 
 def test_late_429s_do_not_cut_below_what_the_site_served(f: Frontier) -> None:
     """429s that answer requests sent before a cut (the rate is already below decrease x the
     rate the site served over the last second) cut nothing; once the site serves less, they do."""
-    key = f.site(SITE).policy
     now = now_ms(f)
-    f.client.hset(key, mapping={"a_rate": "14", "a_cut": now - 5000, "o_ts": now, "o_n": 0, "o_ok": 0,
+    put(f, {"a_rate": "14", "a_cut": now - 5000, "o_ts": now, "o_n": 0, "o_ok": 0,
                                 "o_rate": "30", "o_okrate": "20"})
     assert feedback(f, throttled=2)[3] == 0
     assert float(state(f)["a_rate"]) == pytest.approx(14.0)
-    f.client.hset(key, "o_okrate", "14")  # the site now serves only what it is sent
+    put(f, {"o_okrate": "14"})  # the site now serves only what it is sent
     assert feedback(f, throttled=1)[3] == 1
     assert float(state(f)["a_rate"]) == pytest.approx(9.8)

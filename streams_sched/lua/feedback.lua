@@ -19,9 +19,11 @@
 --   * a Retry-After pauses the site until now + its delay (a_until), for every worker.
 --
 -- KEYS[1]  policy  HASH of the site's policy and shared state:
---                  a_rate, a_cut, a_inc, a_until (ms), robots_delay (s), and the observed
---                  window: o_ts, o_n (answers), o_ok (healthy), o_rate, o_okrate (per s)
+--                  a_rate, a_cut, a_inc, a_until (ms), robots_delay (s)
 -- KEYS[2]  stats   HASH of counters: answers_ok, throttled, timeouts, backoffs, retry_after_pauses
+-- KEYS[3]  obs     HASH, the observed window: o_ts, o_n (answers), o_ok (healthy), o_rate,
+--                  o_okrate (per s); it expires OBS_TTL_MS after the last report, so a
+--                  finished site keeps no politeness state
 -- ARGV[1]  healthy answers          ARGV[2] 429 / 503 answers      ARGV[3] download timeouts
 -- ARGV[4]  longest Retry-After in ms ('0' none)
 -- ARGV[5]  robots.txt Crawl-delay in s, capped ('' not reported, '0' none)
@@ -38,8 +40,9 @@ local decrease, increase = tonumber(ARGV[7]), tonumber(ARGV[8])
 local floor, forget = tonumber(ARGV[9]), tonumber(ARGV[10])
 local now = now_ms()
 
-local p = redis.call('HMGET', KEYS[1], 'rate', 'robots_delay', 'a_rate', 'a_cut', 'a_inc', 'a_until',
-  'o_ts', 'o_n', 'o_rate', 'o_ok', 'o_okrate')
+local OBS_TTL_MS = 3000
+local p = redis.call('HMGET', KEYS[1], 'rate', 'robots_delay', 'a_rate', 'a_cut', 'a_inc', 'a_until')
+local o = redis.call('HMGET', KEYS[3], 'o_ts', 'o_n', 'o_rate', 'o_ok', 'o_okrate')
 local robots = tonumber(p[2])
 if ARGV[5] ~= '' then
   robots = tonumber(ARGV[5])
@@ -53,16 +56,17 @@ end
 
 -- observed answer rate: answers counted over windows of at least one second
 local n = ok + thr + tmo
-local o_ts, o_n, o_rate = tonumber(p[7]), (tonumber(p[8]) or 0) + n, tonumber(p[9]) or 0
-local o_ok, o_okrate = (tonumber(p[10]) or 0) + ok, tonumber(p[11]) or 0
+local o_ts, o_n, o_rate = tonumber(o[1]), (tonumber(o[2]) or 0) + n, tonumber(o[3]) or 0
+local o_ok, o_okrate = (tonumber(o[4]) or 0) + ok, tonumber(o[5]) or 0
 if o_ts == nil then
   o_ts = now
 elseif now - o_ts >= 1000 then
   o_rate, o_okrate = o_n * 1000 / (now - o_ts), o_ok * 1000 / (now - o_ts)
   o_ts, o_n, o_ok = now, 0, 0
 end
-redis.call('HSET', KEYS[1], 'o_ts', o_ts, 'o_n', o_n, 'o_ok', o_ok, 'o_rate', tostring(o_rate),
+redis.call('HSET', KEYS[3], 'o_ts', o_ts, 'o_n', o_n, 'o_ok', o_ok, 'o_rate', tostring(o_rate),
   'o_okrate', tostring(o_okrate))
+redis.call('PEXPIRE', KEYS[3], OBS_TTL_MS)
 
 if ok > 0 then
   redis.call('HINCRBY', KEYS[2], 'answers_ok', ok)
