@@ -59,7 +59,7 @@ def key_kind(key: str) -> str:
     if ":q:" in key:
         return "streams"
     tail = key.rsplit(":", 1)[-1]
-    if tail in ("stats", "policy", "sites", "delayed", "dlq", "nodes", "meta"):
+    if tail in ("stats", "policy", "obs", "sites", "delayed", "dlq", "nodes", "meta"):
         return tail
     return "other"
 
@@ -103,6 +103,11 @@ def crawl_once(kind: str, workers: int, args: argparse.Namespace, url: str | Non
         base = int(client.info("memory")["used_memory"])
     res = run_crawl(spec, url, f"broad{workers}")
     if client is not None:
+        # a finished crawl: let each site's observed-answer window (obs, feedback.lua) expire,
+        # 3 s after its last report
+        deadline = time.monotonic() + 10
+        while any(True for _ in client.scan_iter(match="*:obs", count=1000)) and time.monotonic() < deadline:
+            time.sleep(0.2)
         used = int(client.info("memory")["used_memory"]) - base
         by_kind = memory_by_kind(client)
         keys_bytes = sum(v["bytes"] for v in by_kind.values())
