@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["EXIT_CODES", "EXIT_ERROR", "EXIT_OK", "EXIT_TIMEOUT", "EXIT_UNREACHABLE", "EXIT_USAGE"]
+__all__ = ["EXIT_CODES", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TIMEOUT", "EXIT_UNREACHABLE", "EXIT_USAGE"]
 
 EXIT_OK = 0
 #: a runtime error: unknown crawl or site, Redis refused a command, a bad state
@@ -13,6 +13,8 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 #: ``streams-sched watch --until-drained --timeout`` ran out of time
 EXIT_TIMEOUT = 4
+#: interrupted with Ctrl-C (the shell's 128 + SIGINT)
+EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -20,5 +22,5 @@ EXIT_CODES: dict[int, str] = {
     EXIT_USAGE: "usage error (bad option or argument)",
     EXIT_UNREACHABLE: "Redis unreachable or credentials refused",
     EXIT_TIMEOUT: "timed out (watch --until-drained --timeout)",
-    130: "interrupted (Ctrl-C)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }

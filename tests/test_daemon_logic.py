@@ -18,7 +18,7 @@ from monitor.state import AlertState
 from monitor.webhook import render, signed_url
 from reclaimer.logic import crawl_limits, nodes_to_forget, prune_candidates
 from reclaimer.settings import ReclaimerSettings
-from streams_sched.cli_ops import Progress, progress_line
+from streams_sched.cli.status import Progress, progress_line
 from streams_sched.errors import ConfigError
 from streams_sched.frontier import SiteStatus, StreamStatus
 from streams_sched.keys import STREAMS

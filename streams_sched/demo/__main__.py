@@ -25,7 +25,8 @@ from typing import Any
 
 import redis
 
-from ..cli import STATUS_COLUMNS, render_table, status_rows
+from ..cli.formatting import render_table
+from ..cli.report import STATUS_COLUMNS, status_rows
 from ..frontier import Frontier
 from ..seeding import seed
 from ..testing import RedisServer, find_redisbloom, free_port

@@ -1,0 +1,51 @@
+"""The ``streams-sched`` command line: seed, inspect, operate and clean up crawls.
+
+Every command takes ``--redis-url`` (env ``REDIS_URL``) and most take
+``--crawl`` (env ``STREAMS_PREFIX``). Errors are one line on stderr starting
+with ``error:``. Exit codes, for scripts (:mod:`streams_sched.exit_codes`):
+
+    0    success
+    1    runtime error: unknown crawl or site, Redis refused a command, ...
+    2    usage error: bad option or argument
+    3    Redis unreachable (or the credentials were refused)
+    4    ``watch --until-drained --timeout``: not drained in time
+    130  interrupted (Ctrl-C)
+
+Layout: ``options`` (the shared connection options, errors as exit codes),
+``formatting`` (tables, ages, rates), ``report`` (the per-site status rows), and one
+module per topic of commands, none importing another: ``seed`` (push), ``status``
+(status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq),
+``nodes`` (nodes, crawls), ``purge`` and ``scrapy_redis`` (migrate-scrapy-redis).
+Scrapy is imported only by the commands that need it (push, migrate-scrapy-redis),
+when they run.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import dead_letters, nodes, purge, scrapy_redis, seed, sites, status
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="streams-sched")
+def main() -> None:
+    """Seed, inspect and clean up streams-sched crawls."""
+
+
+for _command in (
+    seed.push,
+    status.status,
+    status.watch,
+    purge.purge,
+    sites.site,
+    sites.pause,
+    sites.resume,
+    dead_letters.dlq,
+    nodes.nodes,
+    nodes.crawls,
+    scrapy_redis.migrate_scrapy_redis,
+):
+    main.add_command(_command)

@@ -1,0 +1,102 @@
+"""What every command shares: the connection options, the Redis client, and errors as exit codes.
+
+``shared_options`` adds ``--redis-url`` and ``--crawl``, ``redis_option`` only
+``--redis-url``; both wrap the command in ``handle_errors``, which turns the
+library's and Redis' errors into one ``error:`` line and a documented exit code
+(:mod:`streams_sched.exit_codes`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import click
+import redis
+
+from ..connection import connect_ready, redact
+from ..errors import RedisUnavailable, StreamsSchedError
+from ..exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
+from ..frontier import Frontier
+from ..keys import CrawlKeys, validate_crawl_name
+
+__all__ = ["CliError", "connect", "handle_errors", "known_crawl", "redis_option", "shared_options"]
+
+#: default of --redis-url (env REDIS_URL)
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+
+class CliError(click.ClickException):
+    """An error a script can rely on: one ``error:`` line on stderr and a documented exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code  # type: ignore[misc]
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def connect(url: str) -> Any:
+    """A client whose Redis answered within STREAMS_CONNECT_TIMEOUT_SECONDS (default 3)."""
+    try:
+        timeout_s = float(os.environ.get("STREAMS_CONNECT_TIMEOUT_SECONDS", "3"))
+    except ValueError:
+        timeout_s = 3.0
+    return connect_ready(url, timeout_s, setting="--redis-url", quiet=True)
+
+
+def known_crawl(client: Any, crawl: str, redis_url: str) -> Frontier:
+    """The crawl's Frontier, or a CliError if no such crawl is registered."""
+    frontier = Frontier(client, crawl)
+    if not client.sismember(CrawlKeys.registry(), crawl) and not client.exists(frontier.keys.sites):
+        raise CliError(f"no crawl named {crawl!r} in {redact(redis_url)} (see: streams-sched crawls)")
+    return frontier
+
+
+def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the library's and Redis' errors into one line and a documented exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RedisUnavailable as exc:
+            raise CliError(str(exc), EXIT_UNREACHABLE) from None
+        except StreamsSchedError as exc:
+            raise CliError(str(exc)) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise CliError(f"lost the connection to Redis: {exc}", EXIT_UNREACHABLE) from None
+        except redis.ResponseError as exc:
+            raise CliError(f"Redis refused: {exc}") from None
+
+    return wrapper
+
+
+def shared_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--redis-url and --crawl for every command that works on one crawl."""
+
+    @click.option("--redis-url", envvar="REDIS_URL", default=DEFAULT_REDIS_URL, show_default=True, help="Redis of the frontier (env REDIS_URL).")
+    @click.option("--crawl", "-c", envvar="STREAMS_PREFIX", required=True, help="Crawl namespace (STREAMS_PREFIX; usually the spider name).")
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            validate_crawl_name(kwargs["crawl"], "--crawl")
+        except StreamsSchedError as exc:
+            raise click.BadParameter(str(exc), param_hint="--crawl") from None
+        return handle_errors(func)(*args, **kwargs)
+
+    return wrapper
+
+
+def redis_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--redis-url for commands that are not about one crawl."""
+
+    @click.option("--redis-url", envvar="REDIS_URL", default=DEFAULT_REDIS_URL, show_default=True, help="Redis of the frontier (env REDIS_URL).")
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return handle_errors(func)(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,57 @@
+"""``streams-sched push``: add seed URLs to a crawl."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import click
+
+from ..keys import validate_site_name
+from .options import CliError, connect, shared_options
+
+__all__ = ["push"]
+
+
+@click.command()
+@shared_options
+@click.argument("urls", nargs=-1)
+@click.option("--file", "-f", "files", multiple=True, type=click.File("r"), help="Read URLs from a file, one per line ('-' = stdin).")
+@click.option("--priority", "-p", default=0, show_default=True, help="Request.priority of the seeds (decides the band).")
+@click.option("--site", default=None, help="Put every URL in this site instead of its host.")
+@click.option("--callback", default=None, help="Spider method to call (default: parse).")
+@click.option("--dont-filter", is_flag=True, help="Skip dedupe.")
+def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ...], priority: int, site: str | None, callback: str | None, dont_filter: bool) -> None:
+    """Add seed URLs to a crawl (arguments, files, or stdin when no URL is given)."""
+    sources: list[Iterable[str]] = [urls]
+    sources += list(files)
+    if not urls and not files:
+        if sys.stdin.isatty():
+            raise click.UsageError("give URLs as arguments, with --file, or on stdin")
+        sources.append(sys.stdin)
+    if site:
+        try:
+            validate_site_name(site)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--site") from None
+    if callback and not callback.isidentifier():
+        raise click.BadParameter(f"{callback!r} is not a method name", param_hint="--callback")
+    client = connect(redis_url)
+    from ..seeding import Seeder  # imports Scrapy (its request fingerprinter): only when seeding
+
+    added = dups = 0
+    try:
+        seeder = Seeder(client, crawl)
+        batch: list[str] = []
+        for source in sources:
+            for line in source:
+                batch.append(line)
+                if len(batch) >= seeder.batch:
+                    result = seeder.seed(batch, priority=priority, site=site, callback=callback, dont_filter=dont_filter)
+                    added, dups, batch = added + len(result.added), dups + len(result.duplicates), []
+        result = seeder.seed(batch, priority=priority, site=site, callback=callback, dont_filter=dont_filter)
+        added, dups = added + len(result.added), dups + len(result.duplicates)
+    except ValueError as exc:
+        raise CliError(f"{exc} (pushed {added} request(s) before it)") from None
+    click.echo(f"pushed {added} request(s) to crawl {crawl} ({dups} duplicate(s) skipped)")
