@@ -283,7 +283,7 @@ class Pump(threading.Thread):
                 delay = self.retry.next()
             elif not delay:
                 self.retry.reset()
-                if self.refusals:
+                if self.refusals.counts:
                     self._accepted(IDLE_WORK)
             with self._cycle_done:
                 self._cycles += 1
@@ -437,6 +437,8 @@ class Pump(threading.Thread):
         seen = legacy_seen(self.frontier.client, legacy, [op.legacy_fp for op in checked if op.legacy_fp])
         drop = {id(op) for op, hit in zip(checked, seen, strict=True) if hit}
         if drop:
+            # done as far as the scheduler's drain check goes: they will never be sent
+            self.x.enqueues_done += len(drop)
             self.x.stats.append(("streams/legacy_duplicates", len(drop)))
             self.x.stats.append(("dupefilter/filtered", len(drop)))
         return [Enqueue(op.site, op.out) if op.legacy_fp else op for op in ops if id(op) not in drop]
@@ -609,7 +611,7 @@ class Pump(threading.Thread):
                 elif isinstance(cmd, _Registered):
                     self.registered -= cmd.sites
                 continue
-            if self.refusals:
+            if self.refusals.counts:
                 self._accepted(_describe(cmd))
             if isinstance(cmd, _Enqueued):
                 self._on_enqueued(cmd.site, cmd.chunk, reply)

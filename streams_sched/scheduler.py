@@ -90,6 +90,11 @@ class Fingerprinter(Protocol):
 class StreamsScheduler(BaseScheduler):
     """A Scrapy scheduler whose queue is a Redis Streams crawl frontier shared by many workers."""
 
+    #: fingerprints travel as 20 bytes (a SHA-1, Scrapy's default); others are hashed to that
+    FINGERPRINT_BYTES = 20
+    #: move the hot-path counters into the crawl stats every this many dequeues
+    STATS_EVERY_DEQUEUES = 256
+
     def __init__(
         self,
         config: StreamsConfig,
@@ -429,7 +434,7 @@ class StreamsScheduler(BaseScheduler):
                     self._filtered(request)
                     return False
             fp = self.fingerprinter.fingerprint(request)
-            if len(fp) != 20:
+            if len(fp) != self.FINGERPRINT_BYTES:
                 fp = _sha1(fp)
             if fp in self.seen:
                 if url_key is not None:
@@ -503,7 +508,7 @@ class StreamsScheduler(BaseScheduler):
         if self._nready - self._nlocal <= x.low_water:
             x.kick()
         self._n_dequeued += 1
-        if self._n_dequeued & 255 == 0:
+        if self._n_dequeued % self.STATS_EVERY_DEQUEUES == 0:
             self._apply_stats()
         return request
 
