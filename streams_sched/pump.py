@@ -90,6 +90,8 @@ _FEEDBACK_CUT = 3
 #: what a refusal outside the pipeline is called in the log (refusals.py)
 IDLE_WORK = "idle-time work (policy, site registry, lease takeover or drain check)"
 
+#: each kind of lease operation in log lines
+_AFTER_NAME: dict[type, str] = {Ack: "ack", DeadLetter: "dead-letter", Release: "release", Extend: "lease extension"}
 #: the crawl stat each kind of lease operation counts
 _AFTER_STAT: dict[type, str] = {
     Ack: "streams/acked",
@@ -887,7 +889,7 @@ def _describe(cmd: _Sent) -> str:
     if isinstance(cmd, _Enqueued):
         return f"enqueue to site {cmd.site}"
     if isinstance(cmd, _LeaseOpsSent):
-        return f"{cmd.kind.__name__.lower()} of site {cmd.group[0].entry.site}"
+        return f"{_AFTER_NAME[cmd.kind]} of site {cmd.group[0].entry.site}"
     if isinstance(cmd, _Leased):
         return f"lease of site {cmd.plan.site}"
     if isinstance(cmd, _FeedbackSent):
