@@ -34,7 +34,6 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -54,6 +53,17 @@ from .politeness import FeedbackBatch
 from .recovery import release_orphans
 from .refusals import Refusals
 from .selection import DrainDetector, LeasePlan, SiteHint, empty_lease_backoff, plan_leases
+from .sent import (
+    AFTER_STAT,
+    HEARTBEAT,
+    Enqueued,
+    FeedbackSent,
+    Leased,
+    LeaseOpsSent,
+    Registered,
+    Sent,
+    describe,
+)
 
 if TYPE_CHECKING:
     from .feed import FeedMover
@@ -90,52 +100,6 @@ _FEEDBACK_CUT = 3
 #: what a refusal outside the pipeline is called in the log (refusals.py)
 IDLE_WORK = "idle-time work (policy, site registry, lease takeover or drain check)"
 
-#: each kind of lease operation in log lines
-_AFTER_NAME: dict[type, str] = {Ack: "ack", DeadLetter: "dead-letter", Release: "release", Extend: "lease extension"}
-#: the crawl stat each kind of lease operation counts
-_AFTER_STAT: dict[type, str] = {
-    Ack: "streams/acked",
-    DeadLetter: "streams/dead_lettered",
-    Release: "streams/released",
-    Extend: "streams/extended",
-}
-
-
-# What one pipeline command was, to apply its reply (see Pump._handle).
-@dataclass(slots=True, frozen=True)
-class _Registered:
-    sites: set[str]
-
-
-@dataclass(slots=True, frozen=True)
-class _Enqueued:
-    site: str
-    chunk: list[Enqueue]
-
-
-@dataclass(slots=True, frozen=True)
-class _LeaseOpsSent:
-    kind: type
-    group: list[LeaseOp]
-
-
-@dataclass(slots=True, frozen=True)
-class _Leased:
-    plan: LeasePlan
-
-
-@dataclass(slots=True, frozen=True)
-class _FeedbackSent:
-    site: str
-
-
-@dataclass(slots=True, frozen=True)
-class _Heartbeat:
-    pass
-
-
-_Sent = _Registered | _Enqueued | _LeaseOpsSent | _Leased | _FeedbackSent | _Heartbeat
-_HEARTBEAT = _Heartbeat()
 
 
 class Pump(threading.Thread):
@@ -388,7 +352,7 @@ class Pump(threading.Thread):
         enq, after = gate.plan(ops)
 
         pipe = f.client.pipeline(transaction=False)
-        sent: list[_Sent] = []
+        sent: list[Sent] = []
         arrived = 0
         try:
             if x.legacy is not None:
@@ -476,13 +440,13 @@ class Pump(threading.Thread):
         if result.dead:
             self.x.stats.append(("streams/feed_dead_lettered", result.dead))
 
-    def _queue_writes(self, pipe: Any, sent: list[_Sent], enq: list[Enqueue], after: list[LeaseOp]) -> None:
+    def _queue_writes(self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[LeaseOp]) -> None:
         f = self.frontier
         if enq:
             new_sites = {op.site for op in enq} - self.registered
             if new_sites:
                 f.register_sites(sorted(new_sites), pipe)
-                sent.append(_Registered(new_sites))
+                sent.append(Registered(new_sites))
             by_site: dict[str, list[Enqueue]] = defaultdict(list)
             for op in enq:
                 by_site[op.site].append(op)
@@ -490,7 +454,7 @@ class Pump(threading.Thread):
                 for i in range(0, len(site_ops), ENQUEUE_CHUNK):
                     chunk = site_ops[i : i + ENQUEUE_CHUNK]
                     f.enqueue(site, [op.out for op in chunk], pipe)
-                    sent.append(_Enqueued(site, chunk))
+                    sent.append(Enqueued(site, chunk))
         if after:
             groups: dict[tuple[type, str], list[LeaseOp]] = defaultdict(list)
             for lease_op in after:
@@ -506,9 +470,9 @@ class Pump(threading.Thread):
                 else:
                     for extend in group:
                         f.extend(site, self.node_id, extend.entry.stream, extend.entry.id, pipe)
-                sent.append(_LeaseOpsSent(kind, group))
+                sent.append(LeaseOpsSent(kind, group))
 
-    def _queue_feedback(self, pipe: Any, sent: list[_Sent], now: float) -> None:
+    def _queue_feedback(self, pipe: Any, sent: list[Sent], now: float) -> None:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
         timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS."""
         self.answers.absorb(self.x.feedback)
@@ -524,9 +488,9 @@ class Pump(threading.Thread):
         )
         for site, outcome, robots in self.answers.take(now):
             self.frontier.feedback(site, outcome, robots, params, pipe)
-            sent.append(_FeedbackSent(site))
+            sent.append(FeedbackSent(site))
 
-    def _queue_leases(self, pipe: Any, sent: list[_Sent], now: float) -> bool:
+    def _queue_leases(self, pipe: Any, sent: list[Sent], now: float) -> bool:
         """Queue lease calls; True if any site was asked."""
         if self._closing or self._stop_requested:
             return False
@@ -563,17 +527,17 @@ class Pump(threading.Thread):
                 pipe=pipe,
             )
             suspects_ok = 0
-            sent.append(_Leased(plan))
+            sent.append(Leased(plan))
         return bool(plans)
 
-    def _queue_heartbeat(self, pipe: Any, sent: list[_Sent], now: float) -> None:
+    def _queue_heartbeat(self, pipe: Any, sent: list[Sent], now: float) -> None:
         if now < self.next_heartbeat or self._stop_requested:
             return
         self.next_heartbeat = now + self.config.heartbeat_seconds
         info = self._node_record("online")
         self.frontier.record_node(self.node_id, info, pipe)
         self.frontier.publish({"event": "heartbeat", **info}, pipe)
-        sent += (_HEARTBEAT, _HEARTBEAT)  # record_node, publish
+        sent += (HEARTBEAT, HEARTBEAT)  # record_node, publish
 
     def _node_record(self, state: str) -> dict[str, Any]:
         return {
@@ -589,7 +553,7 @@ class Pump(threading.Thread):
 
     # -- replies --------------------------------------------------------------
 
-    def _handle(self, sent: list[_Sent], replies: list[Any]) -> int:
+    def _handle(self, sent: list[Sent], replies: list[Any]) -> int:
         """Apply the replies of one pipeline; return how many requests arrived."""
         arrived = 0
         confirmed = False
@@ -603,29 +567,29 @@ class Pump(threading.Thread):
                 elif isinstance(reply, TRANSIENT):
                     transient = reply
                 else:
-                    self._refuse(_describe(cmd), reply, back_off=isinstance(cmd, (_Enqueued, _LeaseOpsSent)))
-                    if isinstance(cmd, _Leased):
+                    self._refuse(describe(cmd), reply, back_off=isinstance(cmd, (Enqueued, LeaseOpsSent)))
+                    if isinstance(cmd, Leased):
                         self._lease_refused(cmd.plan.site)
-                if isinstance(cmd, _Enqueued):
+                if isinstance(cmd, Enqueued):
                     self.gate.enqueue_failed(cmd.chunk)
-                elif isinstance(cmd, _LeaseOpsSent):
+                elif isinstance(cmd, LeaseOpsSent):
                     self.gate.after_failed(cmd.group)
-                elif isinstance(cmd, _Registered):
+                elif isinstance(cmd, Registered):
                     self.registered -= cmd.sites
                 continue
             if self.refusals.counts:
-                self._accepted(_describe(cmd))
-            if isinstance(cmd, _Enqueued):
+                self._accepted(describe(cmd))
+            if isinstance(cmd, Enqueued):
                 self._on_enqueued(cmd.site, cmd.chunk, reply)
                 confirmed = True
-            elif isinstance(cmd, _Registered):
+            elif isinstance(cmd, Registered):
                 self.registered |= cmd.sites
-            elif isinstance(cmd, _LeaseOpsSent):
+            elif isinstance(cmd, LeaseOpsSent):
                 n = len(cmd.group) if isinstance(reply, list) or cmd.kind is Extend else int(reply)
-                x.stats.append((_AFTER_STAT[cmd.kind], n))
-            elif isinstance(cmd, _Leased):
+                x.stats.append((AFTER_STAT[cmd.kind], n))
+            elif isinstance(cmd, Leased):
                 arrived += self._on_leased(cmd.plan, reply)
-            elif isinstance(cmd, _FeedbackSent) and int(reply[_FEEDBACK_CUT]):
+            elif isinstance(cmd, FeedbackSent) and int(reply[_FEEDBACK_CUT]):
                 x.stats.append(("streams/backoffs", 1))
                 hint = self.hints.get(cmd.site)
                 if hint is not None:
@@ -882,21 +846,6 @@ class Pump(threading.Thread):
             pipe.execute()
         except Exception as exc:
             logger.warning("could not publish node_offline: %s", exc)
-
-
-def _describe(cmd: _Sent) -> str:
-    """What a pipeline command was, for a log line."""
-    if isinstance(cmd, _Enqueued):
-        return f"enqueue to site {cmd.site}"
-    if isinstance(cmd, _LeaseOpsSent):
-        return f"{_AFTER_NAME[cmd.kind]} of site {cmd.group[0].entry.site}"
-    if isinstance(cmd, _Leased):
-        return f"lease of site {cmd.plan.site}"
-    if isinstance(cmd, _FeedbackSent):
-        return f"politeness feedback of site {cmd.site}"
-    if isinstance(cmd, _Registered):
-        return "site registration"
-    return "heartbeat"
 
 
 def make_node_id() -> str:
