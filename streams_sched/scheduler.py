@@ -9,15 +9,17 @@ How it behaves (implementation details, see the README for the guarantees):
 
 - ``enqueue_request`` fingerprints the request with ``crawler.request_fingerprinter``,
   encodes it with msgpack and queues an ``Enqueue`` (ops.py) for the I/O thread
-  (pump.py) in the ``Exchange`` they share (exchange.py); it never touches Redis. The I/O thread sends it through ``enqueue.lua``, which dedupes it
+  (pump.py) in the ``Exchange`` they share (exchange.py); it never touches
+  Redis. The I/O thread sends it through ``enqueue.lua``, which dedupes it
   (Bloom filter) and adds it to the site's stream for its band in one atomic
   step. A fingerprint this worker already sent is dropped locally.
 - ``next_request`` pops a prefetched request: the I/O thread leases small
   batches with ``lease.lua`` (XREADGROUP) ahead of demand, so the reactor
   never waits on Redis.
-- A request is acked (an ``Ack``, sent by ``ack.lua``: XACK + XDEL) once the engine is done with it: its
-  download, its callback or errback, every follow-up request it yielded
-  (already sent to Redis before the ack) and its items through the pipelines.
+- A request is acked (an ``Ack``, sent by ``ack.lua``: XACK + XDEL) once the
+  engine is done with it: its download, its callback or errback, every
+  follow-up request it yielded (already sent to Redis before the ack) and its
+  items through the pipelines.
 - Leases that expire (a worker died) are taken over with XAUTOCLAIM by a
   worker with nothing else to do, or by the reclaimer daemon; an entry
   delivered more than STREAMS_MAX_DELIVERIES times goes to the dead-letter stream.
