@@ -206,6 +206,7 @@ def install_call_counters() -> None:
     from scrapy.core.scheduler import Scheduler
 
     from streams_sched._engine import EngineHooks
+    from streams_sched.exchange import Exchange
     from streams_sched.pump import Pump
     from streams_sched.scheduler import StreamsScheduler
 
@@ -218,7 +219,7 @@ def install_call_counters() -> None:
         _count(cls, "has_pending_requests", f"{name} has_pending_requests")
     _count(EngineHooks, "wake", "pump wake -> reactor")
     _count(Pump, "_cycle", "pump cycles")
-    _count(Pump, "kick", "pump kicks")
+    _count(Exchange, "kick", "pump kicks")
     try:
         from scrapy_redis.scheduler import Scheduler as SRScheduler
 

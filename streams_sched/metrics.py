@@ -15,7 +15,7 @@ Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
     streams_sched_worker_enqueued_total          new requests added to the frontier
     streams_sched_worker_dead_lettered_total     entries this worker moved to dead letters
     streams_sched_worker_released_total          unstarted leases handed back at close
-    streams_sched_worker_redis_errors_total      failed Redis round trips (retried)
+    streams_sched_worker_redis_errors_total      failed Redis round trips and refused commands (retried)
     streams_sched_worker_unserializable_local_total  requests that cannot travel, crawled by this worker
     streams_sched_worker_prefetched              leased requests waiting in the worker
     streams_sched_worker_local_requests          requests only this worker holds (waiting or in progress)
@@ -53,7 +53,7 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
         "streams/dead_lettered", "Entries this worker moved to the dead-letter stream."
     ),
     "streams_sched_worker_released": ("streams/released", "Unstarted leases handed back when stopping."),
-    "streams_sched_worker_redis_errors": ("streams/redis_errors", "Redis round trips that failed (and were retried)."),
+    "streams_sched_worker_redis_errors": ("streams/redis_errors", "Redis round trips that failed and commands Redis refused (both retried with back-off)."),
     "streams_sched_worker_unserializable_local": (
         "streams/unserializable_local",
         "Requests that cannot travel through the shared queue, kept and crawled by this worker"

@@ -25,10 +25,16 @@ __all__ = ["Ack", "AckGate", "DeadLetter", "Enqueue", "Extend", "LeaseOp", "Op",
 
 @dataclass(slots=True, frozen=True)
 class Enqueue:
-    """Add ``out`` to the frontier of ``site``."""
+    """Add ``out`` to the frontier of ``site``.
+
+    ``legacy_fp`` is scrapy-redis's fingerprint of the request while the crawl
+    migrated from scrapy-redis has a dupefilter set to check (legacy.py); the I/O
+    thread checks it once and sends the enqueue on without it.
+    """
 
     site: str
     out: Outgoing
+    legacy_fp: bytes | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -64,7 +70,7 @@ class Extend:
 LeaseOp: TypeAlias = Ack | DeadLetter | Release | Extend
 Op: TypeAlias = Enqueue | LeaseOp
 #: Lease operations that end a lease (the worker no longer holds the entry).
-ENDS_LEASE: tuple[type, ...] = (Ack, DeadLetter, Release)
+ENDS_LEASE = (Ack, DeadLetter, Release)
 
 
 @dataclass(slots=True)

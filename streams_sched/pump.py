@@ -1,18 +1,28 @@
 """The worker's I/O thread: every Redis round trip of a worker happens here.
 
-The reactor thread never talks to Redis. It appends operations to
-:attr:`Pump.outbox` (enqueue, ack, dead-letter, release, extend) and takes
-prefetched requests from :attr:`Pump.arrivals`; both are ``deque``s, whose
-``append`` and ``popleft`` are atomic. The pump thread batches everything of
-one cycle into one pipeline:
+The reactor thread never talks to Redis. The two threads share one
+:class:`~streams_sched.exchange.Exchange`: the scheduler puts operations
+(ops.py: :class:`Enqueue`, :class:`Ack`, :class:`DeadLetter`,
+:class:`Release`, :class:`Extend`) in its ``outbox`` and takes prefetched
+requests from its ``arrivals``. The pump batches everything of one cycle into
+one pipeline:
 
-    registrations, enqueues, the acks of the previous cycle, leases, heartbeat
+    registrations, enqueues, the lease operations of the previous cycle,
+    politeness feedback, leases, heartbeat
 
-Acks ride one cycle behind the enqueues: an ack is sent only once every
-enqueue queued before it has been confirmed by Redis, so a request's
-follow-up requests are in Redis before its ack, even on Redis Cluster where
-one pipeline spans several servers. A failed enqueue is retried (with
-back-off) and holds back every later ack until it succeeds.
+The order of enqueues and acks is :class:`~streams_sched.ops.AckGate`'s:
+acks ride one cycle behind the enqueues, so a request's follow-up requests
+are in Redis before its ack, even on Redis Cluster. What the worker holds is
+counted in a :class:`~streams_sched.leasebook.LeaseBook`; which sites to
+lease from is decided in selection.py. Besides, when idle, the pump takes
+over expired leases, checks whether the crawl is drained, moves a
+scrapy-redis feed (feed.py) and re-reads the crawl's default policy.
+
+Redis unreachable: the cycle is retried with back-off and the unsent
+operations wait. Redis refusing a command for good (NOPERM, WRONGTYPE): the
+operation is kept and retried with the same back-off, and each distinct
+refusal is logged once (refusals.py), its repeats counted in
+``streams/redis_errors``.
 """
 
 from __future__ import annotations
@@ -23,8 +33,7 @@ import os
 import socket
 import threading
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable
+from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError, ResponseError
@@ -34,12 +43,27 @@ from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .errors import EntryError
+from .exchange import OUTBOX_FLUSH, Exchange
 from .frontier import Frontier, LeasedEntry, over_cap_of, parse_enqueue, parse_lease
-from .keys import BANDS, BROWSER_FIRST_STREAM
+from .keys import BROWSER_FIRST_STREAM, stream_mask
+from .leasebook import LeaseBook
 from .legacy import LEGACY_FIELD, legacy_seen
+from .ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, LeaseOp, Op, Release
 from .politeness import FeedbackBatch
-from .recovery import LeaseKey, release_orphans
-from .selection import DrainDetector, SiteHint, empty_lease_backoff, plan_leases
+from .recovery import release_orphans
+from .refusals import Refusals
+from .selection import DrainDetector, LeasePlan, SiteHint, empty_lease_backoff, plan_leases
+from .sent import (
+    AFTER_STAT,
+    HEARTBEAT,
+    Enqueued,
+    FeedbackSent,
+    Leased,
+    LeaseOpsSent,
+    Registered,
+    Sent,
+    describe,
+)
 
 if TYPE_CHECKING:
     from .feed import FeedMover
@@ -51,7 +75,31 @@ logger = logging.getLogger(__name__)
 #: Errors that mean "Redis is not answering": retry with back-off.
 TRANSIENT = CONNECTION_TRANSIENT
 
+#: enqueues per enqueue.lua call
 ENQUEUE_CHUNK = 256
+#: seconds before asking a site again whose only backlog is a request that failed a
+#: delivery before, while this worker already holds one such (suspect) request
+SUSPECT_RETRY_S = 0.25
+
+#: a site's prefetch holds no more than this many seconds of its DOWNLOAD_DELAY, so
+#: leases do not age in the buffer
+PREFETCH_HORIZON_S = 2.0
+#: first and longest wait before trying a failed cycle again
+RETRY_INITIAL_S, RETRY_MAX_S = 0.1, 5.0
+#: how long finish() keeps sending what is queued before giving up
+STOP_FLUSH_S = 30.0
+#: re-read the crawl's site registry this often while leases are held / while idle
+REGISTRY_BUSY_S, REGISTRY_IDLE_S = 10.0, 2.0
+#: the first and the fastest interval of drain checks while the crawl looks empty
+DRAIN_CHECK_FIRST_S = 0.05
+#: sites tried per takeover pass (XAUTOCLAIM of one expired lease)
+CLAIM_SITES_PER_PASS = 8
+#: feedback.lua replies {a_rate, a_until, observed rate, cut}; cut = 1 if it cut the rate
+_FEEDBACK_CUT = 3
+
+#: what a refusal outside the pipeline is called in the log (refusals.py)
+IDLE_WORK = "idle-time work (policy, site registry, lease takeover or drain check)"
+
 
 
 class Pump(threading.Thread):
@@ -67,67 +115,42 @@ class Pump(threading.Thread):
         concurrency: int,
         per_site_concurrency: int,
         download_delay: float = 0.0,
-        wake: Callable[[], None] = lambda: None,
         node_info: dict[str, Any] | None = None,
+        exchange: Exchange | None = None,
+        feed: FeedMover | None = None,
     ) -> None:
         super().__init__(name=f"streams-sched-pump-{node_id}", daemon=True)
         self.frontier = frontier
         self.config = config
         self.codec = codec
         self.node_id = node_id
-        self.wake = wake
         self.node_info = node_info or {}
-        # shared with the reactor thread
-        self.outbox: deque[tuple[Any, ...]] = deque()
-        self.arrivals: deque[tuple[Any, LeasedEntry]] = deque()
-        self.stats: deque[tuple[str, int]] = deque()
-        #: answers seen by the reactor thread, (site, kind, value); see politeness.FeedbackBatch
-        self.feedback: deque[tuple[str, str, Any]] = deque()
-        self.inflight = 0  # written by the reactor thread: requests handed to the engine
-        self.drained = False
-        #: enqueue operations whose reply came back (the scheduler compares it with what it
-        #: queued: until they match, the crawl may not be drained even if it looked so)
-        self.enqueues_done = 0
-        self.starved = True  # written by the reactor thread: it found nothing to hand out
-        #: set by the scheduler: how many requests only this worker holds (they cannot travel)
-        self.local_count: Callable[[], int] = lambda: 0
-        #: set by the scheduler when it kept a request locally: the crawl has started even if
-        #: Redis never saw a request, so an empty Redis is not "waiting for seeds"
-        self.started_locally = False
-        self.fatal: BaseException | None = None
-        self._kick = threading.Event()
+        prefetch = config.prefetch or concurrency
+        self.capacity = concurrency + prefetch
+        #: the only state shared with the reactor thread (exchange.py)
+        self.x = exchange if exchange is not None else Exchange()
+        self.x.low_water = max(1, prefetch // 2)
         self._closing = False
         self._stop_requested = False
         self._cycles = 0
         self._cycle_done = threading.Condition()
         # pump-thread state
-        prefetch = config.prefetch or concurrency
-        self.capacity = concurrency + prefetch
-        self.low_water = max(1, prefetch // 2)
         # Prefetch per site: what its downloader slot takes, and with a download delay
-        # no more than about two seconds of it, so leases do not age in the buffer.
+        # no more than PREFETCH_HORIZON_S of it, so leases do not age in the buffer.
         site_prefetch = config.prefetch_per_site or per_site_concurrency
         if download_delay > 0 and not config.prefetch_per_site:
-            site_prefetch = max(1, min(site_prefetch, math.ceil(2.0 / download_delay)))
+            site_prefetch = max(1, min(site_prefetch, math.ceil(PREFETCH_HORIZON_S / download_delay)))
         self.per_site_cap = per_site_concurrency + site_prefetch
         self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
         self.http = "http" in config.capabilities
-        self.mask = "".join(
-            "1" if task in config.capabilities else "0" for task in ("http", "browser") for _ in BANDS
-        )
-        self.held: dict[str, int] = defaultdict(int)
-        self.held_total = 0
-        self.lease_ids: set[LeaseKey] = set()  # every lease held, to tell lost ones (recovery.py)
-        self.held_browser = 0
-        self.held_browser_site: dict[str, int] = defaultdict(int)
-        self.suspects = 0  # held entries that failed a delivery before: at most one
+        self.mask = stream_mask(config.capabilities)
+        self.leases = LeaseBook()
+        #: enqueues and lease operations in flight, in the order Redis must see them
+        self.gate = AckGate()
         self.recovering = False
         self.claim_cursor = 0
         self.hints: dict[str, SiteHint] = {}
         self.registered: set[str] = set()
-        self.unconfirmed: list[tuple[Any, ...]] = []
-        self.held_acks: list[tuple[Any, ...]] = []
-        self.own_dead: list[tuple[Any, ...]] = []
         self.drain = DrainDetector()
         now = time.monotonic()
         self.started = now
@@ -138,41 +161,38 @@ class Pump(threading.Thread):
         self.next_claim = now + min(config.lease_seconds, 5.0)
         self.next_busy_claim = now + config.lease_seconds
         self.next_drain_check = now
-        self.drain_interval = 0.05
-        self.retry = Backoff(initial_s=0.1, max_s=5.0)
+        self.drain_interval = DRAIN_CHECK_FIRST_S
+        self.retry = Backoff(initial_s=RETRY_INITIAL_S, max_s=RETRY_MAX_S)
         self.outage_since: float | None = None
-        #: moves a scrapy-redis feed into the crawl (feed.py), set by the scheduler
-        self.feed: FeedMover | None = None
+        self.refusals = Refusals()
+        self._refused = False  # a command was refused in this cycle
+        #: moves a scrapy-redis feed into the crawl (feed.py)
+        self.feed = feed
         self.next_feed = now
-        #: a migrated scrapy-redis dupefilter SET (legacy.py), read from the crawl meta
-        self.legacy: str | None = None
         self.answers = FeedbackBatch(config.feedback_interval_seconds)
 
     # -- called from the reactor thread ------------------------------------
 
-    def kick(self) -> None:
-        self._kick.set()
-
     def stop_leasing(self) -> None:
         """Lease nothing more (the worker is closing); does not wait."""
         self._closing = True
-        self._kick.set()
+        self.x.kick()
 
     def begin_close(self, timeout: float = 5.0) -> None:
         """Stop leasing; return once no more arrivals can appear."""
         with self._cycle_done:
             self._closing = True
             seen = self._cycles
-            self._kick.set()
+            self.x.kick()
             if self.is_alive():
                 self._cycle_done.wait_for(lambda: self._cycles > seen + 1 or not self.is_alive(), timeout)
 
     def finish(self, timeout: float) -> bool:
         """Flush everything queued, then stop the thread. True if all was flushed."""
         self._stop_requested = True
-        self._kick.set()
+        self.x.kick()
         self.join(timeout)
-        return not self.is_alive() and not self._unsent()
+        return not self.is_alive() and not self.gate
 
     # -- the thread ---------------------------------------------------------
 
@@ -180,30 +200,32 @@ class Pump(threading.Thread):
         try:
             self._run()
         except BaseException as exc:  # pragma: no cover - a bug; keep it visible
-            self.fatal = exc
+            self.x.fatal = exc
             logger.exception("streams-sched I/O thread crashed; the worker cannot lease or ack")
-            self.wake()
+            self.x.wake()
 
     def _run(self) -> None:
         deadline: float | None = None
+        x = self.x
         while True:
             if self._stop_requested:
                 if deadline is None:
-                    deadline = time.monotonic() + 30.0
-                if not self._unsent() and not self.outbox:
+                    deadline = time.monotonic() + STOP_FLUSH_S
+                if not self.gate and not x.outbox:
                     break
                 if time.monotonic() > deadline:
                     logger.error(
                         "streams-sched stopping with %d unsent operations; their requests"
                         " come back when their leases expire",
-                        len(self.outbox) + len(self.unconfirmed) + len(self.held_acks),
+                        len(x.outbox) + len(self.gate),
                     )
                     break
             timeout = self._wait_time()
             if timeout > 0:
-                self._kick.wait(timeout)
-            self._kick.clear()
+                x.kicked.wait(timeout)
+            x.kicked.clear()
             delay = 0.0
+            self._refused = False
             try:
                 self._cycle()
                 if self.outage_since is not None:
@@ -212,13 +234,21 @@ class Pump(threading.Thread):
                     )
                     self._release_orphans()
                     self.outage_since = None
-                self.retry.reset()
             except TRANSIENT as exc:
                 self._on_outage(exc)
                 delay = self.retry.next()
+            except ResponseError as exc:
+                # refused outside the pipeline: policy, registry, claim or drain check
+                self._refuse(IDLE_WORK, exc)
             except Exception:
                 logger.exception("streams-sched I/O cycle failed; retrying")
                 delay = self.retry.next()
+            if self._refused:
+                delay = self.retry.next()
+            elif not delay:
+                self.retry.reset()
+                if self.refusals.counts:
+                    self._accepted(IDLE_WORK)
             with self._cycle_done:
                 self._cycles += 1
                 self._cycle_done.notify_all()
@@ -228,46 +258,63 @@ class Pump(threading.Thread):
 
     def _release_orphans(self) -> None:
         """After a Redis error: hand back leases Redis granted but whose reply was lost."""
-        known = set(self.lease_ids)
-        known.update((op[1].site, op[1].stream, op[1].id) for op in self.held_acks + self.own_dead)
+        known = set(self.leases.ids)
+        known.update((op.entry.site, op.entry.stream, op.entry.id) for op in self.gate.lease_ops())
         released = release_orphans(self.frontier, self.node_id, list(self.hints), known)
         if released:
-            self.stats.append(("streams/orphans_released", released))
+            self.x.stats.append(("streams/orphans_released", released))
 
     def _wake_if_starved(self) -> None:
         """New requests arrived: wake the engine only if it found nothing last time it
         asked (a busy engine asks again by itself after each download, and every wake
         costs the reactor a self-pipe wake-up and the GIL)."""
-        if self.starved:
-            self.starved = False
-            self.wake()
+        x = self.x
+        if x.starved:
+            x.starved = False
+            x.wake()
 
     def _on_outage(self, exc: BaseException) -> None:
         if self.outage_since is None:
             self.outage_since = time.monotonic()
             logger.warning("Redis unreachable (%s); retrying with back-off", exc)
-        self.stats.append(("streams/redis_errors", 1))
+        self.x.stats.append(("streams/redis_errors", 1))
 
-    def _unsent(self) -> bool:
-        return bool(self.unconfirmed or self.held_acks or self.own_dead)
+    def _refuse(self, what: str, exc: BaseException, *, back_off: bool = True) -> None:
+        """Redis refused a command for good: count it, log it the first time, and (for
+        what must be sent again: enqueues, acks) back off the next cycle."""
+        self._refused = self._refused or back_off
+        self.x.stats.append(("streams/redis_errors", 1))
+        if self.refusals.note(what, exc):
+            logger.error(
+                "Redis refused the %s: %s. Retrying with back-off; not logged again until it"
+                " clears (streams/redis_errors counts every refusal). A NOPERM needs a right for"
+                " the worker's ACL user (`streams-sched acl`); a WRONGTYPE, a key of this crawl"
+                " that something else wrote",
+                what, exc,
+            )
+
+    def _accepted(self, what: str) -> None:
+        for error, n in self.refusals.accepted(what):
+            logger.warning("Redis accepts the %s again, after refusing it %d times (%s)", what, n, error)
 
     def _wait_time(self) -> float:
+        x = self.x
         if self._stop_requested:
-            return 0.0 if (self.outbox or self._unsent()) else 0.01
-        if len(self.outbox) >= 512:
+            return 0.0 if (x.outbox or self.gate) else 0.01
+        if len(x.outbox) >= OUTBOX_FLUSH:
             return 0.0
-        if self.outbox or self._unsent():
+        if x.outbox or self.gate:
             return self.config.flush_interval_seconds
         now = time.monotonic()
-        if self.feedback:
-            self.answers.absorb(self.feedback)
+        if x.feedback:
+            self.answers.absorb(x.feedback)
         if self.answers.due(now):
             return 0.0
         poll = self.config.idle_poll_seconds
         deadlines = [self.next_heartbeat, self.next_busy_claim]
         if self.answers.sites:
             deadlines.append(self.answers.next_report)
-        if not self._closing and self.held_total - self.inflight <= self.low_water:
+        if not self._closing and self.leases.total - x.inflight <= x.low_water:
             browser = self.browser_cap > 0
             deadlines += [h.not_before for h in self.hints.values() if h.may_have_work(browser)]
             deadlines.append(self.next_registry)
@@ -275,9 +322,9 @@ class Pump(threading.Thread):
                 deadlines.append(self.next_feed)
             if any(h.pending for h in self.hints.values()):
                 deadlines.append(self.next_claim)
-            if self.recovering and self.suspects == 0:
+            if self.recovering and self.leases.suspects == 0:
                 deadlines.append(now)
-            if self.held_total == 0:
+            if self.leases.total == 0:
                 deadlines.append(self.next_drain_check)
         return min(max(min(deadlines) - now, 0.002), poll)
 
@@ -288,41 +335,37 @@ class Pump(threading.Thread):
         f = self.frontier
         if now >= self.next_policy:
             self._refresh_policy(now)
-        ops: list[tuple[Any, ...]] = []
-        outbox = self.outbox
-        while outbox:
-            ops.append(outbox.popleft())
-        new_enq = [op for op in ops if op[0] == "E"]
-        new_after = [op for op in ops if op[0] != "E"]
-        for op in new_after:
-            if op[0] in ("A", "D", "R"):
-                self._forget(op[1])
-        sendable: list[tuple[Any, ...]] = []
-        if not self.unconfirmed:
-            sendable, self.held_acks = self.held_acks, []
-        sendable += self.own_dead
-        self.own_dead = []
-        enq = self.unconfirmed + new_enq
-        self.unconfirmed = []
-        self.held_acks += new_after
+        x = self.x
+        gate = self.gate
+        ops: list[Op] = []
+        outbox = x.outbox
+        if outbox:
+            x.unsent = True  # taken from the outbox, not yet confirmed
+            while outbox:
+                ops.append(outbox.popleft())
+        end = self.leases.end
+        for op in ops:
+            if isinstance(op, ENDS_LEASE) and end(op.entry):
+                self.next_claim = now  # a suspect is done: the next expired lease may be taken
+        enq, after = gate.plan(ops)
 
         pipe = f.client.pipeline(transaction=False)
-        handlers: list[tuple[Any, ...]] = []
+        sent: list[Sent] = []
         arrived = 0
         try:
-            if self.legacy is not None:
+            if x.legacy is not None:
                 enq = self._legacy_filter(enq)
-            self._queue_writes(pipe, handlers, enq, sendable)
-            self._queue_feedback(pipe, handlers, now)
-            planned = self._queue_leases(pipe, handlers, now)
-            self._queue_heartbeat(pipe, handlers, now)
-            replies = pipe.execute(raise_on_error=False) if handlers else []
+            self._queue_writes(pipe, sent, enq, after)
+            self._queue_feedback(pipe, sent, now)
+            planned = self._queue_leases(pipe, sent, now)
+            self._queue_heartbeat(pipe, sent, now)
+            replies = pipe.execute(raise_on_error=False) if sent else []
         except BaseException:
-            self.unconfirmed = enq + self.unconfirmed
-            self.held_acks = sendable + self.held_acks
+            gate.not_sent(enq, after)
             raise
-        if handlers:
-            arrived = self._handle(handlers, replies)
+        if sent:
+            arrived = self._handle(sent, replies)
+        x.unsent = bool(gate)
         self._maintenance(now, planned, arrived)
         if self.feed is not None and now >= self.next_feed and not (self._closing or self._stop_requested):
             self._move_feed(now)
@@ -345,23 +388,24 @@ class Pump(threading.Thread):
             " STREAMS_FEED_KEY = \"\" to turn the feed off",
             self.feed.key, exc,
         )
-        self.stats.append(("streams/feed_refused", 1))
+        self.x.stats.append(("streams/feed_refused", 1))
         self.feed = None
 
-    def _legacy_filter(self, ops: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    def _legacy_filter(self, ops: list[Enqueue]) -> list[Enqueue]:
         """Drop requests a migrated scrapy-redis crawl already saw (one SMISMEMBER).
-        Ops carry scrapy-redis's fingerprint as op[3] until they are checked."""
-        checked = [op for op in ops if len(op) > 3 and op[3]]
-        if not checked or self.legacy is None:
+        Enqueues carry scrapy-redis's fingerprint (``legacy_fp``) until they are checked."""
+        checked = [op for op in ops if op.legacy_fp]
+        legacy = self.x.legacy
+        if not checked or legacy is None:
             return ops
-        seen = legacy_seen(self.frontier.client, self.legacy, [op[3] for op in checked])
+        seen = legacy_seen(self.frontier.client, legacy, [op.legacy_fp for op in checked if op.legacy_fp])
         drop = {id(op) for op, hit in zip(checked, seen, strict=True) if hit}
         if drop:
-            self.stats.append(("streams/legacy_duplicates", len(drop)))
-            self.stats.append(("dupefilter/filtered", len(drop)))
-            # done as far as the scheduler's pending count goes: they will never be sent
-            self.enqueues_done += len(drop)
-        return [op[:3] if len(op) > 3 else op for op in ops if id(op) not in drop]
+            # done as far as the scheduler's drain check goes: they will never be sent
+            self.x.enqueues_done += len(drop)
+            self.x.stats.append(("streams/legacy_duplicates", len(drop)))
+            self.x.stats.append(("dupefilter/filtered", len(drop)))
+        return [Enqueue(op.site, op.out) if op.legacy_fp else op for op in ops if id(op) not in drop]
 
     def _move_feed(self, now: float) -> None:
         """Move one batch of the scrapy-redis feed into the crawl (feed.py says how
@@ -378,11 +422,11 @@ class Pump(threading.Thread):
             # more to move, or another worker holds the lock: look again soon
             self.next_feed = now + (0.0 if result.read else 0.2)
         if result.read:
-            self.stats.append(("streams/feed_read", result.read))
+            self.x.stats.append(("streams/feed_read", result.read))
         if result.added:
-            self.stats.append(("streams/feed_added", result.added))
-            self.stats.append(("streams/enqueued", result.added))
-            self.drained = False
+            self.x.stats.append(("streams/feed_added", result.added))
+            self.x.stats.append(("streams/enqueued", result.added))
+            self.x.drained = False
             for site in result.sites:
                 hint = self.hints.setdefault(site, SiteHint())
                 hint.backlog_http = hint.backlog_browser = -1
@@ -390,67 +434,46 @@ class Pump(threading.Thread):
                 hint.empty_streak = 0
                 self.registered.add(site)
         if result.duplicates:
-            self.stats.append(("streams/feed_duplicates", result.duplicates))
+            self.x.stats.append(("streams/feed_duplicates", result.duplicates))
         if result.dead:
-            self.stats.append(("streams/feed_dead_lettered", result.dead))
+            self.x.stats.append(("streams/feed_dead_lettered", result.dead))
 
-    def _forget(self, entry: LeasedEntry) -> None:
-        """A lease this worker held is finished (acked, dead-lettered or handed back)."""
-        self.held[entry.site] -= 1
-        if self.held[entry.site] <= 0:
-            del self.held[entry.site]
-        self.held_total -= 1
-        self.lease_ids.discard((entry.site, entry.stream, entry.id))
-        if entry.stream >= BROWSER_FIRST_STREAM:
-            self.held_browser -= 1
-            self.held_browser_site[entry.site] -= 1
-            if self.held_browser_site[entry.site] <= 0:
-                del self.held_browser_site[entry.site]
-        if entry.suspect:
-            self.suspects -= 1
-            self.next_claim = time.monotonic()
-
-    def _queue_writes(
-        self,
-        pipe: Any,
-        handlers: list[tuple[Any, ...]],
-        enq: list[tuple[Any, ...]],
-        after: list[tuple[Any, ...]],
-    ) -> None:
+    def _queue_writes(self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[LeaseOp]) -> None:
         f = self.frontier
         if enq:
-            new_sites = {op[1] for op in enq} - self.registered
+            new_sites = {op.site for op in enq} - self.registered
             if new_sites:
                 f.register_sites(sorted(new_sites), pipe)
-                handlers.append(("reg", new_sites))
-            by_site: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+                sent.append(Registered(new_sites))
+            by_site: dict[str, list[Enqueue]] = defaultdict(list)
             for op in enq:
-                by_site[op[1]].append(op)
+                by_site[op.site].append(op)
             for site, site_ops in by_site.items():
                 for i in range(0, len(site_ops), ENQUEUE_CHUNK):
                     chunk = site_ops[i : i + ENQUEUE_CHUNK]
-                    f.enqueue(site, [op[2] for op in chunk], pipe)
-                    handlers.append(("enq", site, chunk))
+                    f.enqueue(site, [op.out for op in chunk], pipe)
+                    sent.append(Enqueued(site, chunk))
         if after:
-            groups: dict[tuple[str, str], list[tuple[Any, ...]]] = defaultdict(list)
-            for op in after:
-                groups[(op[0], op[1].site)].append(op)
+            groups: dict[tuple[type, str], list[LeaseOp]] = defaultdict(list)
+            for lease_op in after:
+                groups[(type(lease_op), lease_op.entry.site)].append(lease_op)
             for (kind, site), group in groups.items():
-                if kind == "A":
-                    f.ack(site, [(op[1].stream, op[1].id) for op in group], pipe)
-                elif kind == "D":
-                    f.dead_letter(site, self.node_id, [(op[1].stream, op[1].id, op[2]) for op in group], pipe)
-                elif kind == "R":
-                    f.release(site, self.node_id, [(op[1].stream, op[1].id) for op in group], pipe)
-                elif kind == "X":
-                    for op in group:
-                        f.extend(site, self.node_id, op[1].stream, op[1].id, pipe)
-                handlers.append(("after", kind, group))
+                if kind is Ack:
+                    f.ack(site, [(a.entry.stream, a.entry.id) for a in group], pipe)
+                elif kind is DeadLetter:
+                    dead = [(d.entry.stream, d.entry.id, d.reason) for d in group if isinstance(d, DeadLetter)]
+                    f.dead_letter(site, self.node_id, dead, pipe)
+                elif kind is Release:
+                    f.release(site, self.node_id, [(r.entry.stream, r.entry.id) for r in group], pipe)
+                else:
+                    for extend in group:
+                        f.extend(site, self.node_id, extend.entry.stream, extend.entry.id, pipe)
+                sent.append(LeaseOpsSent(kind, group))
 
-    def _queue_feedback(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> None:
+    def _queue_feedback(self, pipe: Any, sent: list[Sent], now: float) -> None:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
         timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS."""
-        self.answers.absorb(self.feedback)
+        self.answers.absorb(self.x.feedback)
         if not self.answers.due(now):
             return
         cfg = self.config
@@ -463,30 +486,33 @@ class Pump(threading.Thread):
         )
         for site, outcome, robots in self.answers.take(now):
             self.frontier.feedback(site, outcome, robots, params, pipe)
-            handlers.append(("fb", site))
+            sent.append(FeedbackSent(site))
 
-    def _queue_leases(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> bool:
+    def _queue_leases(self, pipe: Any, sent: list[Sent], now: float) -> bool:
         """Queue lease calls; True if any site was asked."""
         if self._closing or self._stop_requested:
             return False
         if now >= self.next_registry:
             self._refresh_registry(now)
-        ready = self.held_total - self.inflight
-        room = self.capacity - self.held_total
-        if room <= 0 or (ready > self.low_water and room < self.low_water):
+        book = self.leases
+        x = self.x
+        ready = book.total - x.inflight
+        room = self.capacity - book.total
+        if room <= 0 or (ready > x.low_water and room < x.low_water):
             return False
         plans = plan_leases(
             now,
             self.hints,
-            self.held,
+            book.by_site,
             total_room=room,
             per_site_cap=self.per_site_cap,
-            browser_room=max(0, self.browser_cap - self.held_browser),
+            browser_room=max(0, self.browser_cap - book.browser),
             http=self.http,
-            held_browser=self.held_browser_site,
+            held_browser=book.browser_by_site,
+            served=x.served,
         )
         weights = self.config.band_ratio
-        suspects_ok = 1 if self.suspects == 0 else 0
+        suspects_ok = 1 if book.suspects == 0 else 0
         for plan in plans:
             self.frontier.lease(
                 plan.site,
@@ -499,18 +525,17 @@ class Pump(threading.Thread):
                 pipe=pipe,
             )
             suspects_ok = 0
-            handlers.append(("lease", plan.site, plan))
+            sent.append(Leased(plan))
         return bool(plans)
 
-    def _queue_heartbeat(self, pipe: Any, handlers: list[tuple[Any, ...]], now: float) -> None:
+    def _queue_heartbeat(self, pipe: Any, sent: list[Sent], now: float) -> None:
         if now < self.next_heartbeat or self._stop_requested:
             return
         self.next_heartbeat = now + self.config.heartbeat_seconds
         info = self._node_record("online")
         self.frontier.record_node(self.node_id, info, pipe)
         self.frontier.publish({"event": "heartbeat", **info}, pipe)
-        handlers.append(("hb",))
-        handlers.append(("hb",))
+        sent += (HEARTBEAT, HEARTBEAT)  # record_node, publish
 
     def _node_record(self, state: str) -> dict[str, Any]:
         return {
@@ -519,64 +544,75 @@ class Pump(threading.Thread):
             "crawl": self.frontier.crawl,
             "state": state,
             "last_seen": time.time(),
-            "held": self.held_total,
-            "local": self.local_count(),
+            "held": self.leases.total,
+            "local": self.x.local_count(),
             "heartbeat_s": self.config.heartbeat_seconds,
         }
 
     # -- replies --------------------------------------------------------------
 
-    def _handle(self, handlers: list[tuple[Any, ...]], replies: list[Any]) -> int:
+    def _handle(self, sent: list[Sent], replies: list[Any]) -> int:
         """Apply the replies of one pipeline; return how many requests arrived."""
         arrived = 0
         confirmed = False
         noscript = False
         transient: BaseException | None = None
-        for h, reply in zip(handlers, replies, strict=True):
-            kind = h[0]
+        x = self.x
+        for cmd, reply in zip(sent, replies, strict=True):
             if isinstance(reply, Exception):
                 if isinstance(reply, NoScriptError):
                     noscript = True
                 elif isinstance(reply, TRANSIENT):
                     transient = reply
                 else:
-                    logger.error("Redis refused a %s: %s", kind, reply)
-                    self.stats.append(("streams/redis_errors", 1))
-                if kind == "enq":
-                    self.unconfirmed += h[2]
-                elif kind == "after":
-                    self.held_acks = h[2] + self.held_acks
-                elif kind == "reg":
-                    self.registered -= h[1]
+                    self._refuse(describe(cmd), reply, back_off=isinstance(cmd, (Enqueued, LeaseOpsSent)))
+                    if isinstance(cmd, Leased):
+                        self._lease_refused(cmd.plan.site)
+                if isinstance(cmd, Enqueued):
+                    self.gate.enqueue_failed(cmd.chunk)
+                elif isinstance(cmd, LeaseOpsSent):
+                    self.gate.after_failed(cmd.group)
+                elif isinstance(cmd, Registered):
+                    self.registered -= cmd.sites
                 continue
-            if kind == "enq":
-                self._on_enqueued(h[1], h[2], reply)
+            if self.refusals.counts:
+                self._accepted(describe(cmd))
+            if isinstance(cmd, Enqueued):
+                self._on_enqueued(cmd.site, cmd.chunk, reply)
                 confirmed = True
-            elif kind == "reg":
-                self.registered |= h[1]
-            elif kind == "after":
-                self._on_after(h[1], h[2], reply)
-            elif kind == "lease":
-                arrived += self._on_leased(h[1], reply, h[2])
-            elif kind == "fb" and int(reply[3]):
-                self.stats.append(("streams/backoffs", 1))
-                hint = self.hints.get(h[1])
+            elif isinstance(cmd, Registered):
+                self.registered |= cmd.sites
+            elif isinstance(cmd, LeaseOpsSent):
+                n = len(cmd.group) if isinstance(reply, list) or cmd.kind is Extend else int(reply)
+                x.stats.append((AFTER_STAT[cmd.kind], n))
+            elif isinstance(cmd, Leased):
+                arrived += self._on_leased(cmd.plan, reply)
+            elif isinstance(cmd, FeedbackSent) and int(reply[_FEEDBACK_CUT]):
+                x.stats.append(("streams/backoffs", 1))
+                hint = self.hints.get(cmd.site)
                 if hint is not None:
                     hint.not_before = 0.0  # ask again now: the lease reply carries the new rate
         if noscript:
-            self.frontier.scripts.load()
+            self.frontier.load_scripts()
         if arrived:
-            self.drained = False
+            x.drained = False
         if arrived or confirmed:
             self._wake_if_starved()
         if transient is not None:
             raise transient
         return arrived
 
-    def _on_enqueued(self, site: str, chunk: list[tuple[Any, ...]], reply: Any) -> None:
-        self.enqueues_done += len(chunk)
+    def _lease_refused(self, site: str) -> None:
+        """Leave a site whose lease call Redis refused alone for a while (as if empty)."""
+        hint = self.hints.setdefault(site, SiteHint())
+        hint.empty_streak += 1
+        hint.not_before = time.monotonic() + empty_lease_backoff(hint.empty_streak, self.config.idle_poll_seconds)
+
+    def _on_enqueued(self, site: str, chunk: list[Enqueue], reply: Any) -> None:
+        x = self.x
+        x.enqueues_done += len(chunk)
         added, dups, delayed, _flags = parse_enqueue(reply)
-        st = self.stats
+        st = x.stats
         if added:
             st.append(("streams/enqueued", added))
             hint = self.hints.get(site)
@@ -585,7 +621,7 @@ class Pump(threading.Thread):
             hint.backlog_http = hint.backlog_browser = -1
             hint.not_before = 0.0
             hint.empty_streak = 0
-            self.drained = False
+            x.drained = False
         if dups:
             st.append(("dupefilter/filtered", dups))
             st.append(("streams/duplicates_remote", dups))
@@ -595,12 +631,8 @@ class Pump(threading.Thread):
         if over:
             st.append(("streams/over_cap", over))
 
-    def _on_after(self, kind: str, group: list[tuple[Any, ...]], reply: Any) -> None:
-        n = int(reply) if not isinstance(reply, list) else len(group)
-        key = {"A": "streams/acked", "D": "streams/dead_lettered", "R": "streams/released", "X": "streams/extended"}[kind]
-        self.stats.append((key, n if kind != "X" else len(group)))
-
-    def _on_leased(self, site: str, reply: Any, plan: Any) -> int:
+    def _on_leased(self, plan: LeasePlan, reply: Any) -> int:
+        site = plan.site
         r = parse_lease(site, reply)
         now = time.monotonic()
         hint = self.hints.setdefault(site, SiteHint())
@@ -612,17 +644,18 @@ class Pump(threading.Thread):
         hint.pending = r.pending
         hint.delayed = r.delayed
         hint.weight = r.weight if r.weight > 0 else 1.0
+        if self.x.weights.get(site) != hint.weight:
+            self.x.weights[site] = hint.weight
         hint.rate = r.rate
         hint.max_browser = r.max_browser
         n = len(r.entries)
         if n:
             hint.empty_streak = 0
             hint.not_before = 0.0
-            hint.served += n
-            self.stats.append(("streams/leased", n))
+            self.x.stats.append(("streams/leased", n))
         elif r.deferred:
             # only requests that failed before, and this worker already holds one
-            hint.not_before = now + 0.25
+            hint.not_before = now + SUSPECT_RETRY_S
         elif r.wait_ms == -1:
             hint.not_before = now + self.config.idle_poll_seconds
         elif r.wait_ms > 0:
@@ -639,16 +672,11 @@ class Pump(threading.Thread):
         arrived = 0
         decode = self.codec.decode
         now = time.monotonic()
+        take = self.leases.take
+        arrivals = self.x.arrivals
         for e in entries:
             e.leased_at = now
-            self.held[e.site] += 1
-            self.lease_ids.add((e.site, e.stream, e.id))
-            self.held_total += 1
-            if e.stream >= BROWSER_FIRST_STREAM:
-                self.held_browser += 1
-                self.held_browser_site[e.site] += 1
-            if e.suspect:
-                self.suspects += 1
+            take(e)
             try:
                 if e.payload is None:
                     raise EntryError("entry has no payload field r")
@@ -657,13 +685,14 @@ class Pump(threading.Thread):
                 logger.error(
                     "dead-lettering entry %s of site %s: %s", e.id.decode(), e.site, exc
                 )
-                self._forget(e)
-                self.own_dead.append(("D", e, str(exc)))
+                if self.leases.end(e):
+                    self.next_claim = now
+                self.gate.own_dead.append(DeadLetter(e, str(exc)))
                 continue
             e.payload = None
             if e.stream >= BROWSER_FIRST_STREAM and "task_type" not in request.meta:
                 request.meta["task_type"] = "browser"
-            self.arrivals.append((request, e))
+            arrivals.append((request, e))
             arrived += 1
         return arrived
 
@@ -678,20 +707,12 @@ class Pump(threading.Thread):
         self.next_policy = now + self.config.policy_refresh_seconds
         raw = self.frontier.client.hgetall(self.frontier.keys.meta)
         meta = {k.decode(): v.decode() for k, v in raw.items()}
-        f = self.frontier
-        f.default_policy = (
-            meta.get("default_rate", ""),
-            meta.get("default_burst", ""),
-            meta.get("default_paused", ""),
-            meta.get("default_weight", ""),
-            meta.get("default_max_browser", ""),
-        )
-        f.default_task = meta.get("default_task_type") or "http"
-        self.legacy = meta.get(LEGACY_FIELD) or None
+        self.frontier.use_crawl_defaults(meta)
+        self.x.legacy = meta.get(LEGACY_FIELD) or None
 
     def _refresh_registry(self, now: float) -> None:
-        busy = self.held_total > 0
-        self.next_registry = now + (10.0 if busy else 2.0)
+        busy = self.leases.total > 0
+        self.next_registry = now + (REGISTRY_BUSY_S if busy else REGISTRY_IDLE_S)
         for site in self.frontier.sites():
             if site not in self.hints:
                 self.hints[site] = SiteHint()
@@ -702,14 +723,14 @@ class Pump(threading.Thread):
         even when busy), and check whether the crawl is drained when idle."""
         if self._closing or self._stop_requested:
             return
-        room = self.capacity - self.held_total
+        room = self.capacity - self.leases.total
         wants_claim = (not planned and now >= self.next_claim) or now >= self.next_busy_claim or self.recovering
-        if room > 0 and self.suspects == 0 and wants_claim:
+        if room > 0 and self.leases.suspects == 0 and wants_claim:
             self._claim_expired(now)
-        local_idle = self.held_total == 0 and not self.outbox and not self._unsent()
+        local_idle = self.leases.total == 0 and not self.x.outbox and not self.gate
         if not local_idle or arrived:
             self.drain.reset()
-            self.drain_interval = 0.05
+            self.drain_interval = DRAIN_CHECK_FIRST_S
             self.next_drain_check = now
         elif not planned and now >= self.next_drain_check:
             self._check_drain(now)
@@ -729,14 +750,14 @@ class Pump(threading.Thread):
         if not sites:
             return
         f = self.frontier
-        for i in range(min(len(sites), 8)):
+        for i in range(min(len(sites), CLAIM_SITES_PER_PASS)):
             site = sites[(self.claim_cursor + i) % len(sites)]
             try:
                 reply = f.claim(
                     site, self.node_id, self.config.lease_ms, 1, self.config.max_deliveries, "claim", self.mask
                 )
             except NoScriptError:
-                f.scripts.load()
+                f.load_scripts()
                 return
             taken, dead, entries = reply
             if dead:
@@ -744,14 +765,14 @@ class Pump(threading.Thread):
                     "moved %d entries of site %s to the dead-letter stream (STREAMS_MAX_DELIVERIES=%d)",
                     dead, site, self.config.max_deliveries,
                 )
-                self.stats.append(("streams/dead_lettered", dead))
+                self.x.stats.append(("streams/dead_lettered", dead))
             if taken:
                 self.claim_cursor = (self.claim_cursor + i) % len(sites)
                 logger.info("took over an expired lease of site %s (%s)", site, entries[0].id.decode())
-                self.stats.append(("streams/reclaimed", taken))
+                self.x.stats.append(("streams/reclaimed", taken))
                 self.recovering = True
                 if self._accept(entries):
-                    self.drained = False
+                    self.x.drained = False
                     self._wake_if_starved()
                 return
             if dead:
@@ -767,7 +788,7 @@ class Pump(threading.Thread):
             self.next_drain_check = now + self.config.feed_poll_seconds
             return
         sites = f.sites()
-        if not sites and not self.started_locally and now - self.started < self.config.empty_crawl_wait_seconds:
+        if not sites and not self.x.started_locally and now - self.started < self.config.empty_crawl_wait_seconds:
             # a crawl that never had a request is not drained: it has not started yet
             if not self.waiting_for_seeds_logged:
                 logger.info(
@@ -794,14 +815,14 @@ class Pump(threading.Thread):
             hint.backlog_browser = sum(s.backlog for (t, _), s in st.streams.items() if t == "browser")
             snapshot[st.site] = (st.is_empty, st.stats.get("enqueued", 0))
         drained = self.drain.observe(snapshot)
-        if drained != self.drained:
-            self.drained = drained
+        if drained != self.x.drained:
+            self.x.drained = drained
             if drained:
                 logger.info("crawl %s is drained: no backlog, lease or delayed request left", f.crawl)
-            self.wake()
+            self.x.wake()
         # Confirm an empty-looking crawl quickly; otherwise look less and less often.
         if not drained and all(empty for empty, _ in snapshot.values()):
-            self.drain_interval = 0.05
+            self.drain_interval = DRAIN_CHECK_FIRST_S
         else:
             self.drain_interval = min(max(self.drain_interval * 2, 0.1), self.config.idle_poll_seconds)
         self.next_drain_check = time.monotonic() + self.drain_interval

@@ -8,16 +8,18 @@ Enable it with two settings::
 How it behaves (implementation details, see the README for the guarantees):
 
 - ``enqueue_request`` fingerprints the request with ``crawler.request_fingerprinter``,
-  encodes it with msgpack and queues it for the I/O thread; it never touches
+  encodes it with msgpack and queues an ``Enqueue`` (ops.py) for the I/O thread
+  (pump.py) in the ``Exchange`` they share (exchange.py); it never touches
   Redis. The I/O thread sends it through ``enqueue.lua``, which dedupes it
   (Bloom filter) and adds it to the site's stream for its band in one atomic
   step. A fingerprint this worker already sent is dropped locally.
 - ``next_request`` pops a prefetched request: the I/O thread leases small
   batches with ``lease.lua`` (XREADGROUP) ahead of demand, so the reactor
   never waits on Redis.
-- A request is acked (XACK + XDEL) once the engine is done with it: its
-  download, its callback or errback, every follow-up request it yielded
-  (already sent to Redis before the ack) and its items through the pipelines.
+- A request is acked (an ``Ack``, sent by ``ack.lua``: XACK + XDEL) once the
+  engine is done with it: its download, its callback or errback, every
+  follow-up request it yielded (already sent to Redis before the ack) and its
+  items through the pipelines.
 - Leases that expire (a worker died) are taken over with XAUTOCLAIM by a
   worker with nothing else to do, or by the reclaimer daemon; an entry
   delivered more than STREAMS_MAX_DELIVERIES times goes to the dead-letter stream.
@@ -54,9 +56,11 @@ from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import connect_ready, redact
 from .errors import SerializationError
+from .exchange import Exchange
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import TASK_TYPES, stream_for, validate_site_name
 from .legacy import legacy_fingerprint
+from .ops import Ack, Enqueue, Extend, Op, Release
 from .politeness import THROTTLE_STATUSES, crawl_delay_of, is_timeout, robots_body_crawl_delay
 from .pump import Pump, make_node_id
 from .recovery import release_orphans
@@ -85,6 +89,11 @@ class Fingerprinter(Protocol):
 
 class StreamsScheduler(BaseScheduler):
     """A Scrapy scheduler whose queue is a Redis Streams crawl frontier shared by many workers."""
+
+    #: fingerprints travel as 20 bytes (a SHA-1, Scrapy's default); others are hashed to that
+    FINGERPRINT_BYTES = 20
+    #: move the hot-path counters into the crawl stats every this many dequeues
+    STATS_EVERY_DEQUEUES = 256
 
     def __init__(
         self,
@@ -128,12 +137,13 @@ class StreamsScheduler(BaseScheduler):
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self.codec: RequestCodec | None = None
+        #: the I/O thread; the scheduler only starts and stops it
         self._pump: Pump | None = None
+        #: everything the scheduler and the I/O thread share (exchange.py)
+        self._x: Exchange | None = None
         self._hooks: EngineHooks | None = None
-        self._outbox: deque[tuple[Any, ...]] = deque()
         #: requests ready per site: (request, lease or None for a local request, downloader slot key)
         self._ready: dict[str, deque[tuple[Request, LeasedEntry | None, str | None]]] = {}
-        self._served: dict[str, float] = {}
         self._downloader: Any = None
         self._nready = 0
         self._leases: dict[Request, LeasedEntry] = {}
@@ -195,7 +205,7 @@ class StreamsScheduler(BaseScheduler):
         )
         mode = bloom.mode
         self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
-        frontier.scripts.load()
+        frontier.load_scripts()
         frontier.register()
         frontier.politeness = ("a" if cfg.adaptive else "") + ("r" if self.robots_obey else "")
         self._record_site_key(frontier)
@@ -212,6 +222,9 @@ class StreamsScheduler(BaseScheduler):
             "lease_s": cfg.lease_seconds,
             "max_deliveries": cfg.max_deliveries,
         }
+        x = self._x = Exchange()
+        # in the node record: lost if this worker dies
+        x.local_count = lambda: self.local_held
         self._pump = Pump(
             frontier,
             cfg,
@@ -221,15 +234,16 @@ class StreamsScheduler(BaseScheduler):
             per_site_concurrency=self.per_site_concurrency,
             download_delay=self.download_delay,
             node_info=node_info,
+            exchange=x,
+            feed=self._feed_mover(spider, frontier),
         )
-        self._pump.feed = self._feed_mover(spider, frontier)
         if self.crawler is not None:
             self._hooks = EngineHooks(
                 self.crawler, self, self.request_done, fail_at_end=cfg.unserializable == "error"
             )
             self._hooks.on_closing(self._begin_shutdown, cfg.shutdown_timeout_seconds, self._shutdown_timed_out)
             self._downloader = getattr(self.crawler.engine, "downloader", None)
-            self._pump.wake = self._hooks.wake
+            x.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
             self._hooks.on_download_error(self._on_download_error)
             robots_parsed = getattr(signals, "robots_parsed", None)
@@ -237,7 +251,6 @@ class StreamsScheduler(BaseScheduler):
                 self.crawler.signals.connect(self._on_robots_parsed, robots_parsed)
             if not cfg.close_on_drain:
                 self.crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
-        self._pump.local_count = lambda: self.local_held  # in the node record: lost if this worker dies
         frontier.record_node(self.node_id, {**node_info, "node": self.node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds})
         frontier.publish({"event": "node_online", "node": self.node_id, "crawl": cfg.crawl, **node_info})
         if cfg.node_id:
@@ -317,8 +330,8 @@ class StreamsScheduler(BaseScheduler):
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         self._local_busy.clear()
         flushed = pump.finish(timeout=30.0)
-        self._apply_stats(pump)
-        self._pump = None
+        self._apply_stats()
+        self._pump = self._x = None
         failure = self.unserializable.failure()
         if failure is not None:
             logger.error("%s", failure, extra={"spider": self.spider})
@@ -340,7 +353,7 @@ class StreamsScheduler(BaseScheduler):
         for queue in self._ready.values():
             for _request, entry, _slot in queue:
                 if entry is not None:
-                    self._outbox_put(("R", entry))
+                    self._put(Release(entry))
                     n += 1
         if self._nlocal:
             self._inc("streams/unserializable_lost", self._nlocal)
@@ -351,19 +364,19 @@ class StreamsScheduler(BaseScheduler):
             )
         self._ready.clear()
         self._nready = self._nlocal = 0
-        if self._pump is not None:
-            self._pump.kick()
+        if self._x is not None:
+            self._x.kick()
         return n
 
     def _hand_back_in_progress(self) -> int:
         """Release the leases of requests the engine started but did not finish."""
         n = len(self._leases)
         for entry in self._leases.values():
-            self._outbox_put(("R", entry))
+            self._put(Release(entry))
         self._leases.clear()
-        if self._pump is not None:
-            self._pump.inflight = 0
-            self._pump.kick()
+        if self._x is not None:
+            self._x.inflight = 0
+            self._x.kick()
         return n
 
     def _begin_shutdown(self) -> None:
@@ -393,19 +406,19 @@ class StreamsScheduler(BaseScheduler):
     # -- Scrapy's scheduler interface ------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        pump = self._pump
-        if pump is None:
+        x = self._x
+        if x is None:
             return False
-        if pump.fatal is not None:
+        if x.fatal is not None:
             self._report_fatal()
             return False
-        if self._nready or pump.arrivals or self._outbox or self._leases or self._local_busy:
+        if self._nready or x.arrivals or self._leases or self._local_busy:
             return True
-        if pump.outbox or pump.unconfirmed or pump.held_acks:
+        if x.may_be_busy():
             return True
-        if pump.enqueues_done < self._n_enqueued:
+        if x.enqueues_done < self._n_enqueued:
             return True  # in the pipeline now: a local request's follow-ups may undo "drained"
-        return not pump.drained
+        return not x.drained
 
     def enqueue_request(self, request: Request) -> bool:
         codec = self.codec
@@ -421,7 +434,7 @@ class StreamsScheduler(BaseScheduler):
                     self._filtered(request)
                     return False
             fp = self.fingerprinter.fingerprint(request)
-            if len(fp) != 20:
+            if len(fp) != self.FINGERPRINT_BYTES:
                 fp = _sha1(fp)
             if fp in self.seen:
                 if url_key is not None:
@@ -447,12 +460,12 @@ class StreamsScheduler(BaseScheduler):
                 delay_ms = max(0, int((float(not_before) - time.time()) * 1000))
             except (TypeError, ValueError):
                 logger.error("ignoring meta['not_before']=%r of %s: not epoch seconds", not_before, request)
-        pump = self._pump
-        if fp and pump is not None and pump.legacy is not None:
+        x = self._x
+        if fp and x is not None and x.legacy is not None:
             # checked against the migrated scrapy-redis dupefilter by the I/O thread
-            self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload), legacy_fingerprint(request)))
+            self._put(Enqueue(site, Outgoing(fp, stream, delay_ms, payload), legacy_fingerprint(request)))
         else:
-            self._outbox_put(("E", site, Outgoing(fp, stream, delay_ms, payload)))
+            self._put(Enqueue(site, Outgoing(fp, stream, delay_ms, payload)))
         if fp:
             self.seen.add(fp)
             if url_key is not None:
@@ -461,49 +474,50 @@ class StreamsScheduler(BaseScheduler):
         return True
 
     def next_request(self) -> Request | None:
-        pump = self._pump
-        if pump is None:
+        x = self._x
+        if x is None:
             return None
-        if pump.stats:
+        if x.stats:
             self._apply_stats()
         if not self._ready:
             # Tell the I/O thread to wake the engine when requests arrive. Set before
             # looking at the arrivals: the thread appends first and reads this after.
-            pump.starved = True
-        if pump.arrivals:
+            x.starved = True
+        if x.arrivals:
             self._absorb()
         if not self._ready:
-            pump.kick()
+            x.kick()
             return None
-        site = self._pick_site(pump)
+        site = self._pick_site(x)
         if site is None:
             return None  # every site with requests has a full downloader slot
         queue = self._ready[site]
         request, entry, _slot = queue.popleft()
         if not queue:
             del self._ready[site]
-        self._served[site] = self._served.get(site, 0.0) + 1.0
+        served = x.served
+        served[site] = served.get(site, 0.0) + 1.0
         self._nready -= 1
         if entry is None:
             return self._local_out(request)
         self._leases[request] = entry
-        pump.inflight = len(self._leases)
-        if self._nready - self._nlocal <= pump.low_water:
-            pump.kick()
+        x.inflight = len(self._leases)
+        if self._nready - self._nlocal <= x.low_water:
+            x.kick()
         self._n_dequeued += 1
-        if self._n_dequeued & 255 == 0:
+        if self._n_dequeued % self.STATS_EVERY_DEQUEUES == 0:
             self._apply_stats()
         return request
 
-    def _pick_site(self, pump: Pump) -> str | None:
+    def _pick_site(self, x: Exchange) -> str | None:
         """The site to serve next: the least served relative to its weight among the
         sites whose downloader slot can take a request now (so one slow site never
         fills the downloader, and weights hold when the worker is the bottleneck)."""
         ready = self._ready
         if len(ready) == 1 and self._downloader is None:
             return next(iter(ready))
-        hints = pump.hints
-        served = self._served
+        weights = x.weights
+        served = x.served
         slots = self._downloader.slots if self._downloader is not None else None
         best: str | None = None
         best_key = 0.0
@@ -512,18 +526,14 @@ class StreamsScheduler(BaseScheduler):
                 slot = slots.get(queue[0][2])
                 if slot is not None and len(slot.active) >= slot.concurrency:
                     continue
-            hint = hints.get(site)  # inline self._weight: this loop runs once per request
-            key = served.get(site, 0.0) / (hint.weight if hint is not None and hint.weight > 0 else 1.0)
+            weight = weights.get(site, 1.0)  # inline Exchange.weight: this loop runs once per request
+            key = served.get(site, 0.0) / (weight if weight > 0 else 1.0)
             if best is None or key < best_key:
                 best, best_key = site, key
         return best
 
-    def _weight(self, site: str) -> float:
-        hint = self._pump.hints.get(site) if self._pump is not None else None
-        return hint.weight if hint is not None and hint.weight > 0 else 1.0
-
     def __len__(self) -> int:
-        return self._nready + len(self._pump.arrivals if self._pump else ())
+        return self._nready + len(self._x.arrivals if self._x else ())
 
     # -- acks and leases ---------------------------------------------------------
 
@@ -537,21 +547,21 @@ class StreamsScheduler(BaseScheduler):
         if entry is None:
             self._local_busy.discard(request)
             return
-        self._outbox_put(("A", entry))
+        self._put(Ack(entry))
         if self.ack_listeners:
             latency = time.monotonic() - entry.leased_at
             for listener in self.ack_listeners:
                 listener(entry, latency)
-        pump = self._pump
-        if pump is not None:
-            pump.inflight = len(self._leases)
+        x = self._x
+        if x is not None:
+            x.inflight = len(self._leases)
 
     def extend_lease(self, request: Request) -> bool:
         """Give a long-running request a full lease again. False if it holds no lease."""
         entry = self._leases.get(request)
         if entry is None:
             return False
-        self._outbox_put(("X", entry))
+        self._put(Extend(entry))
         return True
 
     def lease_of(self, request: Request) -> LeasedEntry | None:
@@ -560,19 +570,16 @@ class StreamsScheduler(BaseScheduler):
 
     # -- internals -------------------------------------------------------------
 
-    def _outbox_put(self, op: tuple[Any, ...]) -> None:
-        pump = self._pump
-        if pump is None:
-            return
-        pump.outbox.append(op)
-        if len(pump.outbox) >= 512:
-            pump.kick()
+    def _put(self, op: Op) -> None:
+        x = self._x
+        if x is not None:
+            x.put(op)
 
     def _absorb(self) -> None:
-        pump = self._pump
-        if pump is None:
+        x = self._x
+        if x is None:
             return
-        arrivals = pump.arrivals
+        arrivals = x.arrivals
         ready = self._ready
         slot_key = self._downloader.get_slot_key if self._downloader is not None else None
         n = 0
@@ -588,12 +595,13 @@ class StreamsScheduler(BaseScheduler):
     def _new_queue(self, site: str) -> deque[tuple[Request, LeasedEntry | None, str | None]]:
         ready = self._ready
         queue = ready[site] = deque()
-        if len(ready) > 1:
+        x = self._x
+        if len(ready) > 1 and x is not None:
             # a site coming back starts level with the least served, not far behind
-            served = self._served
+            served = x.served
             served[site] = returning_credit(
-                served.get(site, 0.0), self._weight(site),
-                [(served.get(s, 0.0), self._weight(s)) for s in ready if s != site],
+                served.get(site, 0.0), x.weight(site),
+                [(served.get(s, 0.0), x.weight(s)) for s in ready if s != site],
             )
         return queue
 
@@ -621,8 +629,8 @@ class StreamsScheduler(BaseScheduler):
         self._nready += 1
         self._nlocal += 1
         self._n_local_in += 1
-        if self._pump is not None:
-            self._pump.started_locally = True
+        if self._x is not None:
+            self._x.started_locally = True
         if fp:  # deduplicated by this worker only: it never reaches the Redis filter
             self.seen.add(fp)
             if url_key is not None:
@@ -675,7 +683,7 @@ class StreamsScheduler(BaseScheduler):
         if self.stats is not None:
             self.stats.inc_value(key, n)
 
-    def _apply_stats(self, pump: Pump | None = None) -> None:
+    def _apply_stats(self) -> None:
         """Move the hot-path counters (kept as plain ints: Scrapy's stats calls are not
         cheap) and the I/O thread's counters into the crawl stats."""
         for key, n in (
@@ -691,10 +699,10 @@ class StreamsScheduler(BaseScheduler):
             if n > done:
                 self._inc(key, n - done)
                 self._applied[key] = n
-        pump = pump or self._pump
-        if pump is None:
+        x = self._x
+        if x is None:
             return
-        stats = pump.stats
+        stats = x.stats
         while stats:
             key, n = stats.popleft()
             self._inc(key, n)
@@ -712,17 +720,17 @@ class StreamsScheduler(BaseScheduler):
             return None
 
     def _on_response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
-        """Every answer goes to the site's shared politeness state (pump -> feedback.lua);
+        """Every answer goes to the site's shared politeness state (I/O thread -> feedback.lua);
         a 429 / 503 with Retry-After also delays the retry of this request."""
-        pump = self._pump
+        x = self._x
         status = response.status
         if self._robots_from_body and _is_robots_request(request):
             self._report_robots(request, robots_body_crawl_delay(response.body, self._robots_agent(request)))
         if status not in THROTTLE_STATUSES:
-            if pump is not None and self.config.adaptive:
+            if x is not None and self.config.adaptive:
                 site = self._answer_site(request)
                 if site is not None:
-                    pump.feedback.append((site, "ok", 1))
+                    x.feedback.append((site, "ok", 1))
             return
         now = time.time()
         delay = retry_after_seconds(response.headers.get(b"Retry-After"), now, self.config.retry_after_max_seconds)
@@ -731,27 +739,27 @@ class StreamsScheduler(BaseScheduler):
             # in the site's delay queue until Retry-After has passed.
             request.meta["not_before"] = now + delay
             self._inc("streams/retry_after")
-        if pump is not None:
+        if x is not None:
             site = self._answer_site(request)
             if site is not None:
-                pump.feedback.append((site, "throttled", int((delay or 0) * 1000)))
-                pump.kick()
+                x.feedback.append((site, "throttled", int((delay or 0) * 1000)))
+                x.kick()
 
     def _on_download_error(self, request: Request, exc: BaseException) -> None:
         """A download failed: a timeout is a congestion signal; a robots.txt that could
         not be fetched means no Crawl-delay (as Scrapy then allows everything)."""
-        pump = self._pump
-        if pump is None:
+        x = self._x
+        if x is None:
             return
         site = self._answer_site(request)
         if site is None:
             return
         if self.robots_obey and _is_robots_request(request):
-            pump.feedback.append((site, "robots", "0"))
-            pump.kick()
+            x.feedback.append((site, "robots", "0"))
+            x.kick()
         elif is_timeout(exc) and self.config.adaptive:
-            pump.feedback.append((site, "timeout", 1))
-            pump.kick()
+            x.feedback.append((site, "timeout", 1))
+            x.kick()
 
     def _on_robots_parsed(self, robotparser: Any, request: Request, **_: Any) -> None:
         """A worker read a host's robots.txt (Scrapy's robots_parsed signal)."""
@@ -767,21 +775,21 @@ class StreamsScheduler(BaseScheduler):
     def _report_robots(self, request: Request, delay: float | None) -> None:
         """A site's Crawl-delay (capped at STREAMS_MAX_CRAWL_DELAY; '0' = none) becomes its
         shared rate across all workers, unless its policy sets a rate (lease.lua)."""
-        pump = self._pump
+        x = self._x
         site = self._answer_site(request)
-        if pump is None or site is None:
+        if x is None or site is None:
             return
         if delay is not None:
             delay = min(delay, self.config.max_crawl_delay_seconds)
             self._inc("streams/robots_crawl_delay")
-        pump.feedback.append((site, "robots", repr(delay) if delay else "0"))
-        pump.kick()
+        x.feedback.append((site, "robots", repr(delay) if delay else "0"))
+        x.kick()
 
     def _report_fatal(self) -> None:
         if self._fatal_reported:
             return
         self._fatal_reported = True
-        logger.error("streams-sched I/O thread died: %r; closing the spider", self._pump.fatal if self._pump else None)
+        logger.error("streams-sched I/O thread died: %r; closing the spider", self._x.fatal if self._x else None)
         if self.crawler is not None and self.crawler.engine is not None:
             from ._engine import close_spider
 

@@ -35,6 +35,7 @@ from .errors import SerializationError
 from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
 from .keys import SITE_TASK, TASK_TYPES, stream_for, validate_crawl_name, validate_site_name
 from .legacy import legacy_fingerprint, legacy_key, legacy_seen
+from .replies import text
 from .selection import band_for
 from .sitekey import site_keyer
 
@@ -161,9 +162,9 @@ class Seeder:
         self.batch = batch
         self.codec = RequestCodec(None)
         self.frontier = Frontier(self.client, crawl, crawl_bloom(self.client, crawl))
-        self.frontier.scripts.load()
+        self.frontier.load_scripts()
         default_task = self.client.hget(self.frontier.keys.meta, "default_task_type")
-        self.frontier.default_task = default_task.decode() if isinstance(default_task, bytes) else (default_task or "http")
+        self.frontier.use_crawl_defaults({"default_task_type": text(default_task)} if default_task else {})
         self.legacy = legacy_key(self.client, self.frontier.keys.meta)
         # a URL's site: its host, or its registered domain when the crawl's workers run
         # with STREAMS_SITE_KEY="domain" (the first worker records it in the crawl meta)

@@ -42,8 +42,6 @@ class SiteHint:
     weight: float = 1.0
     rate: float = 0.0
     max_browser: int = -1
-    #: service counter for weighted fairness (lower = served less relative to weight)
-    served: float = 0.0
 
     def may_have_work(self, browser: bool, http: bool = True) -> bool:
         """Worth a lease call: backlog this worker can take, or delayed requests (the
@@ -92,6 +90,7 @@ def plan_leases(
     browser_room: int,
     http: bool = True,
     held_browser: Mapping[str, int] | None = None,
+    served: Mapping[str, float] | None = None,
     max_sites: int = 32,
 ) -> list[LeasePlan]:
     """Split ``total_room`` free lease slots among the sites that may have work.
@@ -101,13 +100,16 @@ def plan_leases(
     site cannot fill the worker. ``browser_room`` is how many more browser
     requests this worker may hold (0 without the capability); ``http`` says
     whether it does plain http requests. Sites are served in order of ``served / weight``
-    (weighted fairness), asking at most ``max_sites`` sites per round.
+    (weighted fairness; ``served`` counts the requests the worker handed to the engine
+    per site, the same counter the scheduler picks sites by), asking at most
+    ``max_sites`` sites per round.
     """
     if total_room <= 0:
         return []
     held_browser = held_browser or {}
+    served = served or {}
     candidates = [
-        (hint.served / hint.weight if hint.weight > 0 else float("inf"), site)
+        (served.get(site, 0.0) / hint.weight if hint.weight > 0 else float("inf"), site)
         for site, hint in hints.items()
         if hint.not_before <= now
         and hint.may_have_work(browser_room > 0, http)

@@ -106,7 +106,7 @@ def test_any_entry_becomes_a_request_or_a_dead_letter(scheduler: StreamsSchedule
         st_ = f.status(site)
         if len(got) + st_.dead_letters == len(entries) and st_.pending == 0 and st_.backlog == 0:
             break
-        assert scheduler._pump.fatal is None
+        assert scheduler._x is not None and scheduler._x.fatal is None
         assert time.monotonic() < deadline, (entries, len(got), st_)
         time.sleep(0.01)
     for letter in f.dead_letters(site):

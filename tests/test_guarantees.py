@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from redis_tools import make_tls_files
 
 from streams_sched import acl
@@ -174,10 +175,12 @@ def test_a_redirect_is_acked_only_after_its_new_request_is_in_redis(plain_redis_
     settings = base_settings(
         plain_redis_url, crawl, "bitmap", tmp_path / "items.jsonl", SYNTH_SITES=2, SYNTH_SPECIAL=REDIRECT_SPECIAL,
     )
+    refused = _refusals(client, "STREAMSDEDUPE")
     w = Worker(settings, tmp_path / "w.log", spider="spiders.RedirectSpider")
     try:
-        wait_for(lambda: w.log().count("Redis refused a enq") >= 3, timeout=60, what="three failed enqueues of the target")
+        wait_for(lambda: _refusals(client, "STREAMSDEDUPE") >= refused + 3, timeout=60, what="three failed enqueues of the target")
         assert _counts(plain_redis_url, crawl, "site0.test") == (1, 0), "acked before its follow-up was in Redis"
+        assert w.log().count("Redis refused the enqueue to site site1.test") == 1  # logged once, not per try
         client.delete(target_seen)
         wait_for(lambda: _counts(plain_redis_url, crawl, "site0.test") == (0, 1), timeout=60, what="the redirect's ack")
         assert int(frontier(plain_redis_url, crawl).status("site1.test").stats.get("enqueued", 0)) == 1
@@ -185,6 +188,11 @@ def test_a_redirect_is_acked_only_after_its_new_request_is_in_redis(plain_redis_
     finally:
         w.close()
     assert set(crawled_urls(tmp_path / "items.jsonl")) == {"http://site1.test/landing"}
+
+
+def _refusals(client: redis.Redis, code: str) -> int:
+    """How many commands Redis refused with the error ``code`` (INFO errorstats, Redis 6.2+)."""
+    return int(client.info("errorstats").get(f"errorstat_{code}", {}).get("count", 0))
 
 
 # -- signals, request classes, what cannot travel ----------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from streams_sched.frontier import LeasedEntry, Outgoing
 from streams_sched.keys import BROWSER_FIRST_STREAM
 from streams_sched.leasebook import LeaseBook
-from streams_sched.ops import Ack, AckGate, DeadLetter, Enqueue, Extend, Release
+from streams_sched.ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, Release
+from streams_sched.refusals import Refusals
 
 
 def _entry(n: int, site: str = "a.test", stream: int = 1, suspect: bool = False) -> LeasedEntry:
@@ -86,3 +87,25 @@ def test_lease_book_counts_sites_browser_leases_and_suspects() -> None:
     assert book.browser == 0 and dict(book.browser_by_site) == {}
     book.end(http)
     assert book.total == 0 and dict(book.by_site) == {} and not book.ids and book.suspects == 0
+
+
+def test_only_acks_dead_letters_and_releases_end_a_lease() -> None:
+    """An extend keeps the lease; the three others end it (the lease book forgets the entry)."""
+    e = _entry(1)
+    assert [isinstance(op, ENDS_LEASE) for op in (Ack(e), DeadLetter(e, "x"), Release(e), Extend(e))] == [
+        True, True, True, False,
+    ]
+
+
+def test_refusals_say_log_once_per_distinct_error_and_count_until_accepted() -> None:
+    """Each distinct refusal is new once; repeats are counted, and the count is handed back when the command goes through."""
+    refusals = Refusals()
+    assert refusals.note("enqueue to site a", "WRONGTYPE x") is True
+    assert [refusals.note("enqueue to site a", "WRONGTYPE x") for _ in range(5)] == [False] * 5
+    assert refusals.note("enqueue to site a", "NOPERM y") is True  # another error: logged too
+    assert refusals.note("ack of site b", "NOPERM z") is True
+    assert sorted(refusals.accepted("enqueue to site a")) == [("NOPERM y", 1), ("WRONGTYPE x", 6)]
+    assert refusals.accepted("enqueue to site a") == []
+    assert refusals  # the ack is still refused
+    assert refusals.accepted("ack of site b") == [("NOPERM z", 1)] and not refusals
+    assert refusals.note("enqueue to site a", "WRONGTYPE x") is True  # back again: logged again

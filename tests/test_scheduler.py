@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -67,13 +68,39 @@ def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: red
     sched.request_done(parent)
     pump = sched._pump
     cycles = pump._cycles
-    wait_for(lambda: pump._cycles > cycles + 5, timeout=10, what="a few I/O cycles")
+    wait_for(lambda: pump._cycles > cycles + 3, timeout=30, what="a few I/O cycles")
     assert r.xpending(parent_stream, GROUP)["pending"] == 1  # not acked
     assert r.exists(child_keys.stream("http", "default")) == 0
     r.delete(child_keys.seen)  # the failure clears
     # acked: its stream, now empty, is retired with its group
-    wait_for(lambda: r.exists(parent_stream) == 0, timeout=10, what="the parent's ack")
+    wait_for(lambda: r.exists(parent_stream) == 0, timeout=30, what="the parent's ack")
     assert r.xlen(child_keys.stream("http", "default")) == 1
+
+
+def test_a_refused_command_is_logged_once_and_retried_with_back_off(
+    sched: StreamsScheduler, r: redis.Redis, crawl: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A WRONGTYPE refusal is logged once however often it is retried, the retries back off, and its end is logged with the count."""
+    child_keys = SiteKeys(crawl, "child.test")
+    r.hset(child_keys.seen, "x", "wrong type")  # enqueue.lua now fails with WRONGTYPE, every time
+    pump = sched._pump
+    assert pump is not None
+    with caplog.at_level(logging.INFO, logger="streams_sched.pump"):
+        sched.enqueue_request(scrapy.Request("http://child.test/"))
+        wait_for(
+            lambda: sum(n for (what, _), n in pump.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
+            timeout=30, what="four refused tries",
+        )
+        assert pump.retry.current_s >= 0.4  # 0.1, 0.2, 0.4: the tries back off
+        errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "refused the enqueue to site child.test" in errors[0].getMessage(), [e.getMessage() for e in errors]
+        r.delete(child_keys.seen)
+        wait_for(lambda: r.xlen(child_keys.stream("http", "default")) == 1, timeout=30, what="the enqueue")
+        wait_for(lambda: not pump.refusals, timeout=30, what="the refusal to clear")
+    ended = [rec.getMessage() for rec in caplog.records if "accepts the enqueue to site child.test again" in rec.getMessage()]
+    assert len(ended) == 1 and "after refusing it" in ended[0], ended
+    assert int(ended[0].split("after refusing it ")[1].split()[0]) >= 4
+    assert len([rec for rec in caplog.records if rec.levelno >= logging.ERROR]) == 1
 
 
 def test_close_hands_back_prefetched_requests(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:
@@ -81,7 +108,7 @@ def test_close_hands_back_prefetched_requests(sched: StreamsScheduler, r: redis.
     for i in range(3):
         sched.enqueue_request(scrapy.Request(f"http://a.test/{i}"))
     stream = SiteKeys(crawl, "a.test").stream("http", "default")
-    wait_for(lambda: sched._pump.held_total == 3 and r.xpending(stream, GROUP)["pending"] == 3, timeout=10)
+    wait_for(lambda: sched._pump.leases.total == 3 and r.xpending(stream, GROUP)["pending"] == 3, timeout=10)
     started = next_request(sched)
     sched.request_done(started)
     sched.close("test")

@@ -29,8 +29,8 @@ def test_plan_skips_sites_backing_off() -> None:
 
 def test_plan_serves_sites_in_proportion_to_weight() -> None:
     """The least-served site relative to its weight is asked first and gets the larger share."""
-    hints = {"big": SiteHint(weight=3.0, served=30), "small": SiteHint(weight=1.0, served=5)}
-    plans = plan_leases(0.0, hints, {}, total_room=8, per_site_cap=100, browser_room=0)
+    hints = {"big": SiteHint(weight=3.0), "small": SiteHint(weight=1.0)}
+    plans = plan_leases(0.0, hints, {}, total_room=8, per_site_cap=100, browser_room=0, served={"big": 30, "small": 5})
     assert plans[0].site == "small"
     assert {p.site: p.total for p in plans} == {"small": 2, "big": 6}
 

@@ -73,7 +73,7 @@ def next_request(s: StreamsScheduler) -> scrapy.Request:
 
 
 def drained(s: StreamsScheduler) -> bool:
-    return s._pump is not None and s._pump.drained
+    return s._x is not None and s._x.drained
 
 
 def test_request_that_cannot_travel_is_crawled_by_this_worker(sched: StreamsScheduler) -> None:
@@ -117,7 +117,7 @@ def test_follow_ups_of_a_local_request_keep_a_drained_worker_open_until_they_are
     try:
         assert sched.enqueue_request(scrapy.Request("http://a.test/child"))
         sched.request_done(local)
-        wait_for(lambda: not pump.outbox, timeout=10, what="the I/O thread to take the enqueue")
+        wait_for(lambda: not pump.x.outbox, timeout=10, what="the I/O thread to take the enqueue")
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             assert sched.has_pending_requests()
@@ -158,7 +158,7 @@ def test_local_requests_are_served_fairly_with_leased_ones(sched: StreamsSchedul
         assert sched.enqueue_request(scrapy.Request(f"http://leased.test/{i}"))
     pump = sched._pump
     assert pump is not None
-    wait_for(lambda: pump.held_total == 4 and len(sched) == 4, timeout=10, what="4 prefetched requests")
+    wait_for(lambda: pump.leases.total == 4 and len(sched) == 4, timeout=10, what="4 prefetched requests")
     for i in range(4):
         assert sched.enqueue_request(lambda_request(f"http://local.test/{i}"))
     order = [next_request(sched) for _ in range(8)]

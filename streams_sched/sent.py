@@ -1,0 +1,89 @@
+"""What each command of the I/O thread's pipeline was, to apply its reply (pump.py).
+
+The pump queues several commands per cycle in one pipeline and keeps one of
+these records per command, in order; ``Pump._handle`` zips them with the
+replies. Pure data, no Redis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ops import Ack, DeadLetter, Enqueue, Extend, LeaseOp, Release
+from .selection import LeasePlan
+
+__all__ = [
+    "AFTER_STAT", "HEARTBEAT", "Enqueued", "FeedbackSent", "Heartbeat", "LeaseOpsSent", "Leased",
+    "Registered", "Sent", "describe",
+]
+
+#: each kind of lease operation in log lines
+AFTER_NAME: dict[type, str] = {Ack: "ack", DeadLetter: "dead-letter", Release: "release", Extend: "lease extension"}
+#: the crawl stat each kind of lease operation counts
+AFTER_STAT: dict[type, str] = {
+    Ack: "streams/acked",
+    DeadLetter: "streams/dead_lettered",
+    Release: "streams/released",
+    Extend: "streams/extended",
+}
+
+
+@dataclass(slots=True, frozen=True)
+class Registered:
+    """The crawl registry got these sites (SADD)."""
+
+    sites: set[str]
+
+
+@dataclass(slots=True, frozen=True)
+class Enqueued:
+    """One enqueue.lua call: ``chunk`` for ``site``."""
+
+    site: str
+    chunk: list[Enqueue]
+
+
+@dataclass(slots=True, frozen=True)
+class LeaseOpsSent:
+    """One call for a group of lease operations of one kind and site (ack.lua, ...)."""
+
+    kind: type
+    group: list[LeaseOp]
+
+
+@dataclass(slots=True, frozen=True)
+class Leased:
+    """One lease.lua call, as planned by selection.plan_leases."""
+
+    plan: LeasePlan
+
+
+@dataclass(slots=True, frozen=True)
+class FeedbackSent:
+    """One feedback.lua call: the politeness answers of ``site``."""
+
+    site: str
+
+
+@dataclass(slots=True, frozen=True)
+class Heartbeat:
+    """The node record or its published heartbeat."""
+
+
+Sent = Registered | Enqueued | LeaseOpsSent | Leased | FeedbackSent | Heartbeat
+HEARTBEAT = Heartbeat()
+
+
+def describe(cmd: Sent) -> str:
+    """What a pipeline command was, for a log line."""
+    if isinstance(cmd, Enqueued):
+        return f"enqueue to site {cmd.site}"
+    if isinstance(cmd, LeaseOpsSent):
+        return f"{AFTER_NAME[cmd.kind]} of site {cmd.group[0].entry.site}"
+    if isinstance(cmd, Leased):
+        return f"lease of site {cmd.plan.site}"
+    if isinstance(cmd, FeedbackSent):
+        return f"politeness feedback of site {cmd.site}"
+    if isinstance(cmd, Registered):
+        return "site registration"
+    return "heartbeat"
