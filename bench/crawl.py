@@ -137,7 +137,8 @@ def _redis_counters(client: redis.Redis) -> dict[str, Any]:
     cpu = client.info("cpu")
     cmd = client.info("commandstats")
     calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in cmd.items()}
-    return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), "calls": calls}
+    usec = {k.removeprefix("cmdstat_"): int(v["usec"]) for k, v in cmd.items()}
+    return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), "calls": calls, "usec": usec}
 
 
 def _launch(settings: dict[str, Any], log: Path, profile: dict[str, Any] | None, n: int) -> subprocess.Popen[bytes]:
@@ -263,6 +264,12 @@ def summarize(
         out["redis_cpu_ms_per_page"] = 1000 * (after["cpu_s"] - before["cpu_s"]) / max(pages, 1)
         out["redis_calls_per_page"] = sum(calls.values()) / max(pages, 1)
         out["redis_calls"] = dict(sorted(calls.items(), key=lambda kv: -kv[1]))
+        # time inside each command, per crawled page (a script's includes the commands it
+        # calls, which are also counted under their own names)
+        usec = {k: v - before["usec"].get(k, 0) for k, v in after["usec"].items() if k in calls}
+        out["redis_usec_per_page"] = {
+            k: round(v / max(pages, 1), 2) for k, v in sorted(usec.items(), key=lambda kv: -kv[1]) if v > 0
+        }
     return out
 
 

@@ -484,11 +484,12 @@ class Frontier:
         ``params`` = (adaptive '1'/'0', decrease, increase, floor, forget ms). See feedback.lua."""
         k = self.site(site)
         return self.scripts.call(
-            self.scripts.feedback,
-            script_keys.feedback(k),
-            [*outcome, robots_delay, *params, self.default_policy[_DEFAULT_RATE]],
-            pipe,
+            self.scripts.feedback, script_keys.feedback(k), self._feedback_args(outcome, robots_delay, params), pipe
         )
+
+    def _feedback_args(self, outcome: Sequence[int], robots_delay: str, params: Sequence[Any]) -> list[Any]:
+        """feedback.lua's ARGV (also carried by ack.lua)."""
+        return [*outcome, robots_delay, *params, self.default_policy[_DEFAULT_RATE]]
 
     def claim(
         self,
@@ -510,9 +511,24 @@ class Frontier:
         )
         return reply if pipe is not None else parse_claim(site, reply)
 
-    def ack(self, site: str, entries: Iterable[tuple[int, bytes]], pipe: Any = None) -> Any:
+    def ack(
+        self,
+        site: str,
+        entries: Iterable[tuple[int, bytes]],
+        pipe: Any = None,
+        answers: tuple[int, Sequence[Any]] | None = None,
+    ) -> Any:
+        """Ack and delete finished entries of a site. ``answers`` = (healthy answers,
+        feedback params as for :meth:`feedback`) reports the site's healthy answers in
+        the same call (what :meth:`feedback` would do with outcome (n, 0, 0, 0))."""
         k = self.site(site)
         args: list[Any] = [self.group]
+        if answers is None:
+            args.append(0)
+        else:
+            ok, params = answers
+            extra = self._feedback_args((ok, 0, 0, 0), "", params)
+            args += (len(extra), *extra)
         for stream, entry_id in entries:
             args += (stream_code(stream), entry_id)
         return self.scripts.call(self.scripts.ack, script_keys.ack(k), args, pipe)
@@ -603,6 +619,29 @@ class Frontier:
             else:
                 out.append(parse_status(s, reply))
         return out
+
+    def drain_probe(self, sites: Sequence[str]) -> list[tuple[str, bool, int]]:
+        """(site, holds_keys, enqueued) for many sites in one pipeline, without a script.
+
+        A site whose streams and delayed queue do not exist holds nothing: ack.lua
+        deletes a stream once it is empty, and a sorted set with no member does not
+        exist. ``holds_keys`` False is therefore proof the site is empty; True proves
+        nothing (a stream may exist with nothing left to lease), so the caller reads
+        such sites with :meth:`status_many`. Two commands per site (EXISTS over its
+        seven queue keys, HGET of its enqueue counter) cost a fraction of status.lua,
+        which a drain check would otherwise run for every site of a broad crawl, twice.
+        """
+        if not sites:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for s in sites:
+            k = self.site(s)
+            pipe.exists(k.delayed, *k.streams)
+            pipe.hget(k.stats, "enqueued")
+        replies = pipe.execute()
+        return [
+            (s, int(replies[2 * i]) > 0, int(replies[2 * i + 1] or 0)) for i, s in enumerate(sites)
+        ]
 
     def _status_pipeline(self, client: Any, sites: Sequence[str]) -> dict[str, Any]:
         sha = self.scripts._status.sha

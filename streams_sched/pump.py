@@ -355,6 +355,8 @@ class Pump(threading.Thread):
         try:
             if x.legacy is not None:
                 enq = self._legacy_filter(enq)
+            # answers first: a site's healthy ones go with its ack (_queue_writes)
+            self.answers.absorb(x.feedback)
             self._queue_writes(pipe, sent, enq, after)
             self._queue_feedback(pipe, sent, now)
             planned = self._queue_leases(pipe, sent, now)
@@ -458,8 +460,11 @@ class Pump(threading.Thread):
             for lease_op in after:
                 groups[(type(lease_op), lease_op.entry.site)].append(lease_op)
             for (kind, site), group in groups.items():
+                ok = 0
                 if kind is Ack:
-                    f.ack(site, [(a.entry.stream, a.entry.id) for a in group], pipe)
+                    ok = self.answers.take_healthy(site)
+                    answers = (ok, self._feedback_params()) if ok else None
+                    f.ack(site, [(a.entry.stream, a.entry.id) for a in group], pipe, answers)
                 elif kind is DeadLetter:
                     dead = [(d.entry.stream, d.entry.id, d.reason) for d in group if isinstance(d, DeadLetter)]
                     f.dead_letter(site, self.node_id, dead, pipe)
@@ -468,25 +473,28 @@ class Pump(threading.Thread):
                 else:
                     for extend in group:
                         f.extend(site, self.node_id, extend.entry.stream, extend.entry.id, pipe)
-                sent.append(LeaseOpsSent(kind, group))
+                sent.append(LeaseOpsSent(kind, group, ok))
 
     def _queue_feedback(self, pipe: Any, sent: list[Sent], now: float) -> None:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
         timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS."""
-        self.answers.absorb(self.x.feedback)
         if not self.answers.due(now):
             return
+        params = self._feedback_params()
+        for site, outcome, robots in self.answers.take(now, self.leases.by_site):
+            self.frontier.feedback(site, outcome, robots, params, pipe)
+            sent.append(FeedbackSent(site))
+
+    def _feedback_params(self) -> tuple[str, str, str, str, int]:
+        """feedback.lua's adaptive flag, decrease, increase, floor and forget ms."""
         cfg = self.config
-        params = (
+        return (
             "1" if cfg.adaptive else "0",
             repr(cfg.adaptive_decrease),
             repr(cfg.adaptive_increase),
             repr(cfg.adaptive_min_rate),
             int(cfg.adaptive_forget_seconds * 1000),
         )
-        for site, outcome, robots in self.answers.take(now):
-            self.frontier.feedback(site, outcome, robots, params, pipe)
-            sent.append(FeedbackSent(site))
 
     def _queue_leases(self, pipe: Any, sent: list[Sent], now: float) -> bool:
         """Queue lease calls; True if any site was asked."""
@@ -572,6 +580,8 @@ class Pump(threading.Thread):
                     self.gate.enqueue_failed(cmd.chunk)
                 elif isinstance(cmd, LeaseOpsSent):
                     self.gate.after_failed(cmd.group)
+                    if cmd.answered:
+                        self.x.feedback.append((cmd.group[0].entry.site, "ok", cmd.answered))
                 elif isinstance(cmd, Registered):
                     self.registered -= cmd.sites
                 continue
@@ -800,9 +810,16 @@ class Pump(threading.Thread):
             self.drain.reset()
             self.next_drain_check = now + min(0.5, self.config.idle_poll_seconds)
             return
-        statuses = f.status_many(sites)
-        snapshot = {}
-        for st in statuses:
+        snapshot: dict[str, tuple[bool, int]] = {}
+        busy = []
+        for site, holds_keys, enqueued in f.drain_probe(sites):
+            if holds_keys:
+                busy.append(site)
+                continue
+            snapshot[site] = (True, enqueued)
+            hint = self.hints.setdefault(site, SiteHint())
+            hint.pending = hint.delayed = hint.backlog_http = hint.backlog_browser = 0
+        for st in f.status_many(busy):
             hint = self.hints.setdefault(st.site, SiteHint())
             hint.pending = st.pending
             hint.delayed = st.delayed
