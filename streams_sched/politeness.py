@@ -16,7 +16,7 @@ commands decide without Redis:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +51,8 @@ class FeedbackBatch:
     ``throttled`` with the Retry-After in ms, ``timeout``, ``robots`` with the
     Crawl-delay string); :meth:`absorb` folds them in. A site is due at once when
     it has a congestion signal or a robots.txt delay, else once ``interval_s``
-    has passed since the last report.
+    has passed since the last report. Healthy answers of a site acked in the
+    meantime go with its ack instead (:meth:`take_healthy`).
     """
 
     def __init__(self, interval_s: float) -> None:
@@ -80,15 +81,34 @@ class FeedbackBatch:
                 acc[4] = value
                 self.urgent = True
 
+    def take_healthy(self, site: str) -> int:
+        """The healthy answers of ``site`` if that is all it has to report (no 429, 503,
+        timeout or robots.txt), removed from the batch so they ride along with an ack of
+        the site; else 0, and the site waits for its own report."""
+        acc = self.sites.get(site)
+        if acc is None or acc[0] == 0 or acc[1] or acc[2] or acc[4]:
+            return 0
+        del self.sites[site]
+        return int(acc[0])
+
     def due(self, now: float) -> bool:
         return bool(self.sites) and (self.urgent or now >= self.next_report)
 
-    def take(self, now: float) -> Iterator[tuple[str, tuple[int, int, int, int], str]]:
-        """Every site's sums as (site, (ok, throttled, timeouts, retry_after_ms), robots); resets."""
+    def take(
+        self, now: float, acking: Container[str] = ()
+    ) -> Iterator[tuple[str, tuple[int, int, int, int], str]]:
+        """Every site's sums as (site, (ok, throttled, timeouts, retry_after_ms), robots); resets.
+
+        A site in ``acking`` (the worker holds leases of it) with only healthy answers
+        stays: they go with its next ack (:meth:`take_healthy`), not in a call of their own.
+        """
         sites, self.sites = self.sites, {}
         self.urgent = False
         self.next_report = now + self.interval_s
         for site, acc in sites.items():
+            if site in acking and not (acc[1] or acc[2] or acc[4]):
+                self.sites[site] = acc
+                continue
             yield site, (acc[0], acc[1], acc[2], acc[3]), acc[4]
 
 

@@ -47,8 +47,8 @@ def requeue_dead(k: SiteKeys) -> list[str]:
 
 
 def ack(k: SiteKeys) -> list[str]:
-    """stats, streams."""
-    return [k.stats, *k.streams]
+    """stats, streams, policy, obs."""
+    return [k.stats, *k.streams, k.policy, k.obs]
 
 
 def release(k: SiteKeys) -> list[str]:

@@ -49,6 +49,8 @@ class LeaseOpsSent:
 
     kind: type
     group: list[LeaseOp]
+    #: healthy answers of the site that rode along with an ack (given back if it fails)
+    answered: int = 0
 
 
 @dataclass(slots=True, frozen=True)

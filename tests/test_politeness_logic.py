@@ -199,6 +199,38 @@ def test_feedback_batch_sums_per_site_and_reports_congestion_at_once() -> None:
     assert sorted(batch.take(0.1)) == [("a", (1, 2, 1, 2000), ""), ("c", (0, 0, 0, 0), "0.5")]
 
 
+def test_healthy_answers_take_the_ack_of_their_site_only_when_nothing_else_is_to_report() -> None:
+    """take_healthy hands over a site's healthy answers for its ack, and leaves a site with a
+    429, timeout or robots.txt report for its own feedback.lua call."""
+    batch = FeedbackBatch(0.5)
+    batch.absorb(deque([("a", "ok", 1), ("a", "ok", 1), ("b", "ok", 1), ("b", "throttled", 0), ("c", "robots", "1")]))
+    assert batch.take_healthy("a") == 2
+    assert batch.take_healthy("a") == 0  # taken
+    assert batch.take_healthy("b") == 0 and batch.take_healthy("c") == 0 and batch.take_healthy("d") == 0
+    assert sorted(site for site, _, _ in batch.take(0.0)) == ["b", "c"]
+    batch.absorb(deque([("a", "ok", 1), ("b", "ok", 1), ("b", "timeout", 1)]))
+    assert [site for site, _, _ in batch.take(1.0, acking={"a", "b"})] == ["b"]  # a waits for its ack
+    assert batch.take_healthy("a") == 1
+
+
+def test_healthy_answers_riding_on_an_ack_count_as_a_feedback_call_would(f: Frontier) -> None:
+    """ack.lua with answers records what feedback.lua records for the same healthy answers
+    (counter, observed window with its expiry, the additive climb) and still acks."""
+    set_policy(f, SITE, {"rate": 10})
+    f.enqueue(SITE, [Outgoing(b"", 1, 0, b"p1"), Outgoing(b"", 1, 0, b"p2")])
+    entries = f.lease(SITE, "w1", 2, (1, 1, 1)).entries
+    assert len(entries) == 2
+    now = now_ms(f)
+    put(f, {"a_rate": "5", "a_inc": now - 2000, "a_cut": now - 2000, "o_rate": "4.5", "o_ts": now})
+    assert f.ack(SITE, [(e.stream, e.id) for e in entries], answers=(3, PARAMS)) == 2
+    assert float(state(f)["a_rate"]) == pytest.approx(6.0, abs=0.05)  # as feedback(f, ok=3)
+    k = f.site(SITE)
+    assert f.client.hget(k.stats, "answers_ok") == b"3" and f.client.hget(k.stats, "acked") == b"2"
+    assert f.client.hget(k.obs, "o_n") == b"3" and 0 < f.client.pttl(k.obs) <= 3000
+    assert f.ack(SITE, [(entries[0].stream, entries[0].id)]) == 0  # without answers: as before
+    assert f.client.hget(k.stats, "answers_ok") == b"3"
+
+
 def test_crawl_delay_is_read_from_scrapys_parsers() -> None:
     """crawl_delay_of reads Crawl-delay from Scrapy's Protego and urllib parsers, per user agent."""
     from scrapy.robotstxt import ProtegoRobotParser, PythonRobotParser

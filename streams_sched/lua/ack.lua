@@ -4,8 +4,14 @@
 --
 -- KEYS[1]      stats     HASH of counters
 -- KEYS[2..7]   streams   http:high http:default http:low browser:high browser:default browser:low
+-- KEYS[8]      policy    HASH of the site's policy and politeness state (see feedback.lua)
+-- KEYS[9]      obs       HASH, the site's observed answer window (see feedback.lua)
 -- ARGV[1]      consumer group
--- ARGV[2..]    pairs: stream index (1-6), entry id
+-- ARGV[2]      n: 0, or 11 when the site's healthy answers ride along (feedback.lua's ARGV,
+--              reported here instead of in a feedback.lua call of their own: one script
+--              per finished page instead of two on a broad crawl)
+-- ARGV[3..2+n] feedback.lua's ARGV[1..11]
+-- ARGV[3+n..]  pairs: stream index (1-6), entry id
 -- Returns the number of entries acked now (an entry another worker already
 -- acked, after taking over an expired lease, counts 0).
 --
@@ -14,8 +20,14 @@
 -- so status can tell the rate over the last minute (streams_sched/rates.py).
 
 local group = ARGV[1]
+local n_answers = tonumber(ARGV[2])
+local now = nil
+if n_answers > 0 then
+  now = now_ms()
+  report_answers(KEYS[8], KEYS[1], KEYS[9], { unpack(ARGV, 3, 2 + n_answers) }, now)
+end
 local by_stream = {}
-for i = 2, #ARGV, 2 do
+for i = 3 + n_answers, #ARGV, 2 do
   local s = tonumber(ARGV[i])
   local ids = by_stream[s]
   if not ids then
@@ -35,7 +47,7 @@ for s, ids in pairs(by_stream) do
 end
 if acked > 0 then
   redis.call('HINCRBY', KEYS[1], 'acked', acked)
-  local bucket = math.floor(now_ms() / 10000)
+  local bucket = math.floor((now or now_ms()) / 10000)
   local last = tonumber(redis.call('HGET', KEYS[1], 'ack_b')) or (bucket - 6)
   if bucket ~= last then
     -- stale slots are deleted, not zeroed: a finished site keeps one slot, not six
