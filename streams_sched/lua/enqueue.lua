@@ -30,15 +30,14 @@ for i = 10, #KEYS, 2 do
   filters[#filters + 1] = { KEYS[i], KEYS[i + 1] }
 end
 
+-- the site's policy fields enqueue reads: task_type (routes site-task codes), max_pages
+local pol = redis.call('HMGET', KEYS[3], 'task_type', 'max_pages')
+local site_task = pol[1] or ARGV[7]
 local fps, fp_at = {}, {}
-local site_task = nil
 for i = 8, #ARGV, 4 do
   if ARGV[i] ~= '' then
     fps[#fps + 1] = ARGV[i]
     fp_at[i] = #fps
-  end
-  if site_task == nil and tonumber(ARGV[i + 1]) > SITE_TASK then
-    site_task = redis.call('HGET', KEYS[3], 'task_type') or ARGV[7]
   end
 end
 
@@ -56,7 +55,7 @@ end
 -- Requests without a fingerprint (dont_filter: retries) are neither counted nor dropped.
 local over = {}
 local over_cap, pages_in = 0, 0
-local max_pages = tonumber(redis.call('HGET', KEYS[3], 'max_pages') or '')
+local max_pages = tonumber(pol[2] or '')
 if max_pages and max_pages > 0 then
   local left = max_pages - tonumber(redis.call('HGET', KEYS[2], 'pages') or '0')
   for i = 8, #ARGV, 4 do
@@ -73,7 +72,7 @@ if max_pages and max_pages > 0 then
   end
 end
 
-local now = now_ms()
+local now = nil -- Redis TIME, read only for a delayed request
 local added, dups, delayed = 0, 0, 0
 local flags = {}
 local ready = {}
@@ -95,6 +94,7 @@ for i = 8, #ARGV, 4 do
     end
     if delay and delay > 0 then
       local seq = redis.call('HINCRBY', KEYS[2], 'delay_seq', 1)
+      now = now or now_ms()
       redis.call('ZADD', KEYS[1], now + delay, idx .. ':' .. seq .. ':' .. payload)
       delayed = delayed + 1
     else
