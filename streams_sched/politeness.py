@@ -15,6 +15,7 @@ commands decide without Redis:
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
@@ -61,13 +62,16 @@ class FeedbackBatch:
         self.urgent = False
         self.next_report = 0.0
 
-    def absorb(self, queue: deque[tuple[str, str, Any]]) -> None:
+    def absorb(self, queue: deque[tuple[str, str, Any]], now: float | None = None) -> None:
         sites = self.sites
+        if queue and now is None:
+            now = time.monotonic()
         while queue:
             site, kind, value = queue.popleft()
             acc = sites.get(site)
             if acc is None:
-                acc = sites[site] = [0, 0, 0, 0, ""]
+                # ok, throttled, timeouts, longest Retry-After ms, robots delay, first answer at
+                acc = sites[site] = [0, 0, 0, 0, "", now]
             if kind == "ok":
                 acc[0] += value
             elif kind == "throttled":
@@ -81,12 +85,17 @@ class FeedbackBatch:
                 acc[4] = value
                 self.urgent = True
 
-    def take_healthy(self, site: str) -> int:
-        """The healthy answers of ``site`` if that is all it has to report (no 429, 503,
-        timeout or robots.txt), removed from the batch so they ride along with an ack of
-        the site; else 0, and the site waits for its own report."""
+    def take_healthy(self, site: str, now: float, last: bool) -> int:
+        """The healthy answers of ``site``, removed from the batch so they ride along with
+        an ack of the site, if that is all it has to report (no 429, 503, timeout or
+        robots.txt) and either this ack ends the worker's last lease of the site
+        (``last``) or the oldest of them waited ``interval_s``; else 0, and they wait.
+        So a busy site reports about once per interval, as with feedback.lua calls,
+        and a small site's answers go with its last ack instead of a call of their own."""
         acc = self.sites.get(site)
         if acc is None or acc[0] == 0 or acc[1] or acc[2] or acc[4]:
+            return 0
+        if not last and now - acc[5] < self.interval_s:
             return 0
         del self.sites[site]
         return int(acc[0])

@@ -307,7 +307,7 @@ class Pump(threading.Thread):
             return self.config.flush_interval_seconds
         now = time.monotonic()
         if x.feedback:
-            self.answers.absorb(x.feedback)
+            self.answers.absorb(x.feedback, now)
         if self.answers.due(now):
             return 0.0
         poll = self.config.idle_poll_seconds
@@ -356,8 +356,8 @@ class Pump(threading.Thread):
             if x.legacy is not None:
                 enq = self._legacy_filter(enq)
             # answers first: a site's healthy ones go with its ack (_queue_writes)
-            self.answers.absorb(x.feedback)
-            self._queue_writes(pipe, sent, enq, after)
+            self.answers.absorb(x.feedback, now)
+            self._queue_writes(pipe, sent, enq, after, now)
             self._queue_feedback(pipe, sent, now)
             planned = self._queue_leases(pipe, sent, now)
             self._queue_heartbeat(pipe, sent, now)
@@ -440,7 +440,9 @@ class Pump(threading.Thread):
         if result.dead:
             self.x.stats.append(("streams/feed_dead_lettered", result.dead))
 
-    def _queue_writes(self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[LeaseOp]) -> None:
+    def _queue_writes(
+        self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[LeaseOp], now: float
+    ) -> None:
         f = self.frontier
         if enq:
             new_sites = {op.site for op in enq} - self.registered
@@ -462,7 +464,7 @@ class Pump(threading.Thread):
             for (kind, site), group in groups.items():
                 ok = 0
                 if kind is Ack:
-                    ok = self.answers.take_healthy(site)
+                    ok = self.answers.take_healthy(site, now, site not in self.leases.by_site)
                     answers = (ok, self._feedback_params()) if ok else None
                     f.ack(site, [(a.entry.stream, a.entry.id) for a in group], pipe, answers)
                 elif kind is DeadLetter:

@@ -200,17 +200,19 @@ def test_feedback_batch_sums_per_site_and_reports_congestion_at_once() -> None:
 
 
 def test_healthy_answers_take_the_ack_of_their_site_only_when_nothing_else_is_to_report() -> None:
-    """take_healthy hands over a site's healthy answers for its ack, and leaves a site with a
-    429, timeout or robots.txt report for its own feedback.lua call."""
+    """take_healthy hands a site's healthy answers to its ack when that ack ends the worker's
+    last lease of the site or they waited an interval; a site with a 429, timeout or
+    robots.txt report keeps them for its own feedback.lua call."""
     batch = FeedbackBatch(0.5)
-    batch.absorb(deque([("a", "ok", 1), ("a", "ok", 1), ("b", "ok", 1), ("b", "throttled", 0), ("c", "robots", "1")]))
-    assert batch.take_healthy("a") == 2
-    assert batch.take_healthy("a") == 0  # taken
-    assert batch.take_healthy("b") == 0 and batch.take_healthy("c") == 0 and batch.take_healthy("d") == 0
-    assert sorted(site for site, _, _ in batch.take(0.0)) == ["b", "c"]
-    batch.absorb(deque([("a", "ok", 1), ("b", "ok", 1), ("b", "timeout", 1)]))
-    assert [site for site, _, _ in batch.take(1.0, acking={"a", "b"})] == ["b"]  # a waits for its ack
-    assert batch.take_healthy("a") == 1
+    batch.absorb(deque([("a", "ok", 1), ("a", "ok", 1), ("b", "ok", 1), ("b", "throttled", 0), ("c", "robots", "1")]), 10.0)
+    assert batch.take_healthy("a", 10.1, last=False) == 0  # more acks of a to come, and young
+    assert batch.take_healthy("a", 10.1, last=True) == 2
+    assert batch.take_healthy("a", 10.1, last=True) == 0  # taken
+    assert all(batch.take_healthy(s, 11.0, last=True) == 0 for s in "bcd")
+    assert sorted(site for site, _, _ in batch.take(11.0)) == ["b", "c"]
+    batch.absorb(deque([("a", "ok", 1), ("b", "ok", 1), ("b", "timeout", 1)]), 20.0)
+    assert [site for site, _, _ in batch.take(20.1, acking={"a", "b"})] == ["b"]  # a waits for its ack
+    assert batch.take_healthy("a", 20.6, last=False) == 1  # waited an interval: goes with any ack
 
 
 def test_healthy_answers_riding_on_an_ack_count_as_a_feedback_call_would(f: Frontier) -> None:
