@@ -223,7 +223,8 @@ class EngineHooks:
         """Make the crawl end with :class:`RequestsRefused` (``message``) once the engine
         stops, so that ``scrapy crawl`` exits with code 1. False if the engine is not running.
 
-        ``start_async`` awaits ``_closewait``, and ``stop_async`` fires it with ``None``:
+        ``start_async`` awaits ``_closewait``, and ``stop_async`` fires it with ``None`` (``start``
+        and ``stop`` on Scrapy 2.13):
         a stand-in takes its place and, when fired, fails the original instead."""
         from twisted.internet.defer import Deferred
 
@@ -233,8 +234,21 @@ class EngineHooks:
             logger.error("streams-sched cannot set the exit code: the engine is not running (%s)", message)
             return False
 
-        def fail(_: Any) -> None:
-            awaited.errback(RequestsRefused(message))
+        if hasattr(type(engine), "start_async"):
+
+            def fail(_: Any) -> None:
+                awaited.errback(RequestsRefused(message))
+
+        else:
+            # Scrapy 2.13: a crawl that fails does not set the exit code (and its error path
+            # closes the downloader twice); `scrapy crawl` exits 1 when the crawler has no
+            # spider at the end. The engine has stopped and the spider is closed by then.
+            crawler = engine.crawler
+
+            def fail(_: Any) -> None:
+                logger.critical("RequestsRefused: %s", message)
+                crawler.spider = None
+                awaited.callback(None)
 
         stand_in: Deferred[None] = Deferred()
         stand_in.addCallback(fail)

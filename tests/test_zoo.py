@@ -132,6 +132,7 @@ def test_requests_that_cannot_travel_give_the_in_memory_items(zoo_runs: ZooRuns)
     assert log.count("Further requests of spider 'zoo_local'") == 2  # one per reason: callback, meta['heading']
 
 
+@pytest.mark.scrapy_matrix
 def test_scrapy_crawl_exits_1_when_requests_cannot_travel_in_error_mode(
     zoo_site: ZooSite, redis_source: Any, tmp_path: Path
 ) -> None:
