@@ -479,7 +479,8 @@ class Pump(threading.Thread):
 
     def _queue_feedback(self, pipe: Any, sent: list[Sent], now: float) -> None:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
-        timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS."""
+        timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS. Healthy
+        answers of a site this worker holds leases of wait for its ack instead."""
         if not self.answers.due(now):
             return
         params = self._feedback_params()
