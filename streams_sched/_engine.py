@@ -26,10 +26,11 @@ what the installed engine expects (a coroutine wrapped in a Deferred for 2.13).
 
 The fourth, only with ``STREAMS_UNSERIALIZABLE = "error"``, is the engine's
 ``_closewait``, the Deferred that ``ExecutionEngine.start_async`` awaits until
-the engine stops: :meth:`EngineHooks.fail_crawl` makes it fail, so the crawl
-raises, ``CrawlerProcess.bootstrap_failed`` is set and ``scrapy crawl`` (and
-``runspider``, and scripts that check it) exit with code 1. Scrapy has no
-public way for a component to set the exit code.
+the engine stops: :meth:`EngineHooks.fail_crawl` puts a stand-in there that, when
+the engine stops, leaves the crawler without its spider, so
+``CrawlerProcess.bootstrap_failed`` is set and ``scrapy crawl`` (and ``runspider``,
+and scripts that check it) exit with code 1. Scrapy has no public way for a
+component to set the exit code.
 
 The fifth is the downloader middleware manager's ``methods["process_exception"]``:
 :meth:`EngineHooks.on_download_error` puts an observer first in it (closest to
@@ -220,12 +221,17 @@ class EngineHooks:
         self._original_close = original
 
     def fail_crawl(self, message: str) -> bool:
-        """Make the crawl end with :class:`RequestsRefused` (``message``) once the engine
-        stops, so that ``scrapy crawl`` exits with code 1. False if the engine is not running.
+        """Make the crawl end as failed once the engine stops, so that ``scrapy crawl``
+        exits with code 1: log ``RequestsRefused: <message>`` as CRITICAL and leave the
+        crawler without its spider, the mark by which every supported Scrapy's
+        ``CrawlerProcess`` sets ``bootstrap_failed``. False if the engine is not running.
 
-        ``start_async`` awaits ``_closewait``, and ``stop_async`` fires it with ``None`` (``start``
-        and ``stop`` on Scrapy 2.13):
-        a stand-in takes its place and, when fired, fails the original instead."""
+        Raising instead does not work on every supported version: Scrapy 2.13 and 2.14
+        do not count a crawl that raised as failed (it exits 0), and 2.13's error path
+        closes the downloader a second time. ``start_async`` awaits ``_closewait`` and
+        ``stop_async`` fires it (``start`` and ``stop`` on 2.13), after the spider is
+        closed and ``engine_stopped`` was sent: a stand-in takes its place and, when
+        fired, does the above and then fires the original."""
         from twisted.internet.defer import Deferred
 
         engine: Any = self._engine
@@ -233,22 +239,12 @@ class EngineHooks:
         if not isinstance(awaited, Deferred) or awaited.called:
             logger.error("streams-sched cannot set the exit code: the engine is not running (%s)", message)
             return False
+        crawler = engine.crawler
 
-        if hasattr(type(engine), "start_async"):
-
-            def fail(_: Any) -> None:
-                awaited.errback(RequestsRefused(message))
-
-        else:
-            # Scrapy 2.13: a crawl that fails does not set the exit code (and its error path
-            # closes the downloader twice); `scrapy crawl` exits 1 when the crawler has no
-            # spider at the end. The engine has stopped and the spider is closed by then.
-            crawler = engine.crawler
-
-            def fail(_: Any) -> None:
-                logger.critical("RequestsRefused: %s", message)
-                crawler.spider = None
-                awaited.callback(None)
+        def fail(_: Any) -> None:
+            logger.critical("%s: %s", RequestsRefused.__name__, message)
+            crawler.spider = None
+            awaited.callback(None)
 
         stand_in: Deferred[None] = Deferred()
         stand_in.addCallback(fail)

@@ -82,6 +82,8 @@ class ScrapyCompatError(StreamsSchedError):
 
 
 class RequestsRefused(StreamsSchedError):
-    """Raised at the end of a crawl that refused requests which cannot travel through
-    the shared queue (``STREAMS_UNSERIALIZABLE = "error"``), so that ``scrapy crawl``
-    exits with code 1."""
+    """A crawl refused requests which cannot travel through the shared queue
+    (``STREAMS_UNSERIALIZABLE = "error"``). Its name starts the CRITICAL line that
+    ends such a crawl, which then counts as failed (``scrapy crawl`` exits with
+    code 1); it is not raised, since Scrapy 2.13 and 2.14 exit 0 after a crawl that
+    raised (see ``_engine.EngineHooks.fail_crawl``)."""
