@@ -35,6 +35,26 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+#: the CRITICAL line a worker that cannot start prints (streams_sched/startup.py)
+START_ERROR = "CRITICAL: streams-sched cannot start:"
+
+
+def start_errors(output: str) -> list[str]:
+    """The start-up error lines of a worker's output."""
+    return [line for line in output.splitlines() if START_ERROR in line]
+
+
+def max_in_window(times: list[float], window: float = 1.0) -> int:
+    """The most events within any ``window`` seconds."""
+    times = sorted(times)
+    best, start = 0, 0
+    for end, t in enumerate(times):
+        while t - times[start] >= window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
 def find_tool(name: str, install: str) -> str:
     """Path of the command-line tool ``name``, on PATH or in the virtualenv's bin directory
     (where scripts/bootstrap.sh puts promtool); skip (fail under CI) when it is nowhere."""

@@ -29,22 +29,17 @@ from helpers import (
     read_items,
     scrapy_crawl,
     scrapy_project,
+    start_errors,
     subscribe_events,
     wait_for,
     wait_heartbeats,
     with_user,
 )
 
-START_ERROR = "CRITICAL: streams-sched cannot start:"
-
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return scrapy_project(tmp_path_factory.mktemp("project"))
-
-
-def start_errors(output: str) -> list[str]:
-    return [line for line in output.splitlines() if START_ERROR in line]
 
 
 # -- TLS -----------------------------------------------------------------------

@@ -21,6 +21,7 @@ from helpers import (
     base_settings,
     crawl_to_end,
     crawled_urls,
+    max_in_window,
     read_items,
     subscribe_events,
     wait_for,
@@ -34,16 +35,6 @@ def downloads(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-
-
-def max_in_window(times: list[float], window: float = 1.0) -> int:
-    times = sorted(times)
-    best, start = 0, 0
-    for end, t in enumerate(times):
-        while t - times[start] >= window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
 
 
 def test_rate_limit_holds_across_workers(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:

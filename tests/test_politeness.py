@@ -16,7 +16,7 @@ import pytest
 from streams_sched.connection import connect
 from streams_sched.frontier import Frontier
 
-from helpers import Worker, crawl_to_end
+from helpers import Worker, crawl_to_end, max_in_window
 from politeweb import PoliteServer, spider_settings
 
 pytestmark = pytest.mark.e2e
@@ -39,16 +39,6 @@ def scrapy_alone(settings: dict[str, Any], tmp_path: Path) -> set[str]:
 
 def recorded(path: Path) -> set[str]:
     return {json.loads(line)["url"] for line in path.read_text().splitlines() if line.endswith("}")} if path.exists() else set()
-
-
-def max_in_window(times: list[float], window: float = 1.0) -> int:
-    times = sorted(times)
-    best, start = 0, 0
-    for end, t in enumerate(times):
-        while t - times[start] >= window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
 
 
 def test_adaptive_backoff_keeps_three_workers_near_the_sites_limit(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:

@@ -17,14 +17,11 @@ from scrapy.core import engine
 from streams_sched._engine import SUPPORTED_SCRAPY, EngineHooks, check_scrapy
 from streams_sched.errors import ScrapyCompatError
 
-from helpers import scrapy_crawl, scrapy_project
+from helpers import scrapy_crawl, scrapy_project, start_errors
 
 pytestmark = pytest.mark.scrapy_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
-START_ERROR = "CRITICAL: streams-sched cannot start:"
-
-
 @pytest.fixture(autouse=True)
 def _no_override(monkeypatch: pytest.MonkeyPatch) -> None:
     # scripts/matrix.sh sets it so that a release above the range can be tried
@@ -124,7 +121,7 @@ def test_scrapy_crawl_on_an_unsupported_scrapy_exits_1_at_once_with_one_line(tmp
     elapsed = time.monotonic() - started
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-3000:]
-    errors = [line for line in output.splitlines() if START_ERROR in line]
+    errors = start_errors(output)
     assert len(errors) == 1, output[-3000:]
     assert SUPPORTED_SCRAPY in errors[0]
     version = "2.12.1" if patch == "old-version" else "2.99.0" if patch == "new-version" else scrapy.__version__

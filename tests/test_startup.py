@@ -9,20 +9,13 @@ import pytest
 
 from streams_sched.testing import RedisServer, free_port
 
-from helpers import scrapy_crawl, scrapy_project
+from helpers import scrapy_crawl, scrapy_project, start_errors
 
 pytestmark = pytest.mark.scrapy_matrix
-
-START_ERROR = "CRITICAL: streams-sched cannot start:"
-
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return scrapy_project(tmp_path_factory.mktemp("project"))
-
-
-def start_errors(output: str) -> list[str]:
-    return [line for line in output.splitlines() if START_ERROR in line]
 
 
 def first_error(output: str) -> str:
