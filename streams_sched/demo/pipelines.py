@@ -14,7 +14,7 @@ class RecordPipeline:
     """Appends one JSON line per item to ``RECORD_FILE`` with one ``write`` call,
     unbuffered, so every line written survives a SIGKILL of the worker."""
 
-    def __init__(self, path: str, tag: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], tag: str) -> None:
         self.path = path
         self.tag = tag
         self.fd = -1
@@ -32,6 +32,9 @@ class RecordPipeline:
             self.fd = -1
 
     def process_item(self, item: Any, spider: Any = None) -> Any:
-        line = json.dumps({**dict(item), "worker": self.tag, "ts": time.time()}, sort_keys=True) + "\n"
-        os.write(self.fd, line.encode())
+        os.write(self.fd, (self.line(item) + "\n").encode())
         return item
+
+    def line(self, item: Any) -> str:
+        """The JSON line recorded for ``item``."""
+        return json.dumps({**dict(item), "worker": self.tag, "ts": time.time()}, sort_keys=True)

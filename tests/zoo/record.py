@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from itemadapter import ItemAdapter
 from scrapy import signals
+
+from streams_sched.demo.pipelines import RecordPipeline
 
 
 def typed(value: Any) -> Any:
@@ -45,13 +46,8 @@ def out_dir(settings: Any) -> Path:
     return path
 
 
-class ZooRecordPipeline:
+class ZooRecordPipeline(RecordPipeline):
     """One line per item: its class and its fields, appended with one write (survives SIGKILL)."""
-
-    def __init__(self, path: Path, tag: str) -> None:
-        self.path = path
-        self.tag = tag
-        self.fd = -1
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> ZooRecordPipeline:
@@ -59,20 +55,10 @@ class ZooRecordPipeline:
         path = out_dir(crawler.settings) / f"{crawler.spidercls.name}.jsonl"
         return cls(path, str(crawler.settings.get("RECORD_TAG", "")))
 
-    def open_spider(self, spider: Any = None) -> None:
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def close_spider(self, spider: Any = None) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def process_item(self, item: Any, spider: Any = None) -> Any:
+    def line(self, item: Any) -> str:
         fields = dict(ItemAdapter(item).items())
         record = {"item_class": type(item).__qualname__, **{k: typed(v) for k, v in fields.items()}}
-        line = json.dumps({"item": record, "worker": self.tag}, sort_keys=True) + "\n"
-        os.write(self.fd, line.encode())
-        return item
+        return json.dumps({"item": record, "worker": self.tag}, sort_keys=True)
 
 
 class ZooStatsDump:
