@@ -52,15 +52,9 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 # Python >= 3.11 with venv.
-PYTHON="${PYTHON:-}"
-if [ -z "$PYTHON" ]; then
-  for candidate in python3.13 python3.12 python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-      PYTHON="$(command -v "$candidate")"
-      break
-    fi
-  done
-fi
+# shellcheck source=scripts/find_python.sh
+source "$ROOT/scripts/find_python.sh"
+PYTHON="$(find_python || true)"
 if [ -z "$PYTHON" ]; then
   apt_install python3 python3-venv
   PYTHON="$(command -v python3)"

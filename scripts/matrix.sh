@@ -29,15 +29,9 @@ done
 
 log() { printf '[matrix] %s\n' "$*" >&2; }
 
-PYTHON="${PYTHON:-}"
-if [ -z "$PYTHON" ]; then
-  for candidate in python3.13 python3.12 python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
-      PYTHON="$(command -v "$candidate")"
-      break
-    fi
-  done
-fi
+# shellcheck source=scripts/find_python.sh
+source "$ROOT/scripts/find_python.sh"
+PYTHON="$(find_python || true)"
 [ -n "$PYTHON" ] || { log "no Python >= 3.11 found (run scripts/bootstrap.sh first)"; exit 1; }
 
 failed=()
