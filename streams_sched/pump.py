@@ -170,6 +170,14 @@ class Pump(threading.Thread):
         self.feed = feed
         self.next_feed = now
         self.answers = FeedbackBatch(config.feedback_interval_seconds)
+        #: feedback.lua's adaptive flag, decrease, increase, floor and forget ms (the config is frozen)
+        self.feedback_params = (
+            "1" if config.adaptive else "0",
+            repr(config.adaptive_decrease),
+            repr(config.adaptive_increase),
+            repr(config.adaptive_min_rate),
+            int(config.adaptive_forget_seconds * 1000),
+        )
 
     # -- called from the reactor thread ------------------------------------
 
@@ -465,7 +473,7 @@ class Pump(threading.Thread):
                 ok = 0
                 if kind is Ack:
                     ok = self.answers.take_healthy(site, now, site not in self.leases.by_site)
-                    answers = (ok, self._feedback_params()) if ok else None
+                    answers = (ok, self.feedback_params) if ok else None
                     f.ack(site, [(a.entry.stream, a.entry.id) for a in group], pipe, answers)
                 elif kind is DeadLetter:
                     dead = [(d.entry.stream, d.entry.id, d.reason) for d in group if isinstance(d, DeadLetter)]
@@ -483,21 +491,9 @@ class Pump(threading.Thread):
         answers of a site this worker holds leases of wait for its ack instead."""
         if not self.answers.due(now):
             return
-        params = self._feedback_params()
         for site, outcome, robots in self.answers.take(now, self.leases.by_site):
-            self.frontier.feedback(site, outcome, robots, params, pipe)
+            self.frontier.feedback(site, outcome, robots, self.feedback_params, pipe)
             sent.append(FeedbackSent(site))
-
-    def _feedback_params(self) -> tuple[str, str, str, str, int]:
-        """feedback.lua's adaptive flag, decrease, increase, floor and forget ms."""
-        cfg = self.config
-        return (
-            "1" if cfg.adaptive else "0",
-            repr(cfg.adaptive_decrease),
-            repr(cfg.adaptive_increase),
-            repr(cfg.adaptive_min_rate),
-            int(cfg.adaptive_forget_seconds * 1000),
-        )
 
     def _queue_leases(self, pipe: Any, sent: list[Sent], now: float) -> bool:
         """Queue lease calls; True if any site was asked."""
