@@ -33,8 +33,8 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, max_pages, ...),
                                             its token bucket, and its shared politeness state
                                             (a_rate, a_until, robots_delay, ...; see feedback.lua)
-    ss:{C/S}:obs                    HASH    answers seen over the last second (o_ts, o_n, o_ok, o_rate,
-                                            o_okrate; feedback.lua), expires 3 s after the last report
+    ss:{C/S}:obs                    STRING  answers seen over the last second, "o_ts,o_n,o_ok,o_rate,
+                                            o_okrate" (feedback.lua), expires 3 s after the last report
 """
 
 from __future__ import annotations

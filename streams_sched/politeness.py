@@ -10,7 +10,9 @@ commands decide without Redis:
   once after a 429 / 503 / timeout or a robots.txt;
 - :func:`effective_rate` says what rate a site runs at and why, from its policy
   hash (the same rules as ``lease.lua``), for ``streams-sched status`` and the monitor;
-- :func:`crawl_delay_of` reads the Crawl-delay out of any of Scrapy's robots.txt parsers.
+- :func:`crawl_delay_of` reads the Crawl-delay out of any of Scrapy's robots.txt parsers;
+- :func:`decode_obs` and :func:`encode_obs` read and write a site's observed answer
+  window, the one string feedback.lua keeps in its ``obs`` key.
 """
 
 from __future__ import annotations
@@ -26,13 +28,36 @@ __all__ = [
     "EffectiveRate",
     "FeedbackBatch",
     "crawl_delay_of",
+    "decode_obs",
     "effective_rate",
+    "encode_obs",
     "is_timeout",
     "robots_body_crawl_delay",
 ]
 
 #: Answers that mean "slow down".
 THROTTLE_STATUSES = frozenset({429, 503})
+
+#: The fields of a site's observed answer window, in the order of its ``obs`` string
+#: (feedback.lua's report_answers): window start (ms), answers and healthy answers
+#: since, and the answer and healthy-answer rates (per s) of the last full window.
+OBS_FIELDS = ("o_ts", "o_n", "o_ok", "o_rate", "o_okrate")
+
+
+def decode_obs(raw: bytes | str | None) -> dict[str, str]:
+    """The observed window as field -> value ({} for none or a malformed value)."""
+    if raw is None:
+        return {}
+    parts = (raw.decode() if isinstance(raw, bytes) else raw).split(",")
+    if len(parts) != len(OBS_FIELDS):
+        return {}
+    return {name: value for name, value in zip(OBS_FIELDS, parts, strict=True) if value != ""}
+
+
+def encode_obs(fields: Mapping[str, Any]) -> str:
+    """The ``obs`` string for ``fields`` (absent fields are empty: read as unset)."""
+    return ",".join("" if fields.get(name) is None else str(fields[name]) for name in OBS_FIELDS)
+
 
 #: Names of the exceptions that count as a download timeout: Twisted's TimeoutError and
 #: TCPTimedOutError, Scrapy's DownloadTimeoutError (2.14+), asyncio's TimeoutError.

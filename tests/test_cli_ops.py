@@ -65,6 +65,26 @@ def test_ack_buckets_count_acks_of_the_last_minute(plain_redis_url: str, crawl: 
     assert acks_last_minute(st.stats, st.now_ms + 70_000)[0] == 0
 
 
+def test_ack_in_a_new_bucket_deletes_the_skipped_slots(plain_redis_url: str, crawl: str) -> None:
+    """An ack in a new 10-second bucket drops the slots of the buckets skipped since the last
+    ack, starts its own slot at its count, keeps the last bucket's, and adds to the total."""
+    f = frontier(plain_redis_url, crawl)
+    k = f.site("a.test")
+    for _attempt in range(3):  # a bucket boundary between the two TIME reads: once more
+        f.client.delete(k.stats)
+        f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x"), Outgoing(b"", 1, 0, b"y")])
+        entries = f.lease("a.test", "w", 2, (1, 1, 1)).entries
+        sec, _ = f.client.time()
+        b = int(sec) // 10
+        f.client.hset(k.stats, mapping={"acked": 10, "ack_b": b - 3, f"ack{(b - 3) % 6}": 4,
+                                        f"ack{(b - 2) % 6}": 99, f"ack{b % 6}": 50})
+        assert f.ack("a.test", [(e.stream, e.id) for e in entries]) == 2
+        if int(f.client.time()[0]) // 10 == b:
+            break
+    stats = {n.decode(): int(v) for n, v in f.client.hgetall(k.stats).items() if n.startswith(b"ack")}
+    assert stats == {"acked": 12, "ack_b": b, f"ack{(b - 3) % 6}": 4, f"ack{b % 6}": 2}
+
+
 def test_exit_codes_scripts_can_rely_on(plain_redis_url: str, crawl: str, cli) -> None:
     """Unknown crawl 1, usage error 2, Redis unreachable 3, each with one 'error:' line (usage: click's)."""
     res = cli("status", "-c", "nosuchcrawl")

@@ -14,7 +14,15 @@ import pytest
 from streams_sched.connection import connect
 from streams_sched.frontier import Frontier, Outgoing
 from streams_sched.policy import set_policy
-from streams_sched.politeness import EffectiveRate, FeedbackBatch, crawl_delay_of, effective_rate, is_timeout
+from streams_sched.politeness import (
+    EffectiveRate,
+    FeedbackBatch,
+    crawl_delay_of,
+    decode_obs,
+    effective_rate,
+    encode_obs,
+    is_timeout,
+)
 from streams_sched.sitekey import site_keyer
 
 SITE = "s.test"
@@ -30,12 +38,12 @@ def f(plain_redis_url: str, crawl: str) -> Frontier:
 
 def put(f: Frontier, fields: dict[str, Any]) -> None:
     """Set a site's shared politeness state: o_* fields (the observed window) live in its obs
-    key, the rest in its policy hash (as feedback.lua keeps them)."""
+    string, the rest in its policy hash (as feedback.lua keeps them)."""
     k = f.site(SITE)
     obs = {n: v for n, v in fields.items() if n.startswith("o_")}
     rest = {n: v for n, v in fields.items() if not n.startswith("o_")}
     if obs:
-        f.client.hset(k.obs, mapping=obs)
+        f.client.set(k.obs, encode_obs({**decode_obs(f.client.get(k.obs)), **obs}))
     if rest:
         f.client.hset(k.policy, mapping=rest)
 
@@ -228,7 +236,7 @@ def test_healthy_answers_riding_on_an_ack_count_as_a_feedback_call_would(f: Fron
     assert float(state(f)["a_rate"]) == pytest.approx(6.0, abs=0.05)  # as feedback(f, ok=3)
     k = f.site(SITE)
     assert f.client.hget(k.stats, "answers_ok") == b"3" and f.client.hget(k.stats, "acked") == b"2"
-    assert f.client.hget(k.obs, "o_n") == b"3" and 0 < f.client.pttl(k.obs) <= 3000
+    assert decode_obs(f.client.get(k.obs))["o_n"] == "3" and 0 < f.client.pttl(k.obs) <= 3000
     assert f.ack(SITE, [(entries[0].stream, entries[0].id)]) == 0  # without answers: as before
     assert f.client.hget(k.stats, "answers_ok") == b"3"
 
@@ -374,6 +382,25 @@ def test_bad_politeness_settings_fail_naming_the_setting(name: str, value: Any, 
     with pytest.raises(ConfigError) as info:
         StreamsConfig.from_settings({"REDIS_URL": "redis://localhost:6379/0", name: value}, "spider")
     assert name in str(info.value) and message in str(info.value)
+
+
+def test_observed_window_left_as_a_hash_by_the_previous_version_is_replaced(f: Frontier) -> None:
+    """An obs key of the previous version's type (a hash) reads as no window: the report
+    goes through and leaves the window as a string that expires."""
+    k = f.site(SITE)
+    f.client.hset(k.obs, mapping={"o_ts": 1, "o_n": 5})
+    feedback(f, ok=2)
+    window = decode_obs(f.client.get(k.obs))
+    assert window["o_n"] == "2" and window["o_ok"] == "2" and 0 < f.client.pttl(k.obs) <= 3000
+    assert f.client.hget(k.stats, "answers_ok") == b"2"
+
+
+def test_observed_window_string_round_trips() -> None:
+    """encode_obs and decode_obs agree; a malformed or missing value reads as no window."""
+    fields = {"o_ts": "1733000000000", "o_n": "3", "o_ok": "2", "o_rate": "4.5", "o_okrate": "3"}
+    assert decode_obs(encode_obs(fields)) == fields
+    assert decode_obs(encode_obs({"o_rate": "1"})) == {"o_rate": "1"}
+    assert decode_obs(None) == {} and decode_obs(b"1,2") == {}
 
 
 def test_late_429s_do_not_cut_below_what_the_site_served(f: Frontier) -> None:

@@ -341,24 +341,31 @@ local function exact_has(blob, fp8)
   end
 end
 
--- Which form a filter is in: 'exact' (string of prefixes, or no key yet),
--- 'bloom8' (converted) or 'bloom' (made by an earlier version).
+-- Which form a filter is in, in one or two calls: 'exact' (a string of prefixes, or no
+-- key yet) with the string, 'bloom8' (converted) or 'bloom' (made by an earlier version;
+-- a key of another type is 'bloom' too, and bloom_* reply with the wrong-type error).
 local function filter_form(mode, seen, meta)
-  local kind = redis.call('TYPE', seen)['ok']
-  if kind == 'none' then
-    return 'exact'
-  end
-  if kind == 'string' then
-    if mode == 'bf' or not redis.call('HGET', meta, 'layers') then
-      return 'exact'
+  if mode == 'bf' then
+    -- an exact set is a string; a RedisBloom filter is not
+    local blob = redis.pcall('GET', seen)
+    if type(blob) ~= 'table' then
+      return 'exact', blob or ''
     end
-  elseif kind == 'set' or kind == 'hash' or kind == 'zset' or kind == 'list' or kind == 'stream' then
-    return 'bloom' -- bloom_* reply with the wrong-type error
+    if redis.call('HGET', meta, 'w') == '8' then
+      return 'bloom8'
+    end
+    return 'bloom'
   end
-  if redis.call('HGET', meta, 'w') == '8' then
-    return 'bloom8'
+  -- bitmap: a Bloom filter keeps its layers in meta; without them the key is an exact set
+  local m = redis.call('HMGET', meta, 'layers', 'w')
+  if m[1] then
+    return m[2] == '8' and 'bloom8' or 'bloom'
   end
-  return 'bloom'
+  local blob = redis.pcall('GET', seen)
+  if type(blob) == 'table' then
+    return 'bloom'
+  end
+  return 'exact', blob or ''
 end
 
 local function bloom_of(mode, seen, meta, fps, err, cap, expansion, add)
@@ -393,7 +400,7 @@ local function seen_in(mode, seen, meta, fps, err, cap, expansion, add)
   if #fps == 0 then
     return {}
   end
-  local form = filter_form(mode, seen, meta)
+  local form, blob = filter_form(mode, seen, meta)
   if form == 'bloom' then
     return bloom_of(mode, seen, meta, fps, err, cap, expansion, add)
   end
@@ -404,7 +411,6 @@ local function seen_in(mode, seen, meta, fps, err, cap, expansion, add)
   if form == 'bloom8' then
     return bloom_of(mode, seen, meta, prefixes, err, cap, expansion, add)
   end
-  local blob = redis.call('GET', seen) or ''
   local out, new, batch = {}, {}, {}
   for i, p in ipairs(prefixes) do
     if batch[p] or exact_has(blob, p) then
@@ -488,10 +494,28 @@ local function retire_if_empty(stream)
   end
 end
 
+-- Stats counters to add: field -> increment. A script collects them and writes
+-- them at its end, so several counters cost one write, not a HINCRBY each.
+local function count(counts, field, n)
+  counts[field] = (counts[field] or 0) + n
+end
+
+-- One HINCRBY per field (a script that writes nothing else to stats).
+local function add_counts(stats, counts)
+  for field, n in pairs(counts) do
+    redis.call('HINCRBY', stats, field, n)
+  end
+end
+
 -- What the workers saw of ONE site's answers (feedback.lua, and ack.lua for healthy
--- answers that ride along with their acks): counters, the observed window and the
--- AIMD state. `A` holds feedback.lua's ARGV[1..11] (see its header); returns its reply.
-local function report_answers(policy, stats, obs, A, now)
+-- answers that ride along with their acks): counters (added to `counts`, see count()),
+-- the observed window and the AIMD state. `A` holds feedback.lua's ARGV[1..11] (see
+-- its header); returns its reply.
+--
+-- The observed window is one string, "o_ts,o_n,o_ok,o_rate,o_okrate", that expires
+-- OBS_TTL_MS after the last report: one GET and one SET per report. A key of another
+-- type (the hash an earlier version kept) reads as no window and is replaced.
+local function report_answers(policy, counts, obs, A, now)
   local ok, thr, tmo = tonumber(A[1]), tonumber(A[2]), tonumber(A[3])
   local retry_ms = tonumber(A[4]) or 0
   local adaptive = A[6] == '1'
@@ -500,7 +524,11 @@ local function report_answers(policy, stats, obs, A, now)
 
   local OBS_TTL_MS = 3000
   local p = redis.call('HMGET', policy, 'rate', 'robots_delay', 'a_rate', 'a_cut', 'a_inc', 'a_until')
-  local o = redis.call('HMGET', obs, 'o_ts', 'o_n', 'o_rate', 'o_ok', 'o_okrate')
+  local o = {}
+  local raw = redis.pcall('GET', obs)
+  if type(raw) == 'string' then
+    o = { string.match(raw, '^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)$') }
+  end
   local robots = tonumber(p[2])
   if A[5] ~= '' then
     robots = tonumber(A[5])
@@ -514,26 +542,25 @@ local function report_answers(policy, stats, obs, A, now)
 
   -- observed answer rate: answers counted over windows of at least one second
   local n = ok + thr + tmo
-  local o_ts, o_n, o_rate = tonumber(o[1]), (tonumber(o[2]) or 0) + n, tonumber(o[3]) or 0
-  local o_ok, o_okrate = (tonumber(o[4]) or 0) + ok, tonumber(o[5]) or 0
+  local o_ts, o_n, o_ok = tonumber(o[1]), (tonumber(o[2]) or 0) + n, (tonumber(o[3]) or 0) + ok
+  local o_rate, o_okrate = tonumber(o[4]) or 0, tonumber(o[5]) or 0
   if o_ts == nil then
     o_ts = now
   elseif now - o_ts >= 1000 then
     o_rate, o_okrate = o_n * 1000 / (now - o_ts), o_ok * 1000 / (now - o_ts)
     o_ts, o_n, o_ok = now, 0, 0
   end
-  redis.call('HSET', obs, 'o_ts', o_ts, 'o_n', o_n, 'o_ok', o_ok, 'o_rate', tostring(o_rate),
-    'o_okrate', tostring(o_okrate))
-  redis.call('PEXPIRE', obs, OBS_TTL_MS)
+  redis.call('SET', obs, table.concat({ o_ts, o_n, o_ok, tostring(o_rate), tostring(o_okrate) }, ','),
+    'PX', OBS_TTL_MS)
 
   if ok > 0 then
-    redis.call('HINCRBY', stats, 'answers_ok', ok)
+    count(counts, 'answers_ok', ok)
   end
   if thr > 0 then
-    redis.call('HINCRBY', stats, 'throttled', thr)
+    count(counts, 'throttled', thr)
   end
   if tmo > 0 then
-    redis.call('HINCRBY', stats, 'timeouts', tmo)
+    count(counts, 'timeouts', tmo)
   end
 
   local a_rate = tonumber(p[3])
@@ -543,7 +570,7 @@ local function report_answers(policy, stats, obs, A, now)
     if retry_ms > 0 and now + retry_ms > a_until then
       a_until = now + retry_ms
       redis.call('HSET', policy, 'a_until', a_until)
-      redis.call('HINCRBY', stats, 'retry_after_pauses', 1)
+      count(counts, 'retry_after_pauses', 1)
     end
     local a_cut = tonumber(p[4])
     if thr + tmo > 0 then
@@ -576,7 +603,7 @@ local function report_answers(policy, stats, obs, A, now)
         if target < current then
           a_rate = target
           redis.call('HSET', policy, 'a_rate', tostring(a_rate), 'a_cut', now, 'a_inc', now)
-          redis.call('HINCRBY', stats, 'backoffs', 1)
+          count(counts, 'backoffs', 1)
           cut = 1
         end
       end

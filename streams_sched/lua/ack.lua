@@ -22,9 +22,10 @@
 local group = ARGV[1]
 local n_answers = tonumber(ARGV[2])
 local now = nil
+local counts = {}
 if n_answers > 0 then
   now = now_ms()
-  report_answers(KEYS[8], KEYS[1], KEYS[9], { unpack(ARGV, 3, 2 + n_answers) }, now)
+  report_answers(KEYS[8], counts, KEYS[9], { unpack(ARGV, 3, 2 + n_answers) }, now)
 end
 local by_stream = {}
 for i = 3 + n_answers, #ARGV, 2 do
@@ -45,19 +46,43 @@ for s, ids in pairs(by_stream) do
     retire_if_empty(stream)
   end
 end
-if acked > 0 then
-  redis.call('HINCRBY', KEYS[1], 'acked', acked)
-  local bucket = math.floor((now or now_ms()) / 10000)
-  local last = tonumber(redis.call('HGET', KEYS[1], 'ack_b')) or (bucket - 6)
-  if bucket ~= last then
-    -- stale slots are deleted, not zeroed: a finished site keeps one slot, not six
+if acked == 0 then
+  add_counts(KEYS[1], counts)
+  return 0
+end
+-- The counters, the ack bucket and its slot: one HMGET and one HSET.
+count(counts, 'acked', acked)
+local bucket = math.floor((now or now_ms()) / 10000)
+local slot = 'ack' .. (bucket % 6)
+local fields = { 'ack_b', slot }
+for field in pairs(counts) do
+  fields[#fields + 1] = field
+end
+local cur = redis.call('HMGET', KEYS[1], unpack(fields))
+local out = {}
+for i = 3, #fields do
+  out[#out + 1] = fields[i]
+  out[#out + 1] = (tonumber(cur[i]) or 0) + counts[fields[i]]
+end
+local last = tonumber(cur[1])
+out[#out + 1] = slot
+if bucket == last then
+  out[#out + 1] = (tonumber(cur[2]) or 0) + acked
+else
+  -- a new bucket: its slot starts over, and the slots of buckets since the last one
+  -- written are deleted, not zeroed (a finished site keeps one slot, not six)
+  out[#out + 1] = acked
+  out[#out + 1] = 'ack_b'
+  out[#out + 1] = bucket
+  if last then
     local stale = {}
-    for b = math.max(last + 1, bucket - 5), bucket do
+    for b = math.max(last + 1, bucket - 5), bucket - 1 do
       stale[#stale + 1] = 'ack' .. (b % 6)
     end
-    redis.call('HDEL', KEYS[1], unpack(stale))
-    redis.call('HSET', KEYS[1], 'ack_b', bucket)
+    if #stale > 0 then
+      redis.call('HDEL', KEYS[1], unpack(stale))
+    end
   end
-  redis.call('HINCRBY', KEYS[1], 'ack' .. (bucket % 6), acked)
 end
+redis.call('HSET', KEYS[1], unpack(out))
 return acked

@@ -21,8 +21,9 @@
 -- KEYS[1]  policy  HASH of the site's policy and shared state:
 --                  a_rate, a_cut, a_inc, a_until (ms), robots_delay (s)
 -- KEYS[2]  stats   HASH of counters: answers_ok, throttled, timeouts, backoffs, retry_after_pauses
--- KEYS[3]  obs     HASH, the observed window: o_ts, o_n (answers), o_ok (healthy), o_rate,
---                  o_okrate (per s); it expires OBS_TTL_MS after the last report, so a
+-- KEYS[3]  obs     STRING, the observed window "o_ts,o_n,o_ok,o_rate,o_okrate": since o_ts
+--                  (ms), o_n answers of which o_ok healthy; the rates (per s) of the last
+--                  full window. It expires OBS_TTL_MS after the last report, so a
 --                  finished site keeps no politeness state
 -- ARGV[1]  healthy answers          ARGV[2] 429 / 503 answers      ARGV[3] download timeouts
 -- ARGV[4]  longest Retry-After in ms ('0' none)
@@ -33,4 +34,7 @@
 -- ARGV[11] the crawl's default rate ('' none)
 -- Returns {a_rate ('' none), a_until ms (0 none), observed rate (string), cut (1/0)}
 
-return report_answers(KEYS[1], KEYS[2], KEYS[3], ARGV, now_ms())
+local counts = {}
+local reply = report_answers(KEYS[1], counts, KEYS[3], ARGV, now_ms())
+add_counts(KEYS[2], counts)
+return reply

@@ -42,11 +42,19 @@ local want = { tonumber(ARGV[4]), tonumber(ARGV[5]) }
 local weights = { tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]) }
 local streams = { KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10] }
 local suspects_left = tonumber(ARGV[10]) or 1
-local now = now_ms()
+-- Redis TIME, read only when something needs it (delayed requests, a rate, a pause,
+-- robots.txt): a site crawled without limits is leased without it
+local now = false
+local function clock()
+  if not now then
+    now = now_ms()
+  end
+  return now
+end
 
 local delayed = redis.call('ZCARD', KEYS[1])
 if delayed > 0 then
-  promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, now, tonumber(ARGV[9]))
+  promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, clock(), tonumber(ARGV[9]))
   delayed = redis.call('ZCARD', KEYS[1])
 end
 
@@ -72,7 +80,7 @@ if rate <= 0 and robots_obey then
     burst_setting = 1
   elseif delay == nil then
     local last = tonumber(pol[11])
-    if last and now - last < 10000 then
+    if last and clock() - last < 10000 then
       paused_until = math.max(paused_until, now + 200)
     else
       probe = true
@@ -85,7 +93,7 @@ if a_rate and (rate <= 0 or a_rate < rate) then
   rate = a_rate
   burst_setting = math.max(1, a_rate / 10)
 end
-if paused ~= '1' and paused_until > now then
+if paused ~= '1' and paused_until > 0 and paused_until > clock() then
   budget = 0
   wait_ms = paused_until - now
 elseif paused == '1' then
@@ -98,7 +106,7 @@ elseif rate > 0 then
   if tokens == nil or ts == nil then
     tokens = burst
   else
-    tokens = math.min(burst, tokens + math.max(now - ts, 0) * rate / 1000)
+    tokens = math.min(burst, tokens + math.max(clock() - ts, 0) * rate / 1000)
   end
   budget = math.min(budget, math.floor(tokens))
 end
@@ -203,7 +211,7 @@ end
 
 if tokens ~= nil then
   tokens = tokens - leased
-  redis.call('HSET', KEYS[4], 'tokens', tostring(tokens), 'tokens_ts', now)
+  redis.call('HSET', KEYS[4], 'tokens', tostring(tokens), 'tokens_ts', clock())
   if leased < tonumber(ARGV[3]) and (backlog[1] + backlog[2]) > 0 and tokens < 1 then
     wait_ms = math.ceil((1 - tokens) * 1000 / rate)
   end
@@ -213,13 +221,14 @@ if leased > 0 then
   if probe then
     -- the robots.txt probe: the bucket starts empty at this request, so the first
     -- request after the Crawl-delay is known comes a full delay after it
-    redis.call('HSET', KEYS[4], 'robots_probe', now, 'tokens', '0', 'tokens_ts', now)
+    local t = clock()
+    redis.call('HSET', KEYS[4], 'robots_probe', t, 'tokens', '0', 'tokens_ts', t)
   end
 end
 
 local next_due = -1
 if delayed > 0 then
-  next_due = math.max(0, tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - now)
+  next_due = math.max(0, tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - clock())
 end
 local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred,
   tostring(site_weight or '1'), max_browser, tostring(rate) }
