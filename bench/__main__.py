@@ -110,7 +110,7 @@ def run_crawls(args: argparse.Namespace, redis_url: str, res: dict[str, Any]) ->
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for i in range(args.repeat):
         for section, spec in configs:
-            r = run_crawl(spec, None if spec.kind == "memory" else redis_url, f"bench{section}{i}")
+            r = run_crawl(spec, redis_url if spec.uses_redis else None, f"bench{section}{i}")
             runs.setdefault((section, spec.kind), []).append(r)
             say(f"({section}) {spec.kind} x{spec.workers} run {i + 1}/{args.repeat}: {r['pages_per_s']:.0f} pages/s,"
                 f" {r['round_trips_per_page']:.3f} round trips/page, missing {r['missing']}, repeats {r['repeats']}")

@@ -22,6 +22,11 @@ every key, by kind of key. Then the two sizes that do not need a crawl:
   default; ``--quick``: 20,000) on both back-ends, through the same exact-set ->
   Bloom conversion as a crawl (bench/memory.py).
 
+A kind written ``KIND@REV`` (``--kinds streams-sched:1,streams-sched@e8fee4f:1``) runs
+streams-sched as it was at git revision REV (bench/revision.py) in the same run, and
+the report compares today's KIND with it: Redis CPU, commands and bytes per page,
+pages/s, as ratios. List both twice, alternating, to see the noise.
+
 Throwaway redis-servers on free ports only. ``--quick`` (300 sites) takes well
 under a minute of crawling.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections import defaultdict
@@ -40,6 +46,7 @@ from typing import Any
 import redis
 
 from .crawl import CrawlSpec, run_crawl
+from .revision import split_kind
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -175,7 +182,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--latency-s", type=float, default=0.05, help="download latency per page (default 0.05)")
     p.add_argument("--concurrency", type=int, default=64, help="CONCURRENT_REQUESTS (default 64)")
     p.add_argument("--kinds", help="comma-separated label:workers runs (default memory:1,scrapy-redis:1,"
-                   "scrapy-redis:2,streams-sched:1,streams-sched:2 and streams-sched/bitmap:1 unless --quick)")
+                   "scrapy-redis:2,streams-sched:1,streams-sched:2 and streams-sched/bitmap:1 unless --quick);"
+                   " KIND@REV = streams-sched at git revision REV, compared with today's")
     p.add_argument("--queued", type=int, help="requests for figure (3) (default 100000, quick 10000; 0 = skip)")
     p.add_argument("--fp-sizes", help="fingerprints for figure (2) (default 1e6,1e7, quick 20000; '' = skip)")
     p.add_argument("--timeout-s", type=float, default=1800.0)
@@ -185,11 +193,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     default = "memory:1,scrapy-redis:1,scrapy-redis:2,streams-sched:1,streams-sched:2"
     if not a.quick:
         default += ",streams-sched/bitmap:1"
-    a.runs = [(k.split(":")[0], int(k.split(":")[1])) for k in (a.kinds or default).split(",")]
+    a.runs = [(k.rpartition(":")[0], int(k.rpartition(":")[2])) for k in (a.kinds or default).split(",")]
     a.queued = (10_000 if a.quick else 100_000) if a.queued is None else a.queued
     sizes = ("20000" if a.quick else "1e6,1e7") if a.fp_sizes is None else a.fp_sizes
     a.fp_sizes = [int(float(x)) for x in sizes.split(",") if x]
     return a
+
+
+def against_revisions(runs: list[dict[str, Any]]) -> list[str]:
+    """For each KIND@REV run (bench/revision.py): today's KIND with as many workers against
+    it, medians over the runs of each, as ratios (today / then)."""
+    out: list[str] = []
+    labels = dict.fromkeys((r["kind"], r["workers"]) for r in runs if split_kind(r["kind"])[1])
+    for label, workers in labels:
+        base = split_kind(label)[0]
+        then = [r for r in runs if r["kind"] == label and r["workers"] == workers]
+        now = [r for r in runs if r["kind"] == base and r["workers"] == workers]
+        if not now:
+            continue
+        parts = []
+        for key, name, scale, fmt in (("redis_cpu_ms_per_page", "Redis CPU per page", 1000, "{:.1f} µs"),
+                                      ("redis_calls_per_page", "Redis commands per page", 1, "{:.1f}"),
+                                      ("keys_bytes_per_page", "Redis bytes per page", 1, "{:,.0f} B"),
+                                      ("pages_per_s", "pages/s", 1, "{:.0f}")):
+            a = [r[key] for r in now if key in r]
+            b = [r[key] for r in then if key in r]
+            if a and b:
+                x, y = statistics.median(a) * scale, statistics.median(b) * scale
+                ratio = f"{x / y:.2f}x" if y else "-"
+                parts.append(f"{name} {fmt.format(x)} against {fmt.format(y)} ({ratio})")
+        out += ["", f"{base} x{workers} today against {label} (medians of {len(now)} and {len(then)} runs):"
+                    f" {'; '.join(parts)}"]
+    return out
 
 
 def render(res: dict[str, Any]) -> str:
@@ -200,9 +235,9 @@ def render(res: dict[str, Any]) -> str:
         "",
         f"`{cfg['command']}` (load average at start {res['load']})",
         "",
-        "| scheduler | workers | pages/s | vs memory | vs scrapy-redis | Redis CPU µs/page |"
+        "| scheduler | workers | pages/s | vs memory | vs scrapy-redis | Redis CPU µs/page | Redis commands/page |"
         " Redis B/page (used_memory) | B/page (keys) | B/site (keys) | missing | repeats |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     runs = res["runs"]
     mem = next((r for r in runs if r["kind"] == "memory"), None)
@@ -211,11 +246,13 @@ def render(res: dict[str, Any]) -> str:
         vs_mem = f"{r['pages_per_s'] / mem['pages_per_s']:.2f}x" if mem else "-"
         vs_sr = f"{r['pages_per_s'] / sr['pages_per_s']:.2f}x" if sr else "-"
         cpu = f"{r['redis_cpu_ms_per_page'] * 1000:.1f}" if "redis_cpu_ms_per_page" in r else "-"
+        cmds = f"{r['redis_calls_per_page']:.1f}" if "redis_calls_per_page" in r else "-"
         used = f"{r['used_bytes_per_page']:.0f}" if "used_bytes_per_page" in r else "-"
         keys = f"{r['keys_bytes_per_page']:.0f}" if "keys_bytes_per_page" in r else "-"
         site = f"{r['keys_bytes_per_site']:.0f}" if "keys_bytes_per_site" in r else "-"
-        lines.append(f"| {r['kind']} | {r['workers']} | {r['pages_per_s']:.0f} | {vs_mem} | {vs_sr} | {cpu} |"
+        lines.append(f"| {r['kind']} | {r['workers']} | {r['pages_per_s']:.0f} | {vs_mem} | {vs_sr} | {cpu} | {cmds} |"
                      f" {used} | {keys} | {site} | {r['missing']} | {r['repeats']} |")
+    lines += against_revisions(runs)
     for r in runs:
         if r.get("memory_by_kind"):
             parts = ", ".join(f"{k} {v['bytes']:,} B in {v['keys']:,} keys"
@@ -251,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer(bloom=True) as server:
         for kind, workers in args.runs:
             say(f"{kind} x{workers}: {args.sites:,} sites x {args.pages} pages")
-            r = crawl_once(kind, workers, args, None if kind == "memory" else server.url)
+            r = crawl_once(kind, workers, args, server.url if split_kind(kind)[0] != "memory" else None)
             say(f"{kind} x{workers}: {r['pages_per_s']:.0f} pages/s, missing {r['missing']},"
                 f" Redis {r.get('keys_bytes_per_page', 0):.0f} B/page,"
                 f" CPU {r.get('redis_cpu_ms_per_page', 0) * 1000:.1f} µs/page")

@@ -24,6 +24,8 @@ import redis
 
 from streams_sched.demo.web import SyntheticWeb
 
+from .revision import checkout, split_kind
+
 __all__ = ["CrawlSpec", "KINDS", "run_crawl"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +74,13 @@ class CrawlSpec:
     timeout_s: float = 600.0
 
     @property
+    def base_kind(self) -> str:
+        """The kind in KINDS (``kind`` may name a revision too: ``streams-sched@REV``)."""
+        return split_kind(self.kind)[0]
+
+    @property
     def uses_redis(self) -> bool:
-        return self.kind != "memory"
+        return self.base_kind != "memory"
 
 
 def worker_settings(spec: CrawlSpec, redis_url: str | None, crawl: str, wdir: Path, n: int) -> dict[str, Any]:
@@ -94,7 +101,7 @@ def worker_settings(spec: CrawlSpec, redis_url: str | None, crawl: str, wdir: Pa
         "BENCH_READY_FILE": str(wdir / f"ready{n}"),
         "BENCH_GATE_FILE": str(wdir / "gate"),
     }
-    s.update(KINDS[spec.kind])
+    s.update(KINDS[spec.base_kind])
     if spec.uses_redis:
         s["REDIS_URL"] = redis_url
         s["STREAMS_PREFIX"] = crawl
@@ -107,13 +114,13 @@ def worker_settings(spec: CrawlSpec, redis_url: str | None, crawl: str, wdir: Pa
 def preseed(spec: CrawlSpec, client: redis.Redis, crawl: str, settings: dict[str, Any]) -> int:
     web = SyntheticWeb(sites=spec.sites, pages=spec.pages)
     urls = [web.url(s, p) for p in range(min(spec.preseed_pages, spec.pages)) for s in range(spec.sites)]
-    if spec.kind.startswith("streams-sched"):
+    if spec.base_kind.startswith("streams-sched"):
         from streams_sched import seed
         from streams_sched.frontier import detect_dedupe
 
         detect_dedupe(client, crawl, settings["STREAMS_DEDUPE"])
         return len(seed(client, crawl, urls).added)
-    if spec.kind == "scrapy-redis":
+    if spec.base_kind == "scrapy-redis":
         from scrapy import Request
         from scrapy_redis.dupefilter import RFPDupeFilter
         from scrapy_redis.queue import PriorityQueue
@@ -141,9 +148,14 @@ def _redis_counters(client: redis.Redis) -> dict[str, Any]:
     return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), "calls": calls, "usec": usec}
 
 
-def _launch(settings: dict[str, Any], log: Path, profile: dict[str, Any] | None, n: int) -> subprocess.Popen[bytes]:
+def _launch(spec: CrawlSpec, settings: dict[str, Any], log: Path, n: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    rev = split_kind(spec.kind)[1]
+    # KIND@REV: streams_sched from that revision, ahead of today's (bench/revision.py); the
+    # working directory comes first on sys.path with -m, so the worker starts in it
+    cwd = checkout(rev) if rev else ROOT
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(cwd), str(ROOT), env.get("PYTHONPATH", "")]))
+    profile = spec.profile
     cmd = [sys.executable, "-m", "bench.worker", json.dumps(settings)]
     if profile:
         out = Path(profile["out"]) / f"{profile.get('name', 'worker')}-{n}.txt"
@@ -152,7 +164,7 @@ def _launch(settings: dict[str, Any], log: Path, profile: dict[str, Any] | None,
         mode = ["--gil"] if profile.get("gil") else []
         cmd = [pyspy, "record", "--rate", str(profile.get("rate", 250)), "--threads", *mode,
                "--format", "raw", "--output", str(out), "--", *cmd]
-    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    return subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, cwd=cwd)
 
 
 def run_crawl(spec: CrawlSpec, redis_url: str | None, crawl: str) -> dict[str, Any]:
@@ -167,7 +179,7 @@ def run_crawl(spec: CrawlSpec, redis_url: str | None, crawl: str) -> dict[str, A
     if spec.seed == "preseed":
         assert client is not None
         seeded = preseed(spec, client, crawl, settings[0])
-    procs = [_launch(s, wdir / f"worker{n}.log", spec.profile, n) for n, s in enumerate(settings)]
+    procs = [_launch(spec, s, wdir / f"worker{n}.log", n) for n, s in enumerate(settings)]
     try:
         deadline = time.monotonic() + 120
         while not all((wdir / f"ready{n}").exists() for n in range(spec.workers)):
@@ -256,6 +268,7 @@ def summarize(
             for what in ("run", "runqueue", "blocked")
         },
         "close_tail_s": max(r["t_closed"] for r in results) - t_end,
+        "streams_sched_from": results[0].get("streams_sched_from"),
         "log_dir": str(wdir),
     }
     if before is not None and after is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sys
 import threading
 import time
 from collections import Counter
@@ -176,6 +177,8 @@ class BenchProbe:
             },
             "calls": dict(CALLS),
             "stats": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
+            # where the worker's streams_sched came from (a KIND@REV run: that revision's copy)
+            "streams_sched_from": getattr(sys.modules.get("streams_sched"), "__file__", None),
         }
         if self.result_file:
             Path(self.result_file).write_text(json.dumps(result))

@@ -50,11 +50,11 @@ def test_bench_quick_mode_runs_every_section(tmp_path: Path) -> None:
 
 
 def test_bench_broad_quick_mode_reports_every_figure(tmp_path: Path) -> None:
-    """`python -m bench broad` at a tiny size crawls every page and reports memory per page/site, CPU per page and figures (2) and (3)."""
+    """`python -m bench broad` at a tiny size crawls every page, reports memory per page/site, CPU per page and figures (2) and (3), and compares with streams-sched at a git revision."""
     env = bench_env()
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "broad", "--quick", "--sites", "60", "--queued", "50000",
-         "--fp-sizes", "3000", "--kinds", "memory:1,scrapy-redis:1,streams-sched:1,streams-sched:2",
+         "--fp-sizes", "3000", "--kinds", "memory:1,scrapy-redis:1,streams-sched:1,streams-sched:2,streams-sched@HEAD:1",
          "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
     )
@@ -63,12 +63,16 @@ def test_bench_broad_quick_mode_reports_every_figure(tmp_path: Path) -> None:
     res = json.loads(result.read_text())
     for run in res["runs"]:
         assert run["missing"] == 0 and run["repeats"] == 0, run
+    [then] = [r for r in res["runs"] if r["kind"] == "streams-sched@HEAD"]
+    assert "bench-rev-HEAD-" in then["streams_sched_from"], then["streams_sched_from"]
     streams = [r for r in res["runs"] if r["kind"] == "streams-sched"]
     assert len(streams) == 2
     for r in streams:
         assert 0 < r["keys_bytes_per_page"] <= 200, r["memory_by_kind"]
         assert r["redis_cpu_ms_per_page"] > 0
         assert "streams" not in r["memory_by_kind"]  # every stream retired
+        assert "bench-rev-" not in r["streams_sched_from"]
     assert 0 < res["queued"]["bytes_per_queued_request"] <= 150
     assert {m["kind"] for m in res["big_site"]} == {"bf", "bitmap"}
     assert "Broad crawl" in proc.stdout
+    assert "streams-sched x1 today against streams-sched@HEAD (medians of 1 and 1 runs): Redis CPU per page" in proc.stdout
