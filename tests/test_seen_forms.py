@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -60,6 +61,30 @@ def test_conversion_to_bloom_loses_no_fingerprint(redis_url: str, dedupe: str, c
     assert form(f, "big.test") == ("MBbloom--" if dedupe == "redisbloom" else "string", "8")
     dups = sum(f.enqueue("big.test", batch(names[i : i + 500]))[1] for i in range(0, 3000, 500))
     assert dups == 3000  # no false negative across the conversion
+
+
+def error_replies(client: Any) -> int:
+    """Error replies Redis counted since it started (INFO errorstats), summed over the nodes."""
+    if hasattr(client, "get_nodes"):  # a cluster client: every node's section
+        per_node = client.info("errorstats", target_nodes=client.ALL_NODES).values()
+    else:
+        per_node = [client.info("errorstats")]
+    return sum(int(v["count"]) for info in per_node for v in info.values() if isinstance(v, dict))
+
+
+def test_dedupe_fails_no_call_in_either_form(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Deduping against exact sets and converted filters runs no command that fails (each would
+    count in INFO errorstats, which operators alert on)."""
+    f = frontier(redis_url, crawl, dedupe, capacity=3000)
+    f.load_scripts()  # else the first EVALSHA fails with NOSCRIPT (and redis-py loads it)
+    before = error_replies(f.client)
+    f.enqueue("small.test", batch(["a", "b"]))
+    f.enqueue("small.test", batch(["b", "c"]))
+    for i in range(0, 1500, 500):
+        f.enqueue("big.test", batch([f"w{j}" for j in range(i, i + 500)]))
+    assert form(f, "big.test")[1] == "8"
+    assert f.enqueue("big.test", batch(["w1", "new"]))[:2] == (1, 1)
+    assert error_replies(f.client) == before
 
 
 def test_conversion_in_one_batch_bigger_than_the_set(redis_url: str, dedupe: str, crawl: str) -> None:

@@ -344,14 +344,17 @@ end
 -- Which form a filter is in, in one or two calls: 'exact' (a string of prefixes, or no
 -- key yet) with the string, 'bloom8' (converted) or 'bloom' (made by an earlier version;
 -- a key of another type is 'bloom' too, and bloom_* reply with the wrong-type error).
+-- No call here fails on a filter of the crawl's own back-end: a failed call would count
+-- in INFO errorstats, which operators watch.
 local function filter_form(mode, seen, meta)
   if mode == 'bf' then
     -- an exact set is a string; a RedisBloom filter is not
-    local blob = redis.pcall('GET', seen)
-    if type(blob) ~= 'table' then
-      return 'exact', blob or ''
-    end
-    if redis.call('HGET', meta, 'w') == '8' then
+    local kind = redis.call('TYPE', seen)['ok']
+    if kind == 'none' then
+      return 'exact', ''
+    elseif kind == 'string' then
+      return 'exact', redis.call('GET', seen)
+    elseif redis.call('HGET', meta, 'w') == '8' then
       return 'bloom8'
     end
     return 'bloom'
