@@ -220,7 +220,7 @@ def against_revisions(runs: list[dict[str, Any]]) -> list[str]:
             b = [r[key] for r in then if key in r]
             if a and b:
                 x, y = statistics.median(a) * scale, statistics.median(b) * scale
-                ratio = f"{x / y:.2f}x" if y else "-"
+                ratio = ("-" if not y else f"{x / y:.2f}x" if x / y >= 0.1 else f"{x / y:.2g}x")
                 parts.append(f"{name} {fmt.format(x)} against {fmt.format(y)} ({ratio})")
         out += ["", f"{base} x{workers} today against {label} (medians of {len(now)} and {len(then)} runs):"
                     f" {'; '.join(parts)}"]
