@@ -66,8 +66,8 @@ def key_kind(key: str) -> str:
     if ":q:" in key:
         return "streams"
     tail = key.rsplit(":", 1)[-1]
-    if tail in ("stats", "policy", "obs", "sites", "delayed", "dlq", "nodes", "meta"):
-        return tail
+    if tail in ("stats", "policy", "obs", "window", "sites", "delayed", "dlq", "nodes", "meta"):
+        return "obs" if tail == "window" else tail
     return "other"
 
 
@@ -113,7 +113,9 @@ def crawl_once(kind: str, workers: int, args: argparse.Namespace, url: str | Non
         # a finished crawl: let each site's observed-answer window (obs, feedback.lua) expire,
         # 3 s after its last report
         deadline = time.monotonic() + 10
-        while any(True for _ in client.scan_iter(match="*:obs", count=1000)) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and any(
+            True for pattern in ("*:window", "*:obs") for _ in client.scan_iter(match=pattern, count=1000)
+        ):
             time.sleep(0.2)
         used = int(client.info("memory")["used_memory"]) - base
         by_kind = memory_by_kind(client)

@@ -33,8 +33,10 @@ Key layout (``C`` = crawl, ``S`` = site)::
     ss:{C/S}:policy                 HASH    per-site policy (rate, burst, weight, paused, max_pages, ...),
                                             its token bucket, and its shared politeness state
                                             (a_rate, a_until, robots_delay, ...; see feedback.lua)
-    ss:{C/S}:obs                    STRING  answers seen over the last second, "o_ts,o_n,o_ok,o_rate,
+    ss:{C/S}:window                 STRING  answers seen over the last second, "o_ts,o_n,o_ok,o_rate,
                                             o_okrate" (feedback.lua), expires 3 s after the last report
+    ss:{C/S}:obs                    HASH    the same, as the previous version kept it: only its workers
+                                            write it during a rolling upgrade; it expires the same way
 """
 
 from __future__ import annotations
@@ -237,7 +239,14 @@ class SiteKeys:
 
     @cached_property
     def obs(self) -> str:
-        """The answers the workers saw in the last second (feedback.lua); expires when idle."""
+        """The answers the workers saw in the last second (feedback.lua): a string that
+        expires when idle. It has a name of its own, so workers of the previous version,
+        which keep a hash at :attr:`obs_v1`, go on working beside these in a rolling upgrade."""
+        return f"{self.base}:window"
+
+    @cached_property
+    def obs_v1(self) -> str:
+        """The previous version's observed window (a hash that expires when idle); purged only."""
         return f"{self.base}:obs"
 
     @cached_property
@@ -252,4 +261,5 @@ class SiteKeys:
             self.stats,
             self.policy,
             self.obs,
+            self.obs_v1,
         )

@@ -47,9 +47,9 @@ def test_finished_broad_crawl_costs_under_200_bytes_per_page(
     assert max(seen.values()) == 1
 
     client = redis.Redis.from_url(redis_url)
-    # the answers each site gave over the last second (feedback.lua's obs keys) expire 3 s
+    # the answers each site gave over the last second (feedback.lua's window keys) expire 3 s
     # after its last page: a finished crawl keeps none
-    wait_for(lambda: "obs" not in key_bytes(client), timeout=30, what="the obs keys to expire")
+    wait_for(lambda: "window" not in key_bytes(client), timeout=30, what="the window keys to expire")
     by_kind = key_bytes(client)
     total = sum(by_kind.values())
     pages = len(seen)

@@ -384,14 +384,15 @@ def test_bad_politeness_settings_fail_naming_the_setting(name: str, value: Any, 
     assert name in str(info.value) and message in str(info.value)
 
 
-def test_observed_window_left_as_a_hash_by_the_previous_version_is_replaced(f: Frontier) -> None:
-    """An obs key of the previous version's type (a hash) reads as no window: the report
-    goes through and leaves the window as a string that expires."""
+def test_observed_window_of_the_previous_version_is_left_to_its_workers(f: Frontier) -> None:
+    """During a rolling upgrade the previous version's window (a hash under the old name)
+    is neither read nor touched: the report keeps its own string window, which expires."""
     k = f.site(SITE)
-    f.client.hset(k.obs, mapping={"o_ts": 1, "o_n": 5})
+    f.client.hset(k.obs_v1, mapping={"o_ts": 1, "o_n": 5})
     feedback(f, ok=2)
     window = decode_obs(f.client.get(k.obs))
     assert window["o_n"] == "2" and window["o_ok"] == "2" and 0 < f.client.pttl(k.obs) <= 3000
+    assert f.client.hgetall(k.obs_v1) == {b"o_ts": b"1", b"o_n": b"5"}
     assert f.client.hget(k.stats, "answers_ok") == b"2"
 
 

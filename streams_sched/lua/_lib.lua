@@ -516,8 +516,8 @@ end
 -- its header); returns its reply.
 --
 -- The observed window is one string, "o_ts,o_n,o_ok,o_rate,o_okrate", that expires
--- OBS_TTL_MS after the last report: one GET and one SET per report. A key of another
--- type (the hash an earlier version kept) reads as no window and is replaced.
+-- OBS_TTL_MS after the last report: one GET and one SET per report. (The previous
+-- version kept a hash under another name; its workers go on using that one.)
 local function report_answers(policy, counts, obs, A, now)
   local ok, thr, tmo = tonumber(A[1]), tonumber(A[2]), tonumber(A[3])
   local retry_ms = tonumber(A[4]) or 0
@@ -528,8 +528,8 @@ local function report_answers(policy, counts, obs, A, now)
   local OBS_TTL_MS = 3000
   local p = redis.call('HMGET', policy, 'rate', 'robots_delay', 'a_rate', 'a_cut', 'a_inc', 'a_until')
   local o = {}
-  local raw = redis.pcall('GET', obs)
-  if type(raw) == 'string' then
+  local raw = redis.call('GET', obs)
+  if raw then
     o = { string.match(raw, '^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)$') }
   end
   local robots = tonumber(p[2])
