@@ -78,44 +78,65 @@ def seen_keys(frontier: Frontier, site: str, meta: dict[str, str], now_s: float)
     return [keys.seen_bucket(b) for b in params.buckets(now_s)]
 
 
+def _replies(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Run ``commands`` in one pipeline. A command this user may not run (or RedisBloom
+    missing) raises PermissionError; another refusal (a key of another type) gives None."""
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    out = []
+    for reply in pipe.execute(raise_on_error=False):
+        if isinstance(reply, ResponseError):
+            message = str(reply)
+            if "NOPERM" in message or "no permissions" in message or "unknown command" in message.lower():
+                raise PermissionError(message)
+            reply = None
+        elif isinstance(reply, Exception):
+            raise reply
+        out.append(reply)
+    return out
+
+
+#: TYPE of a RedisBloom filter
+BF_TYPE = "MBbloom--"
+
+
 def read_seen(
     frontier: Frontier, sites: list[str], meta: dict[str, str], now_s: float = 0.0, chunk: int = 500
 ) -> int | None:
     """Fingerprints recorded in the crawl's seen filters (summed over the live revisit
-    buckets, if any), or None if this user or back-end cannot tell."""
+    buckets, if any), or None if this user or back-end cannot tell.
+
+    A small site's filter is an exact set of 8-byte prefixes (a string: STRLEN / 8); a
+    Bloom filter answers BF.CARD, or its layer state in the meta hash (bitmap). No
+    command here fails on a key of the other form: each failed call would count in
+    INFO errorstats, which operators alert on, so RedisBloom keys are told apart by TYPE.
+    """
     mode = meta.get("dedupe")
     if mode not in ("bf", "bitmap"):
         return None
+    client = frontier.client
     total = 0
     capacity = int(float(meta.get("bloom_capacity", 100_000)))
     expansion = int(float(meta.get("bloom_expansion", 2)))
     for i in range(0, len(sites), chunk):
-        pipe = frontier.client.pipeline(transaction=False)
-        for site in sites[i : i + chunk]:
-            for seen, seen_meta in seen_keys(frontier, site, meta, now_s):
-                # a small site's filter is an exact set of 8-byte prefixes (a string):
-                # STRLEN / 8; a Bloom filter answers BF.CARD or its layer state
-                pipe.strlen(seen)
-                if mode == "bf":
-                    pipe.execute_command("BF.CARD", seen)
-                else:
-                    pipe.hmget(seen_meta, ["layers", "count"])
-        replies = pipe.execute(raise_on_error=False)
-        for exact, reply in zip(replies[::2], replies[1::2], strict=True):
-            for r in (exact, reply):
-                if isinstance(r, ResponseError):
-                    text = str(r)
-                    if "NOPERM" in text or "no permissions" in text or "unknown command" in text.lower():
-                        raise PermissionError(text)
-                elif isinstance(r, Exception):
-                    raise r
-            if mode == "bf" and not isinstance(reply, Exception):
-                total += int(reply)
-            elif mode == "bitmap" and not isinstance(reply, Exception) and reply[0] is not None:
-                layers, count = (int(v) if v is not None else 0 for v in reply)
+        pairs = [pair for site in sites[i : i + chunk] for pair in seen_keys(frontier, site, meta, now_s)]
+        if mode == "bf":
+            kinds = [text(k) for k in _replies(client, [("TYPE", seen) for seen, _ in pairs])]
+            asks = [("STRLEN" if kind == "string" else "BF.CARD", seen)
+                    for (seen, _), kind in zip(pairs, kinds, strict=True) if kind in ("string", BF_TYPE)]
+            for (command, _), reply in zip(asks, _replies(client, asks), strict=True):
+                if reply is not None:
+                    total += int(reply) // 8 if command == "STRLEN" else int(reply)
+            continue
+        commands = [c for seen, seen_meta in pairs for c in (("STRLEN", seen), ("HMGET", seen_meta, "layers", "count"))]
+        replies = _replies(client, commands)
+        for exact, state in zip(replies[::2], replies[1::2], strict=True):
+            if state is not None and state[0] is not None:
+                layers, count = (int(v) if v is not None else 0 for v in state)
                 total += bitmap_items(layers, count, capacity, expansion)
-            elif not isinstance(exact, Exception):
-                total += int(exact) // 8  # else a key of another type: skip that site
+            elif exact is not None:
+                total += int(exact) // 8  # else a key of another type: that site is skipped
     return total
 
 

@@ -107,6 +107,15 @@ def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Fron
     return Frontier(connect(url), crawl, BloomParams(mode=mode, **bloom))
 
 
+def error_replies(client: Any) -> int:
+    """Error replies Redis counted since it started (INFO errorstats), summed over the nodes."""
+    if hasattr(client, "get_nodes"):  # a cluster client: every node's section
+        per_node = client.info("errorstats", target_nodes=client.ALL_NODES).values()
+    else:
+        per_node = [client.info("errorstats")]
+    return sum(int(v["count"]) for info in per_node for v in info.values() if isinstance(v, dict))
+
+
 def false_positive_rate(f: Frontier, site: str, batch: Callable[[list[str]], list[Any]], probes: int = 4000) -> float:
     """The share of ``probes`` new URLs that ``site``'s seen filter calls duplicates. Each
     batch of 200 is probed on a fresh copy of the filter (DUMP/RESTORE: RedisBloom keys do

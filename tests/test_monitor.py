@@ -16,7 +16,7 @@ from streams_sched.frontier import Outgoing
 from streams_sched.testing import free_port
 
 from daemons import Daemon, WebhookSink, scrape, try_scrape, value
-from helpers import frontier, wait_for
+from helpers import error_replies, frontier, wait_for
 
 
 def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:
@@ -237,3 +237,25 @@ def test_seen_estimate_sums_the_live_revisit_buckets(redis_url: str, dedupe: str
     f.register_sites(["a.test"])
     f.enqueue("a.test", [out(i) for i in range(5)])
     assert read_crawl(Frontier(client, crawl)).seen_estimate == 5
+
+
+def test_seen_estimate_counts_exact_sets_and_converted_filters_and_fails_no_call(
+    redis_url: str, dedupe: str, crawl: str
+) -> None:
+    """The seen estimate counts a small site's exact set and a site past 1,024 URLs (a Bloom
+    filter) on either back-end, without a command that fails on the other form of key."""
+    from monitor.snapshot import read_crawl
+    from streams_sched.frontier import Frontier, crawl_bloom
+
+    client = redis.Redis.from_url(redis_url)
+    f = Frontier(client, crawl, crawl_bloom(client, crawl, dedupe, capacity=5000))
+    f.load_scripts()
+    f.register_sites(["small.test", "big.test"])
+    f.enqueue("small.test", [out(i) for i in range(3)])
+    for i in range(0, 1500, 500):
+        f.enqueue("big.test", [out(f"b{j}") for j in range(i, i + 500)])
+    assert f.client.hget(f.site("big.test").seen_meta, "w") == b"8"  # converted
+    before = error_replies(f.client)
+    estimate = read_crawl(Frontier(f.client, crawl)).seen_estimate
+    assert estimate is not None and 3 + 1490 <= estimate <= 3 + 1510  # a Bloom count is an estimate
+    assert error_replies(f.client) == before

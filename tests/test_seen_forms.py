@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -13,7 +12,7 @@ import redis
 from streams_sched.frontier import Frontier, Outgoing
 from streams_sched.keys import GROUP
 
-from helpers import false_positive_rate, frontier
+from helpers import error_replies, false_positive_rate, frontier
 
 pytestmark = pytest.mark.cluster
 
@@ -61,15 +60,6 @@ def test_conversion_to_bloom_loses_no_fingerprint(redis_url: str, dedupe: str, c
     assert form(f, "big.test") == ("MBbloom--" if dedupe == "redisbloom" else "string", "8")
     dups = sum(f.enqueue("big.test", batch(names[i : i + 500]))[1] for i in range(0, 3000, 500))
     assert dups == 3000  # no false negative across the conversion
-
-
-def error_replies(client: Any) -> int:
-    """Error replies Redis counted since it started (INFO errorstats), summed over the nodes."""
-    if hasattr(client, "get_nodes"):  # a cluster client: every node's section
-        per_node = client.info("errorstats", target_nodes=client.ALL_NODES).values()
-    else:
-        per_node = [client.info("errorstats")]
-    return sum(int(v["count"]) for info in per_node for v in info.values() if isinstance(v, dict))
 
 
 def test_dedupe_fails_no_call_in_either_form(redis_url: str, dedupe: str, crawl: str) -> None:
