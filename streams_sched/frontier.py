@@ -362,6 +362,10 @@ class Frontier:
         #: lease.lua's politeness flags: "a" adaptive back-off, "r" robots.txt obeyed
         self.politeness = ""
 
+    def crawl_meta(self) -> dict[str, str]:
+        """The crawl's meta hash, decoded (dedupe parameters, defaults, site key, ...)."""
+        return {text(k): text(v) for k, v in self.client.hgetall(self.keys.meta).items()}
+
     def use_crawl_defaults(self, meta: Mapping[str, str]) -> None:
         """Take the crawl's default policy and default task type from its meta hash (decoded),
         for the scripts that fall back on them (lease, feedback, enqueue)."""

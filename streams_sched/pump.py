@@ -714,8 +714,7 @@ class Pump(threading.Thread):
     def _refresh_policy(self, now: float) -> None:
         """Re-read the crawl's default policy ("*"), so a live change reaches this worker."""
         self.next_policy = now + self.config.policy_refresh_seconds
-        raw = self.frontier.client.hgetall(self.frontier.keys.meta)
-        meta = {k.decode(): v.decode() for k, v in raw.items()}
+        meta = self.frontier.crawl_meta()
         self.frontier.use_crawl_defaults(meta)
         self.x.legacy = meta.get(LEGACY_FIELD) or None
 

@@ -34,8 +34,7 @@ from .connection import connect_ready
 from .errors import SerializationError
 from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
 from .keys import SITE_TASK, TASK_TYPES, stream_for, validate_crawl_name, validate_site_name
-from .legacy import legacy_fingerprint, legacy_key, legacy_seen
-from .replies import text
+from .legacy import LEGACY_FIELD, legacy_fingerprint, legacy_seen
 from .selection import band_for
 from .sitekey import site_keyer
 
@@ -163,13 +162,12 @@ class Seeder:
         self.codec = RequestCodec(None)
         self.frontier = Frontier(self.client, crawl, crawl_bloom(self.client, crawl))
         self.frontier.load_scripts()
-        default_task = self.client.hget(self.frontier.keys.meta, "default_task_type")
-        self.frontier.use_crawl_defaults({"default_task_type": text(default_task)} if default_task else {})
-        self.legacy = legacy_key(self.client, self.frontier.keys.meta)
+        meta = self.frontier.crawl_meta()
+        self.frontier.use_crawl_defaults(meta)
+        self.legacy = meta.get(LEGACY_FIELD) or None
         # a URL's site: its host, or its registered domain when the crawl's workers run
         # with STREAMS_SITE_KEY="domain" (the first worker records it in the crawl meta)
-        recorded = self.client.hget(self.frontier.keys.meta, "site_key")
-        self.site_of = site_keyer(site_key or (recorded.decode() if isinstance(recorded, bytes) else recorded) or "host")
+        self.site_of = site_keyer(site_key or meta.get("site_key") or "host")
         self._registered: set[str] = set()
 
     def __enter__(self) -> Seeder:
