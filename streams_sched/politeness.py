@@ -12,7 +12,7 @@ commands decide without Redis:
   hash (the same rules as ``lease.lua``), for ``streams-sched status`` and the monitor;
 - :func:`crawl_delay_of` reads the Crawl-delay out of any of Scrapy's robots.txt parsers;
 - :func:`decode_obs` and :func:`encode_obs` read and write a site's observed answer
-  window, the one string feedback.lua keeps in its ``obs`` key.
+  window, the one string feedback.lua keeps in its ``window`` key (``SiteKeys.obs``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = [
 #: Answers that mean "slow down".
 THROTTLE_STATUSES = frozenset({429, 503})
 
-#: The fields of a site's observed answer window, in the order of its ``obs`` string
+#: The fields of a site's observed answer window, in the order of its ``window`` string
 #: (feedback.lua's report_answers): window start (ms), answers and healthy answers
 #: since, and the answer and healthy-answer rates (per s) of the last full window.
 OBS_FIELDS = ("o_ts", "o_n", "o_ok", "o_rate", "o_okrate")
@@ -55,7 +55,7 @@ def decode_obs(raw: bytes | str | None) -> dict[str, str]:
 
 
 def encode_obs(fields: Mapping[str, Any]) -> str:
-    """The ``obs`` string for ``fields`` (absent fields are empty: read as unset)."""
+    """The ``window`` string for ``fields`` (absent fields are empty: read as unset)."""
     return ",".join("" if fields.get(name) is None else str(fields[name]) for name in OBS_FIELDS)
 
 
