@@ -288,7 +288,8 @@ def server_has_bloom(client: Any, probe_key: str = "ss:bfprobe") -> bool:
         return True
     except Exception as exc:  # unknown command
         text = str(exc).lower()
-        if "unknown command" in text or "err unknown" in text:
+        # a cluster client asks COMMAND for the key positions first, and says so itself
+        if "unknown command" in text or "err unknown" in text or "doesn't exist in redis commands" in text:
             return False
         raise
 
@@ -680,6 +681,6 @@ class Frontier:
         for s in sites:
             deleted += int(self.purge_site(s))
         k = self.keys
-        deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen))
+        deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen, k.sync))
         self.client.srem(CrawlKeys.registry(), self.crawl)
         return deleted
