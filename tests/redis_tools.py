@@ -119,31 +119,45 @@ def make_tls_files(directory: str, days: int = 2, server_names: tuple[str, ...] 
 
 
 class LocalCluster:
-    """A Redis Cluster of ``masters`` redis-servers on free ports (no replicas).
+    """A Redis Cluster of ``masters`` redis-servers on free ports, each with ``replicas`` replicas.
 
     Each node loads the RedisBloom module when ``bloom`` is set. ``url`` has
     ``?cluster=1``, so :func:`streams_sched.connection.connect` builds a
-    cluster client from it.
+    cluster client from it. With replicas, :meth:`kill`, :meth:`wait_failover`
+    and :meth:`restart` stage a failover the way an operator meets one.
     """
 
-    def __init__(self, masters: int = 3, *, bloom: bool = False, extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        masters: int = 3,
+        *,
+        replicas: int = 0,
+        node_timeout_ms: int = 5000,
+        bloom: bool = False,
+        appendonly: bool = False,
+        extra_args: list[str] | None = None,
+    ) -> None:
         self.nodes: list[RedisServer] = []
-        for _ in range(masters):
+        self.replicas = replicas
+        for _ in range(masters * (1 + replicas)):
             port = free_port()
             self.nodes.append(
                 RedisServer(
                     bloom=bloom,
                     port=port,
+                    appendonly=appendonly,
                     extra_args=[
                         "--cluster-enabled", "yes",
                         "--cluster-config-file", f"nodes-{port}.conf",
                         "--cluster-port", str(free_port()),
-                        "--cluster-node-timeout", "5000",
+                        "--cluster-node-timeout", str(node_timeout_ms),
                         *(extra_args or []),
                     ],
                 )
             )
         self.bloom_module = self.nodes[0].bloom_module
+        self._ids: dict[int, str] = {}
+        self._master_of: dict[int, str] = {}
 
     @property
     def url(self) -> str:
@@ -162,20 +176,35 @@ class LocalCluster:
                 raise RuntimeError("redis-cli is not installed (it comes with redis-server)")
             addrs = [f"127.0.0.1:{p}" for p in self.ports]
             done = subprocess.run(
-                [cli, "--cluster", "create", *addrs, "--cluster-replicas", "0", "--cluster-yes"],
+                [cli, "--cluster", "create", *addrs, "--cluster-replicas", str(self.replicas), "--cluster-yes"],
                 capture_output=True, text=True, timeout=timeout,
             )
             if done.returncode != 0:
                 raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
             deadline = time.monotonic() + timeout
-            while not all(self._state_ok(p) for p in self.ports):
+            while not self.healthy():
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"cluster did not reach cluster_state:ok within {timeout}s")
                 time.sleep(0.05)
+            self._learn_layout()
         except BaseException:
             self.cleanup()
             raise
         return self
+
+    def healthy(self) -> bool:
+        """Every live node says cluster_state:ok, and every master has its replicas in sync."""
+        live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+        if not all(self._state_ok(n.port) for n in live):
+            return False
+        if not self.replicas:
+            return True
+        for node in self.masters():
+            info = self.client(node).info("replication")
+            synced = sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online")
+            if synced < self.replicas:
+                return False
+        return True
 
     @staticmethod
     def _state_ok(port: int) -> bool:
@@ -191,6 +220,86 @@ class LocalCluster:
                 return b"cluster_state:ok" in data
         except OSError:
             return False
+
+    @staticmethod
+    def client(node: RedisServer) -> Any:
+        import redis
+
+        return redis.Redis(port=node.port, socket_timeout=2, socket_connect_timeout=1, decode_responses=True)
+
+    def role(self, node: RedisServer) -> str:
+        """'master', 'slave', or 'down'."""
+        try:
+            return str(self.client(node).execute_command("ROLE")[0])
+        except Exception:
+            return "down"
+
+    def has_replica(self, master: RedisServer) -> bool:
+        """True if ``master`` has a replica in sync."""
+        info = self.client(master).info("replication")
+        return any(k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online" for k, v in info.items())
+
+    def masters(self) -> list[RedisServer]:
+        return [n for n in self.nodes if self.role(n) == "master"]
+
+    def busiest_master(self) -> RedisServer:
+        """The live master holding the most keys."""
+        return max(self.masters(), key=lambda n: int(self.client(n).dbsize()))
+
+    def replicas_of(self, master: RedisServer) -> list[RedisServer]:
+        self._learn_layout()
+        return [n for n in self.nodes if self._master_of.get(n.port) == self._ids.get(master.port)]
+
+    def kill(self, node: RedisServer, *, lag_s: float = 0.0) -> None:
+        """SIGKILL ``node`` (its data dir and nodes.conf stay, for a restart). With ``lag_s``,
+        its replicas are cut off that long first, so the writes of that time never reach
+        them: asynchronous replication's window, made wide enough to hit every time.
+        (A replica is paused and its link closed by the master; pausing alone is not
+        enough, since the kernel would buffer the stream and hand it over after.)"""
+        replicas = self.replicas_of(node)
+        if lag_s > 0:
+            for r in replicas:
+                r.pause()
+            self.client(node).execute_command("CLIENT", "KILL", "TYPE", "replica")
+            time.sleep(lag_s)
+        node.kill()
+        for r in replicas:
+            r.resume()
+
+    def wait_failover(self, killed: RedisServer, timeout: float = 60.0) -> RedisServer:
+        """Wait until a former replica of ``killed`` is master and every live node says
+        cluster_state:ok; return the promoted node."""
+        replicas = [n for n in self.nodes if self._master_of.get(n.port) == self._ids[killed.port]]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            promoted = [n for n in replicas if n.proc is not None and n.proc.poll() is None and self.role(n) == "master"]
+            live = [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+            if promoted and all(self._state_ok(n.port) for n in live):
+                self._learn_layout()
+                return promoted[0]
+            time.sleep(0.05)
+        raise RuntimeError(f"no replica of 127.0.0.1:{killed.port} was promoted within {timeout}s")
+
+    def _learn_layout(self) -> None:
+        """Note each node's id, and the master each replica follows."""
+        for node in self.nodes:
+            if node.proc is None or node.proc.poll() is not None:
+                continue
+            try:
+                table = self.client(node).execute_command("CLUSTER NODES")
+            except Exception:
+                continue
+            for entry in table.values():
+                if "myself" in entry["flags"]:
+                    self._ids[node.port] = entry["node_id"]
+                    if "slave" in entry["flags"]:
+                        self._master_of[node.port] = entry["master_id"]
+                    else:
+                        self._master_of.pop(node.port, None)
+
+    def restart(self, node: RedisServer) -> None:
+        """Start a killed node again at its old address (it rejoins with its nodes.conf)."""
+        node.start()
 
     def cleanup(self) -> None:
         for node in self.nodes:
