@@ -114,12 +114,13 @@ _ROLE_OWN: dict[str, tuple[str, ...]] = {
     # The scrapy-redis feed (feed.py): its length, a batch read without removing, the
     # removal, the mover lock (SET NX PX / GET / DEL), the _feed dead letters (XADD,
     # HINCRBY); a migrated scrapy-redis dupefilter (SMISMEMBER). The check of these rights
-    # at start (MULTI, DISCARD: streams_sched/rights.py).
+    # at start (MULTI, DISCARD: streams_sched/rights.py). Acks that wait for replicas
+    # (replicas.py): INFO replication, the sync key (SET PX), WAIT.
     "worker": (
         *_BASE, "multi", "discard", "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
         "publish", "spublish", "bf.exists",
         "llen", "scard", "zcard", "lrange", "srandmember", "zrevrange", "lrem", "srem", "zrem",
-        "set", "get", "del", "xadd", "hincrby", "smismember",
+        "set", "get", "del", "xadd", "hincrby", "smismember", "info", "wait",
     ),
     # reclaimer (reclaimer/core.py): crawl and site registries, the nodes hash (lease
     # settings of live workers; records of gone nodes deleted), consumers that are gone

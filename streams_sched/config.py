@@ -180,6 +180,12 @@ class StreamsConfig:
     retry_after_max_seconds: float = 3600.0
     #: STREAMS_LOCAL_SEEN_CACHE: fingerprints a worker remembers to skip sending known duplicates.
     local_seen_cache: int = 200_000
+    #: STREAMS_MIN_REPLICAS: replicas of each primary that must hold a request's follow-ups
+    #: before its ack is sent; -1 = "auto" (1 where the primary has a connected replica, else 0).
+    min_replicas: int = -1
+    #: STREAMS_REPLICA_WAIT_MS: how long one WAIT for those replicas may take before the
+    #: acks stay held and the wait is tried again.
+    replica_wait_ms: int = 500
     #: STREAMS_CONNECT_TIMEOUT_SECONDS: how long a starting worker waits for Redis.
     connect_timeout_seconds: float = 30.0
     #: STREAMS_SOCKET_TIMEOUT_SECONDS: socket timeout of Redis calls (the I/O thread's, not the reactor's).
@@ -300,6 +306,8 @@ class StreamsConfig:
             "".encode(self.feed_encoding)
         except LookupError:
             raise ConfigError("REDIS_ENCODING", self.feed_encoding, "unknown encoding") from None
+        _whole("STREAMS_MIN_REPLICAS", self.min_replicas, minimum=-1)
+        _whole("STREAMS_REPLICA_WAIT_MS", self.replica_wait_ms, minimum=1)
         if self.unserializable not in UNSERIALIZABLE_MODES:
             raise ConfigError("STREAMS_UNSERIALIZABLE", self.unserializable, f"expected one of {UNSERIALIZABLE_MODES}")
         if not (0 < self.adaptive_decrease < 1):
@@ -468,6 +476,16 @@ def _json_dict(name: str, value: Any) -> Any:
     return dict(value) if isinstance(value, Mapping) else value
 
 
+def _min_replicas(name: str, value: Any) -> int:
+    """"auto" (-1) or a number of replicas."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return -1
+    n = _int(name, value)
+    if n < 0:
+        raise ConfigError(name, value, 'expected "auto" or a number of replicas (0 = do not wait for any)')
+    return n
+
+
 def _band_ratio(name: str, value: Any) -> tuple[int, int, int]:
     return parse_band_ratio(value, name)
 
@@ -496,6 +514,8 @@ SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "node_id": ("STREAMS_NODE_ID", _str),
     "retry_after_max_seconds": ("STREAMS_RETRY_AFTER_MAX_SECONDS", _num),
     "local_seen_cache": ("STREAMS_LOCAL_SEEN_CACHE", _int),
+    "min_replicas": ("STREAMS_MIN_REPLICAS", _min_replicas),
+    "replica_wait_ms": ("STREAMS_REPLICA_WAIT_MS", _int),
     "connect_timeout_seconds": ("STREAMS_CONNECT_TIMEOUT_SECONDS", _num),
     "socket_timeout_seconds": ("STREAMS_SOCKET_TIMEOUT_SECONDS", _num),
     "shutdown_timeout_seconds": ("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", _num),

@@ -25,6 +25,8 @@ Written by the I/O thread, read by the reactor thread:
 - ``weights``: each site's fairness weight from its policy;
 - ``drained``, ``enqueues_done``, ``unsent``: whether the crawl may be over;
 - ``legacy``: the migrated scrapy-redis dupefilter set (legacy.py), if any;
+- ``seen_epoch``: raised when a Redis primary was replaced, so the scheduler
+  forgets the fingerprints it remembers sending (they may not have arrived);
 - ``fatal``: the I/O thread crashed.
 
 ``kick()`` (either side) wakes the I/O thread; ``wake`` (set by the
@@ -86,6 +88,7 @@ class Exchange:
     #: operations taken from the outbox but not yet confirmed by Redis
     unsent: bool = False
     legacy: str | None = None
+    seen_epoch: int = 0
     fatal: BaseException | None = None
     #: the reactor sets it when it found nothing to hand out; the I/O thread clears it
     #: and calls ``wake`` when requests arrive (it appends the arrivals first)

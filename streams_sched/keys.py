@@ -180,6 +180,11 @@ class CrawlKeys:
     def legacy_seen(self) -> str:
         return f"{ROOT}:{self.tag}:legacy-seen"
 
+    @cached_property
+    def sync(self) -> str:
+        """Written just before a WAIT for replicas of this shard (replicas.py); expires by itself."""
+        return f"{ROOT}:{self.tag}:sync"
+
     @staticmethod
     def registry() -> str:
         """The global SET of crawl names."""
@@ -245,6 +250,11 @@ class SiteKeys:
         return f"{self.base}:window"
 
     @cached_property
+    def sync(self) -> str:
+        """Written just before a WAIT for replicas of this site's shard (replicas.py); expires by itself."""
+        return f"{self.base}:sync"
+
+    @cached_property
     def obs_v1(self) -> str:
         """The previous version's observed window (a hash that expires when idle); purged only."""
         return f"{self.base}:obs"
@@ -262,4 +272,5 @@ class SiteKeys:
             self.policy,
             self.obs,
             self.obs_v1,
+            self.sync,
         )

@@ -85,6 +85,12 @@ class AckGate:
     until it succeeds. Dead letters this worker found itself (entries it could
     not decode) follow no enqueue and go out at once.
 
+    Where the primary has replicas, "confirmed" means on a replica too
+    (replicas.py): enqueues the primary took wait in :attr:`awaiting`, by
+    primary, until its barrier passes (:meth:`replicated`) or they must be sent
+    again (:meth:`resend`). Sites whose registration failed wait in
+    :attr:`unregistered` until it goes through. Either holds back every lease op.
+
     Use per cycle: :meth:`plan` with the new operations, send what it returns,
     then report failures with :meth:`enqueue_failed`, :meth:`after_failed`,
     or :meth:`not_sent` if the whole pipeline failed.
@@ -96,11 +102,15 @@ class AckGate:
     held: list[LeaseOp] = field(default_factory=list)
     #: dead letters of entries that could not be decoded: no enqueue to wait for
     own_dead: list[DeadLetter] = field(default_factory=list)
+    #: primary -> enqueues it confirmed, not yet known to be on its replicas
+    awaiting: dict[str, list[Enqueue]] = field(default_factory=dict)
+    #: sites whose registration in the crawl's site registry must be sent (again)
+    unregistered: set[str] = field(default_factory=set)
 
     def plan(self, new: list[Op]) -> tuple[list[Enqueue], list[LeaseOp]]:
         """The enqueues and lease operations to send in this cycle."""
         after: list[LeaseOp] = []
-        if not self.unconfirmed:
+        if not self.unconfirmed and not self.awaiting and not self.unregistered:
             after, self.held = self.held, []
         after += self.own_dead
         self.own_dead = []
@@ -117,6 +127,20 @@ class AckGate:
         """Redis refused or did not answer these enqueues: send them again."""
         self.unconfirmed += chunk
 
+    def await_replicas(self, primary: str, chunk: list[Enqueue]) -> None:
+        """``primary`` confirmed these enqueues; they count once its replicas have them."""
+        self.awaiting.setdefault(primary, []).extend(chunk)
+
+    def replicated(self, primary: str) -> None:
+        """``primary``'s replicas have everything it confirmed."""
+        self.awaiting.pop(primary, None)
+
+    def resend(self, primary: str) -> list[Enqueue]:
+        """What ``primary`` confirmed may be wiped (it is no longer the primary): send it again."""
+        chunk = self.awaiting.pop(primary, [])
+        self.unconfirmed += chunk
+        return chunk
+
     def after_failed(self, group: list[LeaseOp]) -> None:
         """These lease operations were not done: send them again, first."""
         self.held = group + self.held
@@ -128,10 +152,11 @@ class AckGate:
 
     def __bool__(self) -> bool:
         """True while anything is waiting to be sent or confirmed."""
-        return bool(self.unconfirmed or self.held or self.own_dead)
+        return bool(self.unconfirmed or self.held or self.own_dead or self.awaiting or self.unregistered)
 
     def __len__(self) -> int:
-        return len(self.unconfirmed) + len(self.held) + len(self.own_dead)
+        waiting = sum(len(c) for c in self.awaiting.values())
+        return len(self.unconfirmed) + len(self.held) + len(self.own_dead) + waiting + len(self.unregistered)
 
     def lease_ops(self) -> list[LeaseOp]:
         """Every lease operation not sent yet (to tell known leases from lost ones)."""

@@ -12,7 +12,9 @@ one pipeline:
 
 The order of enqueues and acks is :class:`~streams_sched.ops.AckGate`'s:
 acks ride one cycle behind the enqueues, so a request's follow-up requests
-are in Redis before its ack, even on Redis Cluster. What the worker holds is
+are in Redis before its ack, even on Redis Cluster; where a primary has
+replicas, on one of them too (replicas.py: a SET + WAIT barrier per primary
+after the pipeline). What the worker holds is
 counted in a :class:`~streams_sched.leasebook.LeaseBook`; which sites to
 lease from is decided in selection.py. Besides, when idle, the pump takes
 over expired leases, checks whether the crawl is drained, moves a
@@ -52,6 +54,7 @@ from .ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, LeaseOp,
 from .politeness import FeedbackBatch
 from .recovery import release_orphans
 from .refusals import Refusals
+from .replicas import ReplicaBook, ReplicaGuard, Verdict
 from .selection import DrainDetector, LeasePlan, SiteHint, empty_lease_backoff, plan_leases
 from .sent import (
     AFTER_STAT,
@@ -170,6 +173,17 @@ class Pump(threading.Thread):
         self.feed = feed
         self.next_feed = now
         self.answers = FeedbackBatch(config.feedback_interval_seconds)
+        #: barriers that hold acks until the enqueues before them are on a replica
+        self.replicas = ReplicaGuard(frontier.client, ReplicaBook(config.min_replicas), config.replica_wait_ms, node_id)
+        #: primary -> the key its next barrier writes, and when it may be tried again
+        self.sync_keys: dict[str, str] = {}
+        self.next_barrier: dict[str, float] = {}
+        #: primary -> sites whose registration it confirmed, until its barrier passes
+        self.registering: dict[str, set[str]] = {}
+        #: enqueue calls and registrations Redis confirmed in this cycle
+        self.confirmed: list[Enqueued] = []
+        self.confirmed_sites: set[str] = set()
+        self.next_topology = now
         #: feedback.lua's adaptive flag, decrease, increase, floor and forget ms (the config is frozen)
         self.feedback_params = (
             "1" if config.adaptive else "0",
@@ -286,6 +300,79 @@ class Pump(threading.Thread):
             self.outage_since = time.monotonic()
             logger.warning("Redis unreachable (%s); retrying with back-off", exc)
         self.x.stats.append(("streams/redis_errors", 1))
+        self._refresh_topology()
+
+    def _refresh_topology(self) -> None:
+        """On a cluster, read the slot map again from any node that answers (at most once
+        a second): a failed-over master's slots move to its replica, and a command that
+        bypasses the cluster client (a node's own pipeline) would otherwise retry the dead
+        address for ever."""
+        client = self.frontier.client
+        now = time.monotonic()
+        if not self.replicas.cluster or now < self.next_topology:
+            return
+        self.next_topology = now + 1.0
+        try:
+            client.nodes_manager.initialize()
+        except Exception as exc:  # no node answers yet: the next outage cycle tries again
+            logger.debug("cluster topology not refreshed: %s", exc)
+
+    def _replicate(self, now: float) -> None:
+        """Hold the acks until this cycle's confirmed writes are on a replica of each
+        primary that took them (replicas.py); run the barriers that are due."""
+        guard, gate, f = self.replicas, self.gate, self.frontier
+        confirmed, self.confirmed = self.confirmed, []
+        sites, self.confirmed_sites = self.confirmed_sites, set()
+        try:
+            for cmd in confirmed:
+                key = f.site(cmd.site).sync
+                primary = guard.primary_of(key)
+                if primary in gate.awaiting or guard.required(primary, now) != 0:
+                    gate.await_replicas(primary, cmd.chunk)
+                    self.sync_keys.setdefault(primary, key)
+            if sites:
+                key = f.keys.sync
+                primary = guard.primary_of(key)
+                if primary in gate.awaiting or guard.required(primary, now) != 0:
+                    gate.await_replicas(primary, [])
+                    self.registering.setdefault(primary, set()).update(sites)
+                    self.sync_keys.setdefault(primary, key)
+        except Exception:
+            # cannot tell where they went: send them again (dedupe makes that safe)
+            for cmd in confirmed:
+                gate.unconfirmed += cmd.chunk
+            gate.unregistered |= sites
+            self.registered -= sites
+            raise
+        for primary in list(gate.awaiting):
+            if now < self.next_barrier.get(primary, 0.0):
+                continue
+            verdict = guard.barrier(primary, self.sync_keys.get(primary, f.keys.sync), now)
+            if verdict is Verdict.PASS:
+                gate.replicated(primary)
+                self.registering.pop(primary, None)
+                self.sync_keys.pop(primary, None)
+                self.next_barrier.pop(primary, None)
+            elif verdict is Verdict.HOLD:
+                self.x.stats.append(("streams/replica_waits", 1))
+                self.next_barrier[primary] = now + self.config.replica_wait_ms / 1000.0
+            else:
+                chunk = gate.resend(primary)
+                lost = self.registering.pop(primary, set())
+                self.registered -= lost
+                gate.unregistered |= lost
+                self.sync_keys.pop(primary, None)
+                self.next_barrier.pop(primary, None)
+                self.x.stats.append(("streams/replica_resends", len(chunk)))
+                logger.warning(
+                    "Redis primary %s may not keep the %d requests it confirmed (it is gone or no"
+                    " longer the primary): sending them again", primary or "of this crawl", len(chunk),
+                )
+                self.x.seen_epoch += 1
+                self._refresh_topology()
+        if guard.book.identity_changed:
+            guard.book.identity_changed = False
+            self.x.seen_epoch += 1
 
     def _refuse(self, what: str, exc: BaseException, *, back_off: bool = True) -> None:
         """Redis refused a command for good: count it, log it the first time, and (for
@@ -374,7 +461,12 @@ class Pump(threading.Thread):
             gate.not_sent(enq, after)
             raise
         if sent:
-            arrived = self._handle(sent, replies)
+            try:
+                arrived = self._handle(sent, replies)
+            finally:
+                self._replicate(now)
+        elif gate.awaiting:
+            self._replicate(now)
         x.unsent = bool(gate)
         self._maintenance(now, planned, arrived)
         if self.feed is not None and now >= self.next_feed and not (self._closing or self._stop_requested):
@@ -452,11 +544,11 @@ class Pump(threading.Thread):
         self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[LeaseOp], now: float
     ) -> None:
         f = self.frontier
+        new_sites = ({op.site for op in enq} - self.registered) | self.gate.unregistered
+        if new_sites:
+            f.register_sites(sorted(new_sites), pipe)
+            sent.append(Registered(new_sites))
         if enq:
-            new_sites = {op.site for op in enq} - self.registered
-            if new_sites:
-                f.register_sites(sorted(new_sites), pipe)
-                sent.append(Registered(new_sites))
             by_site: dict[str, list[Enqueue]] = defaultdict(list)
             for op in enq:
                 by_site[op.site].append(op)
@@ -583,14 +675,18 @@ class Pump(threading.Thread):
                         self.x.feedback.append((cmd.group[0].entry.site, "ok", cmd.answered))
                 elif isinstance(cmd, Registered):
                     self.registered -= cmd.sites
+                    self.gate.unregistered |= cmd.sites
                 continue
             if self.refusals.counts:
                 self._accepted(describe(cmd))
             if isinstance(cmd, Enqueued):
                 self._on_enqueued(cmd.site, cmd.chunk, reply)
+                self.confirmed.append(cmd)
                 confirmed = True
             elif isinstance(cmd, Registered):
                 self.registered |= cmd.sites
+                self.gate.unregistered -= cmd.sites
+                self.confirmed_sites |= cmd.sites
             elif isinstance(cmd, LeaseOpsSent):
                 n = len(cmd.group) if isinstance(reply, list) or cmd.kind is Extend else int(reply)
                 x.stats.append((AFTER_STAT[cmd.kind], n))

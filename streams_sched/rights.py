@@ -76,6 +76,9 @@ PROBES: dict[str, tuple[str, ...]] = {
     "get": ("GET", "K"),
     "del": ("DEL", "K"),
     "smismember": ("SMISMEMBER", "K", "m"),
+    # acks that wait for replicas (replicas.py)
+    "info": ("INFO", "replication"),
+    "wait": ("WAIT", "0", "0"),
 }
 
 

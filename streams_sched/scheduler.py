@@ -134,6 +134,8 @@ class StreamsScheduler(BaseScheduler):
         # page were seen before). Any other fingerprinter always fingerprints.
         self.url_shortcut = url_shortcut and type(fingerprinter) is RequestFingerprinter
         self.seen_urls = SeenCache(config.local_seen_cache if self.url_shortcut else 0)
+        #: the I/O thread's Exchange.seen_epoch when the seen caches were last trusted
+        self._seen_epoch = 0
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self.codec: RequestCodec | None = None
@@ -425,6 +427,9 @@ class StreamsScheduler(BaseScheduler):
         if codec is None:
             raise RuntimeError("StreamsScheduler.enqueue_request() called before open()")
         url_key = None
+        x = self._x
+        if x is not None and x.seen_epoch != self._seen_epoch:
+            self._forget_seen(x.seen_epoch)
         if request.dont_filter:
             fp = b""
         else:
@@ -460,7 +465,6 @@ class StreamsScheduler(BaseScheduler):
                 delay_ms = max(0, int((float(not_before) - time.time()) * 1000))
             except (TypeError, ValueError):
                 logger.error("ignoring meta['not_before']=%r of %s: not epoch seconds", not_before, request)
-        x = self._x
         if fp and x is not None and x.legacy is not None:
             # checked against the migrated scrapy-redis dupefilter by the I/O thread
             self._put(Enqueue(site, Outgoing(fp, stream, delay_ms, payload), legacy_fingerprint(request)))
@@ -665,6 +669,15 @@ class StreamsScheduler(BaseScheduler):
             except ValueError as exc:
                 raise SerializationError(repr(request), "meta['site']", str(exc)) from None
         return known
+
+    def _forget_seen(self, epoch: int) -> None:
+        """A Redis primary was replaced: what this worker remembers sending may not have
+        arrived there, so let Redis' own dedupe decide again."""
+        self._seen_epoch = epoch
+        forgotten = len(self.seen)
+        self.seen = SeenCache(self.config.local_seen_cache)
+        self.seen_urls = SeenCache(self.config.local_seen_cache if self.url_shortcut else 0)
+        logger.info("forgot %d fingerprints sent before a Redis primary was replaced", forgotten)
 
     def _filtered(self, request: Request) -> None:
         self._n_filtered += 1

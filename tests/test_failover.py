@@ -1,0 +1,107 @@
+"""Redis failover with real processes: a Redis Cluster with one replica per master, and
+one primary with a replica under three Sentinels. The current primary is SIGKILLed
+mid-crawl, the replica is promoted, and the dead node is either restarted at once or
+left down. Every page must be crawled, and every worker must finish by itself with exit 0.
+
+Replication is asynchronous, so these tests prove that the workers hold each ack until
+the request's follow-ups are on a replica, follow the new topology, and do not trust
+what they remember sending to a primary that is gone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams_sched.connection import connect
+from streams_sched.demo.web import SyntheticWeb
+from streams_sched.testing import find_redisbloom
+
+from conftest import spread_crawl_name
+
+from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
+from redis_tools import LocalCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SITES, PAGES = 8, 600
+#: how long a replica lags behind its master when the master dies
+LAG_S = 0.5
+
+
+@pytest.fixture
+def replicated_cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(3, replicas=1, node_timeout_ms=1500, appendonly=True, bloom=find_redisbloom() is not None) as cluster:
+        yield cluster
+
+
+def crawl_through_failovers(
+    url: str, crawl: str, tmp_path: Path, failovers: int, fail_over: Any, measured: Any
+) -> None:
+    """Two workers crawl SITES x PAGES; ``fail_over(i)`` is called at evenly spread moments
+    of the crawl. Asserts that every page is crawled and both workers exit 0 by themselves."""
+    total = SITES * PAGES
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        url, crawl, "bitmap", items,
+        SYNTH_SEED=True, SYNTH_SITES=SITES, SYNTH_PAGES=PAGES, SYNTH_DELAY_SECONDS=0.02,
+        STREAMS_LEASE_SECONDS=10, STREAMS_SOCKET_TIMEOUT_SECONDS=2,
+        CONCURRENT_REQUESTS=16, CONCURRENT_REQUESTS_PER_DOMAIN=4,
+    )
+    workers = [Worker({**settings, "RECORD_TAG": "w0", "STREAMS_NODE_ID": "w0"}, tmp_path / "w0.log")]
+    moments: list[int] = []
+    started = time.monotonic()
+    try:
+        wait_for(lambda: len(read_items(items)) >= 5, timeout=60, what="the crawl to start")
+        workers.append(
+            Worker({**settings, "SYNTH_SEED": False, "RECORD_TAG": "w1", "STREAMS_NODE_ID": "w1"}, tmp_path / "w1.log")
+        )
+        for i in range(failovers):
+            threshold = total * (i + 1) // (failovers + 2)
+            wait_for(lambda t=threshold: len(read_items(items)) >= t, timeout=180, what=f"{threshold} pages")
+            moments.append(len(read_items(items)))
+            fail_over(i)
+        codes = [w.wait(240) for w in workers]
+    finally:
+        for w in workers:
+            w.close()
+    seen = crawled_urls(items)
+    missing = SyntheticWeb(sites=SITES, pages=PAGES).all_urls() - set(seen)
+    repeats = sum(n - 1 for n in seen.values())
+    measured(
+        f"{failovers} failovers at pages {moments}: crawled {len(seen)}/{total}, never crawled {len(missing)},"
+        f" crawled twice {repeats}, in {time.monotonic() - started:.0f}s"
+    )
+    assert codes == [0, 0], [w.log()[-3000:] for w in workers]
+    assert not missing, (len(missing), sorted(missing)[:10])
+    for w in workers:
+        assert "Traceback" not in w.log(), w.log()[-5000:]
+
+
+@pytest.mark.parametrize(
+    ("restart", "failovers"),
+    # three shards with one replica each: left down, a third failover would leave a shard without any
+    [("at_once", 2), ("left_down", 2), ("at_once", 5)],
+)
+def test_cluster_failovers_lose_no_page(
+    replicated_cluster: LocalCluster, restart: str, failovers: int, tmp_path: Path, measured: Any
+) -> None:
+    """SIGKILLs of the busiest cluster master mid-crawl, its replica lagging and then promoted,
+    the dead node restarted at once or left down: every page is crawled, both workers exit 0."""
+    cluster = replicated_cluster
+    crawl = spread_crawl_name(connect(cluster.url), tuple(f"site{i}.test" for i in range(SITES)))
+
+    def fail_over(_: int) -> None:
+        candidates = [m for m in cluster.masters() if cluster.has_replica(m)]
+        victim = max(candidates, key=lambda n: int(cluster.client(n).dbsize()))
+        cluster.kill(victim, lag_s=LAG_S)
+        cluster.wait_failover(victim)
+        if restart == "at_once":
+            cluster.restart(victim)
+            wait_for(lambda: cluster.role(victim) == "slave", timeout=30, what="the old master to rejoin as a replica")
+            wait_for(cluster.healthy, timeout=60, what="the replica to sync")
+
+    crawl_through_failovers(cluster.url, crawl, tmp_path, failovers, fail_over, measured)
