@@ -63,7 +63,8 @@ def parse_band_ratio(value: Any, setting: str = "STREAMS_BAND_RATIO") -> tuple[i
 class StreamsConfig:
     """Validated settings of one crawl's scheduler. Units are in the names."""
 
-    #: REDIS_URL: the frontier's Redis (redis://, rediss:// with TLS, or unix://).
+    #: REDIS_URL: the frontier's Redis (redis://, rediss:// with TLS, unix://, or redis+sentinel:// /
+    #: rediss+sentinel:// for the master of a Sentinel service: see streams_sched/urls.py).
     redis_url: str
     #: STREAMS_PREFIX: the crawl namespace; default the spider name.
     crawl: str
