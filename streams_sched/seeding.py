@@ -134,7 +134,8 @@ def outgoing_for(
 class Seeder:
     """Adds seed requests to one crawl. Thread-safe only per instance (one per thread).
 
-    ``redis`` is a REDIS_URL (``?cluster=1`` for Redis Cluster) or a redis-py client.
+    ``redis`` is a REDIS_URL (``?cluster=1`` for Redis Cluster, ``redis+sentinel://`` for the
+    master of a Sentinel service) or a redis-py client.
     """
 
     def __init__(

@@ -7,12 +7,17 @@ replica and three sentinels that fail over 1 s after the master stops answering.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+import redis
 
+from streams_sched import acl
 from streams_sched.config import StreamsConfig
-from streams_sched.errors import ConfigError
+from streams_sched.connection import TRANSIENT, SentinelMaster, connect, connect_ready, is_cluster_url
+from streams_sched.errors import ConfigError, RedisUnavailable
+from streams_sched.testing import free_port
 from streams_sched.urls import parse_sentinel_url, redact, validate_redis_url
 
 THREE = "redis+sentinel://s1:26379,s2:26380,s3/mymaster/2"
@@ -84,6 +89,15 @@ def test_daemon_settings_name_their_option_for_a_bad_sentinel_url() -> None:
             settings(redis_url="redis+sentinel://s1:26379")
 
 
+def test_redis_cluster_variable_is_refused_with_a_sentinel_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """REDIS_CLUSTER=1 in the environment and a Sentinel URL contradict each other: refused, not guessed."""
+    assert not is_cluster_url(THREE)
+    monkeypatch.setenv("REDIS_CLUSTER", "1")
+    assert not is_cluster_url(THREE)
+    with pytest.raises(ConfigError, match="REDIS_CLUSTER is set in the environment, but a Sentinel URL is not a Redis Cluster"):
+        validate_redis_url(THREE)
+
+
 def test_redact_masks_the_password_and_the_sentinel_password() -> None:
     """redact masks user:password@ and the sentinel_password and ssl_password values, and nothing else."""
     url = "rediss+sentinel://w:s3cret@s1:26379,s2/m/0?sentinel_password=t0p&ssl_password=k3y&socket_timeout=2"
@@ -95,3 +109,53 @@ def test_redact_masks_the_password_and_the_sentinel_password() -> None:
     with pytest.raises(ConfigError) as info:
         validate_redis_url("redis+sentinel://w:s3cret@s1:bad/m?sentinel_password=t0p")
     assert "s3cret" not in str(info.value) and "t0p" not in str(info.value) and "w:***@s1:bad" in str(info.value)
+
+
+def test_connect_builds_a_master_client_with_the_usual_options(tmp_path: Path) -> None:
+    """connect() on a Sentinel URL builds, without talking to Redis, a client of the
+    service's master with connect()'s timeouts, decoding and no retries of its own (URL
+    options win), and sentinel clients with the sentinels' password and TLS."""
+    client = connect(THREE + "?sentinel_password=t0p&socket_timeout=2", socket_timeout=7, connect_timeout=3, decode_responses=True)
+    pool = client.connection_pool
+    assert isinstance(client, SentinelMaster) and isinstance(pool, redis.sentinel.SentinelConnectionPool)
+    assert pool.service_name == "mymaster" and pool.is_master
+    kwargs = pool.connection_kwargs
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"], kwargs["db"]) == (2.0, 3, 2)
+    assert kwargs["decode_responses"] is True and kwargs["retry"].get_retries() == 0
+    assert pool.connection_class is redis.sentinel.SentinelManagedConnection
+    sentinels = pool.sentinel_manager.sentinels
+    assert [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"]) for s in sentinels] == [
+        ("s1", 26379), ("s2", 26380), ("s3", 26379)]
+    first = sentinels[0].connection_pool.connection_kwargs
+    assert first["password"] == "t0p" and first["socket_timeout"] == 2.0 and first["retry"].get_retries() == 0
+    client.close()
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    tls = connect(f"rediss+sentinel://:pw@s1/m?ssl_ca_certs={ca}").connection_pool
+    assert tls.connection_class is redis.sentinel.SentinelManagedSSLConnection
+    assert tls.connection_kwargs["ssl_ca_certs"] == str(ca) and tls.connection_kwargs["password"] == "pw"
+    assert tls.sentinel_manager.sentinels[0].connection_pool.connection_kwargs["ssl_ca_certs"] == str(ca)
+    with pytest.raises(ConfigError, match=r"socket_timeout='soon' is not a valid value"):
+        connect(THREE + "?socket_timeout=soon")
+
+
+def test_no_master_is_transient_and_one_clear_line() -> None:
+    """MasterNotFoundError is in TRANSIENT (the worker's I/O thread and the daemons retry it),
+    and sentinels that never answer end connect_ready with one line naming each of them."""
+    assert redis.sentinel.MasterNotFoundError in TRANSIENT and redis.sentinel.SlaveNotFoundError in TRANSIENT
+    a, b = free_port(), free_port()
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailable) as info:
+        connect_ready(f"redis+sentinel://127.0.0.1:{a},127.0.0.1:{b}/mymaster", 0.5, quiet=True)
+    text = str(info.value)
+    assert time.monotonic() - started < 10
+    assert "\n" not in text and "did not answer within 0.5s" in text, text
+    assert f"sentinel 127.0.0.1:{a}:" in text and f"sentinel 127.0.0.1:{b}:" in text and "Connection refused" in text
+    assert "check the sentinels and the service name in REDIS_URL" in text
+
+
+def test_acl_rules_for_a_sentinel_client_allow_role() -> None:
+    """A Sentinel client checks ROLE on each new connection, so the rules for one include +role."""
+    for role in acl.ROLES:
+        assert "+role" in acl.rules(role, "c", sentinel=True) and "+role" not in acl.rules(role, "c")
+    assert acl.setuser_line("monitor", sentinel=True).endswith("+role")
