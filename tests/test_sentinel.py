@@ -7,18 +7,22 @@ replica and three sentinels that fail over 1 s after the master stops answering.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 import redis
+from redis_tools import LocalSentinel
 
 from streams_sched import acl
 from streams_sched.config import StreamsConfig
 from streams_sched.connection import TRANSIENT, SentinelMaster, connect, connect_ready, is_cluster_url
 from streams_sched.errors import ConfigError, RedisUnavailable
-from streams_sched.testing import free_port
+from streams_sched.testing import free_port, redis_server_binary
 from streams_sched.urls import parse_sentinel_url, redact, validate_redis_url
+
+from helpers import missing
 
 THREE = "redis+sentinel://s1:26379,s2:26380,s3/mymaster/2"
 
@@ -159,3 +163,19 @@ def test_acl_rules_for_a_sentinel_client_allow_role() -> None:
     for role in acl.ROLES:
         assert "+role" in acl.rules(role, "c", sentinel=True) and "+role" not in acl.rules(role, "c")
     assert acl.setuser_line("monitor", sentinel=True).endswith("+role")
+
+
+def _need_redis_server() -> None:
+    if not redis_server_binary():
+        missing("redis-server is not installed (redis-server --sentinel runs the sentinels)")
+
+
+def test_local_sentinel_cleans_up_its_processes_and_files() -> None:
+    """The fixture stops every process it started and removes its directory."""
+    _need_redis_server()
+    sentinel = LocalSentinel(replicas=1).start()
+    procs = [n.proc for n in [*sentinel.nodes, *sentinel.sentinels]]
+    where = sentinel.dir
+    assert os.path.isdir(where) and len(procs) == 5 and all(p is not None and p.poll() is None for p in procs)
+    sentinel.cleanup()
+    assert not os.path.exists(where) and all(p is not None and p.poll() is not None for p in procs)
