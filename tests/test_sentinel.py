@@ -7,22 +7,30 @@ replica and three sentinels that fail over 1 s after the master stops answering.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
-from redis_tools import LocalSentinel
+from click.testing import CliRunner
+from redis_tools import LocalSentinel, make_tls_files
 
-from streams_sched import acl
+from streams_sched import Seeder, acl
+from streams_sched.cli import main
 from streams_sched.config import StreamsConfig
 from streams_sched.connection import TRANSIENT, SentinelMaster, connect, connect_ready, is_cluster_url
 from streams_sched.errors import ConfigError, RedisUnavailable
+from streams_sched.keys import health_key
 from streams_sched.testing import free_port, redis_server_binary
 from streams_sched.urls import parse_sentinel_url, redact, validate_redis_url
 
-from helpers import missing
+from daemons import Daemon, try_scrape, value
+from helpers import missing, wait_for
 
 THREE = "redis+sentinel://s1:26379,s2:26380,s3/mymaster/2"
 
@@ -165,9 +173,248 @@ def test_acl_rules_for_a_sentinel_client_allow_role() -> None:
     assert acl.setuser_line("monitor", sentinel=True).endswith("+role")
 
 
+# -- with processes ----------------------------------------------------------------------
+
+
 def _need_redis_server() -> None:
     if not redis_server_binary():
         missing("redis-server is not installed (redis-server --sentinel runs the sentinels)")
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[LocalSentinel]:
+    """One Sentinel set-up for the tests that do not fail it over."""
+    _need_redis_server()
+    with LocalSentinel() as sentinel:
+        yield sentinel
+
+
+@pytest.fixture
+def sentinel(shared: LocalSentinel) -> LocalSentinel:
+    """The shared set-up, flushed."""
+    client = shared.node_client(shared.master())
+    client.flushall()
+    client.script_flush()
+    client.close()
+    return shared
+
+
+@pytest.fixture
+def fresh() -> Iterator[LocalSentinel]:
+    """A Sentinel set-up of its own, for a test that fails it over."""
+    _need_redis_server()
+    with LocalSentinel() as sentinel:
+        yield sentinel
+
+
+def retrying(action: Callable[[], Any], timeout: float = 60.0) -> tuple[Any, int]:
+    """``action()`` retried on the transient errors that callers retry; (result, errors seen)."""
+    deadline = time.monotonic() + timeout
+    errors = 0
+    while True:
+        try:
+            return action(), errors
+        except TRANSIENT:
+            errors += 1
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_same_client_writes_to_the_new_master_after_a_failover(fresh: LocalSentinel, measured: Any) -> None:
+    """A client from connect() writes, its master is SIGKILLed, and after the transient
+    errors its callers retry, the same client object writes to the promoted replica."""
+    client = connect(fresh.url, socket_timeout=2, connect_timeout=1, decode_responses=True)
+    client.set("before", "1")
+    assert client.wait(1, 5000) == 1  # replicated: it survives the failover
+    old = fresh.kill_master()
+    killed = time.monotonic()
+    _, errors = retrying(lambda: client.set("after", "2"))
+    followed_s = time.monotonic() - killed
+    new_port = fresh.wait_failover(old.port)
+    measured(f"the client wrote to the new master {followed_s:.2f}s after the master was SIGKILLed"
+             f" (down-after {fresh.down_after_ms} ms; {errors} transient errors retried)")
+    assert errors > 0 and new_port != old.port
+    assert client.connection_pool.master_address == ("127.0.0.1", new_port)
+    direct = fresh.node_client(fresh.node_on(new_port))
+    assert direct.get("before") == "1" and direct.get("after") == "2"
+    assert client.get("before") == "1"
+    client.close()
+
+
+def test_restarted_old_master_takes_no_writes(fresh: LocalSentinel, measured: Any) -> None:
+    """After a failover the old master comes back empty and says it is a master until the
+    sentinels demote it: every write of a client that keeps writing meanwhile lands on the
+    new master, and the old one ends as its replica."""
+    client = connect(fresh.url, socket_timeout=2, connect_timeout=1, decode_responses=True)
+    client.set("k0", "0")
+    old = fresh.kill_master()
+    new_port = fresh.wait_failover(old.port)
+    retrying(lambda: client.set("k0", "0"))
+    fresh.restart(old)
+    restarted = time.monotonic()
+    roles = {fresh.role(old)}
+    written = 0
+    deadline = restarted + 60
+    while fresh.role(old) != "slave":
+        assert time.monotonic() < deadline, "the sentinels never demoted the restarted old master"
+        retrying(partial(client.set, f"k{written}", str(written)))
+        written += 1
+        roles.add(fresh.role(old))
+    demoted_s = time.monotonic() - restarted
+    measured(f"the restarted old master was demoted {demoted_s:.1f}s after it came back; {written} writes meanwhile")
+    assert "master" in roles  # it did come back as an (empty) master: the window was real
+    assert client.connection_pool.master_address == ("127.0.0.1", new_port)
+    direct = fresh.node_client(fresh.node_on(new_port))
+    assert [direct.get(f"k{i}") for i in range(written)] == [str(i) for i in range(written)]
+    fresh.wait_replicas(1)
+    replica = fresh.node_client(old)
+    wait_for(lambda: replica.get(f"k{written - 1}") == str(written - 1), timeout=30, what="the old master to replicate")
+    with pytest.raises(redis.ReadOnlyError):
+        replica.set("x", "1")
+    client.close()
+
+
+def test_a_demoted_server_a_sentinel_still_names_is_refused(sentinel: LocalSentinel) -> None:
+    """A sentinel that names a replica as the master (its view lags a failover) gets a
+    ConnectionError from the ROLE check, not a client on a replica; the next connection
+    asks again."""
+    client = connect(sentinel.url, socket_timeout=2, connect_timeout=1)
+    manager = client.connection_pool.sentinel_manager
+    (replica,) = sentinel.replicas()
+    real = manager.discover_master
+    manager.discover_master = lambda service: ("127.0.0.1", replica.port)
+    with pytest.raises(redis.ConnectionError, match=rf"127.0.0.1:{replica.port} is a slave, not the master of 'mymaster'"):
+        client.get("k")
+    manager.discover_master = real
+    assert client.set("k", "v") and client.get("k") == b"v"
+    client.close()
+
+
+def test_acl_user_of_a_role_works_through_the_sentinels(sentinel: LocalSentinel) -> None:
+    """setuser() through a Sentinel client adds +role to the role's rules, and its user
+    connects; a user without it is told, at once, which right it lacks."""
+    admin = connect(sentinel.url)
+    acl.setuser(admin, "mon", "pw1", "monitor")
+    admin.execute_command("ACL", "SETUSER", "norole", "reset", "on", ">pw2", "~*", "+@read", "+ping")
+    ok = connect_ready(sentinel.url.replace("redis+sentinel://", "redis+sentinel://mon:pw1@"), 10)
+    assert ok.ping()
+    with pytest.raises(RedisUnavailable, match=r"may not run a command it needs \(.*'role'.*\)"):
+        connect_ready(sentinel.url.replace("redis+sentinel://", "redis+sentinel://norole:pw2@"), 10)
+    for user in ("mon", "norole"):
+        acl.deluser(admin, user)
+    ok.close()
+    admin.close()
+
+
+def test_wrong_service_name_says_what_the_sentinels_monitor(sentinel: LocalSentinel) -> None:
+    """A service name the sentinels do not monitor ends the wait with a line saying what they do monitor."""
+    with pytest.raises(RedisUnavailable) as info:
+        connect_ready(sentinel.url.replace("/mymaster/", "/mymastr/"), 0.5, quiet=True)
+    assert "monitors no 'mymastr' (it monitors ['mymaster'])" in str(info.value)
+
+
+def test_cli_and_seeder_work_against_the_sentinel_url(sentinel: LocalSentinel, crawl: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """streams-sched push, status and crawls and the Seeder API take a Sentinel URL like any other."""
+    monkeypatch.setenv("REDIS_URL", sentinel.url)
+    runner = CliRunner()
+    pushed = runner.invoke(main, ["push", "-c", crawl, "http://a.test/1", "http://a.test/2"], catch_exceptions=False)
+    assert pushed.exit_code == 0, pushed.output
+    with Seeder(sentinel.url, crawl) as seeder:
+        result = seeder.seed(["http://a.test/2", "http://b.test/1"])
+    assert result.added == ["http://b.test/1"] and result.duplicates == ["http://a.test/2"]
+    status = runner.invoke(main, ["status", "-c", crawl, "--json"], catch_exceptions=False)
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.output)["totals"]["backlog"] == 3
+    crawls = runner.invoke(main, ["crawls"], catch_exceptions=False)
+    assert crawl in crawls.output
+
+
+@pytest.mark.e2e
+def test_worker_crawls_with_a_sentinel_redis_url(sentinel: LocalSentinel, crawl: str, tmp_path: Path) -> None:
+    """A Scrapy worker whose REDIS_URL is a Sentinel URL starts (rights check, scripts,
+    dedupe probe) and crawls a small synthetic web to the end."""
+    from helpers import Worker, base_settings, crawled_urls
+
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(sentinel.url, crawl, "bitmap", items, SYNTH_SITES=1, SYNTH_PAGES=8, SYNTH_SEED=True)
+    worker = Worker(settings, tmp_path / "w.log")
+    try:
+        assert worker.wait(120) == 0, worker.log()
+        assert len(crawled_urls(items)) == 8
+        assert "redis+sentinel://127.0.0.1:" in worker.log()  # the opened line names the URL
+    finally:
+        worker.close()
+
+
+def test_tls_sentinels_with_passwords(tmp_path: Path) -> None:
+    """rediss+sentinel:// with the master's password and sentinel_password reaches the
+    master over TLS; a wrong sentinel_password and a missing CA fail at once, saying so."""
+    _need_redis_server()
+    tls = make_tls_files(str(tmp_path / "tls"))
+    with LocalSentinel(tls=tls, password="m-pw", sentinel_password="s-pw") as sentinel:
+        assert sentinel.url.startswith("rediss+sentinel://:m-pw@") and "sentinel_password=s-pw" in sentinel.url
+        client = connect_ready(sentinel.url, 10)
+        assert client.set("k", "v") and client.get("k") == b"v"
+        assert client.connection_pool.connection_class is redis.sentinel.SentinelManagedSSLConnection
+        client.close()
+        started = time.monotonic()
+        with pytest.raises(RedisUnavailable) as info:
+            connect_ready(sentinel.url.replace("sentinel_password=s-pw", "sentinel_password=nope"), 30)
+        assert "refused the credentials" in str(info.value) and "check sentinel_username and sentinel_password in the URL" in str(info.value)
+        assert "nope" not in str(info.value) and "s-pw" not in str(info.value)
+        no_ca = sentinel.url.split("&ssl_ca_certs=")[0]
+        with pytest.raises(RedisUnavailable, match="TLS certificate verification failed"):
+            connect_ready(no_ca, 30)
+        assert time.monotonic() - started < 20  # neither waited for its 30 s
+
+
+@pytest.mark.e2e
+def test_daemons_keep_working_across_a_failover(fresh: LocalSentinel, crawl: str, tmp_path: Path, measured: Any) -> None:
+    """The monitor and the reclaimer run against the Sentinel URL; the master is SIGKILLed,
+    and without a restart the monitor's /metrics reports the crawl's new figures from the
+    new master and the reclaimer keeps its health key fresh there."""
+    mport = free_port()
+    env = {"REDIS_URL": fresh.url}
+    mon = Daemon("monitor", ["--metrics-port", str(mport), "--cache-seconds", "0", "--interval", "0.5"], tmp_path / "m.log", env)
+    rec = Daemon("reclaimer", ["--interval", "0.5", "--name", "r1"], tmp_path / "r.log", env)
+    seeder = Seeder(fresh.url, crawl, connect_timeout_s=10)
+    try:
+        seeder.seed([f"http://a.test/{i}" for i in range(5)])
+
+        def backlog(n: int) -> Callable[[], bool]:
+            def check() -> bool:
+                m = try_scrape(mport)
+                return m is not None and value(m, "streams_sched_redis_up") == 1 and sum(
+                    v for k, v in m.get("streams_sched_backlog", {}).items() if dict(k).get("crawl") == crawl) == n
+            return check
+
+        wait_for(backlog(5), timeout=60, what=f"the monitor to report 5 queued; log:\n{mon.log()}")
+        wait_for(lambda: fresh.node_client(fresh.master()).get(health_key("reclaimer", "r1")), timeout=60,
+                 what=f"the reclaimer's health key; log:\n{rec.log()}")
+        old = fresh.kill_master()
+        killed = time.time()
+        new_port = fresh.wait_failover(old.port)
+        failed_over_s = time.time() - killed
+        retrying(lambda: seeder.seed([f"http://a.test/{i}" for i in range(5, 8)]))
+        wait_for(backlog(8), timeout=60, what=f"the monitor to report 8 queued after the failover; log:\n{mon.log()}")
+        monitor_s = time.time() - killed
+        new_master = fresh.node_client(fresh.node_on(new_port))
+
+        def fresh_health() -> bool:
+            raw = new_master.get(health_key("reclaimer", "r1"))
+            return raw is not None and json.loads(raw)["ts"] > killed + failed_over_s
+
+        wait_for(fresh_health, timeout=60, what=f"a reclaimer pass recorded on the new master; log:\n{rec.log()}")
+        reclaimer_s = time.time() - killed
+        measured(f"sentinels agreed on the new master {failed_over_s:.1f}s after the SIGKILL; the monitor reported"
+                 f" from it after {monitor_s:.1f}s, the reclaimer after {reclaimer_s:.1f}s")
+        assert mon.proc.poll() is None and rec.proc.poll() is None  # the same processes
+        assert mon.named("redis_reachable_again") or rec.named("redis_reachable_again")
+    finally:
+        seeder.close()
+        mon.close()
+        rec.close()
 
 
 def test_local_sentinel_cleans_up_its_processes_and_files() -> None:
