@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from streams_sched.server_checks import OK, REFUSE, TTL_KEYS, WARN, allowed_by_env, error_code, eviction_verdict, hint_for
+from streams_sched.server_checks import (
+    OK,
+    REFUSE,
+    TTL_KEYS,
+    WARN,
+    allowed_by_env,
+    error_code,
+    eviction_verdict,
+    hint_for,
+)
 
 WHERE = "Redis at redis://127.0.0.1:6379/0"
 ALLOW = "STREAMS_ALLOW_EVICTION = True"
