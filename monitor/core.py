@@ -19,7 +19,14 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from streams_sched.daemon import TRANSIENT, MetricsServer, StopFlag, connect_at_start, run_passes
+from streams_sched.daemon import (
+    TRANSIENT,
+    MetricsServer,
+    StopFlag,
+    check_server,
+    connect_at_start,
+    run_passes,
+)
 from streams_sched.frontier import Frontier
 from streams_sched.liveness import ALIVE, DEAD, NodeState, node_states
 
@@ -83,8 +90,10 @@ class Monitor:
     # -- lifecycle ------------------------------------------------------------
 
     def connect(self) -> None:
+        """Connect, then check the server's eviction policy (EvictionPolicyError on allkeys-*)."""
         if self.client is None:
             self.client = connect_at_start(self.settings.redis_url, self.settings.connect_timeout_s)
+            check_server(self.client, self.settings.redis_url, allowed=self.settings.allow_eviction, log=log)
 
     def start(self) -> None:
         """Start the metrics server, the event listener and the webhook sender."""
@@ -236,6 +245,7 @@ class Monitor:
             stop_flag=self.stop_flag,
             max_backoff_s=s.max_backoff_s,
             log=log,
+            role="monitor",
             hint="retrying with back-off; /metrics reports streams_sched_redis_up 0 meanwhile",
         )
         if code != 0:

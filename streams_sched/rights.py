@@ -76,6 +76,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "get": ("GET", "K"),
     "del": ("DEL", "K"),
     "smismember": ("SMISMEMBER", "K", "m"),
+    # the eviction-policy check at start (server_checks.py)
+    "info": ("INFO", "memory"),
 }
 
 

@@ -200,8 +200,8 @@ class StreamsScheduler(BaseScheduler):
             connect_timeout=min(5.0, cfg.socket_timeout_seconds),
         )
         where = f"Redis at {redact(cfg.redis_url)}"
-        check_eviction(client, where, allowed=cfg.allow_eviction, allow_hint="STREAMS_ALLOW_EVICTION = True", log=logger)
         check_rights(client, cfg.crawl, where)
+        check_eviction(client, where, allowed=cfg.allow_eviction, allow_hint="set STREAMS_ALLOW_EVICTION = True")
         bloom = crawl_bloom(
             client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion,
             cfg.revisit_after_seconds, cfg.revisit_buckets,

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +98,8 @@ class Verdict:
 def eviction_verdict(policy: str | None, where: str, *, allowed: bool, allow_hint: str, error: str = "") -> Verdict:
     """The verdict on ``policy`` (None: it could not be read, ``error`` says why) of the
     server ``where`` (e.g. "Redis at redis://host:6379/0"). ``allowed``: the component's
-    allow-eviction option is set, named by ``allow_hint`` (e.g. "STREAMS_ALLOW_EVICTION = True")."""
+    allow-eviction option is set; ``allow_hint`` says how to set it (e.g. "set
+    STREAMS_ALLOW_EVICTION = True")."""
     if policy is None:
         return Verdict(
             WARN,
@@ -114,13 +115,13 @@ def eviction_verdict(policy: str | None, where: str, *, allowed: bool, allow_hin
             return Verdict(
                 WARN,
                 f"{where} has maxmemory-policy {policy}: it evicts any key, including queued requests,"
-                f" so pages can be lost silently; running anyway because {allow_hint} is set. To lose"
-                f" nothing, {_FIX}",
+                f" so pages can be lost silently; running anyway, as {ALLOW_EVICTION_ENV} (or its option)"
+                f" allows. To lose nothing, {_FIX}",
             )
         return Verdict(
             REFUSE,
             f"{where} has maxmemory-policy {policy}: it evicts any key, including queued requests, so"
-            f" pages would be lost silently; {_FIX}, or set {allow_hint} to run anyway",
+            f" pages would be lost silently; {_FIX}, or {allow_hint} to run anyway",
         )
     if policy.startswith("volatile-"):
         keys = "; ".join(f"{what}: {effect}" for what, effect in TTL_KEYS)
@@ -185,12 +186,12 @@ def read_policies(client: Any) -> list[ServerPolicy]:
 
 
 def check_eviction(
-    client: Any, where: str, *, allowed: bool, allow_hint: str, log: Any = None
+    client: Any, where: str, *, allowed: bool, allow_hint: str, warn: Callable[[str], object] | None = None
 ) -> list[ServerPolicy]:
-    """Read the policy of every master and act on it: nothing for noeviction, one WARNING
+    """Read the policy of every master and act on it: nothing for noeviction, one warning
     per distinct verdict, :class:`EvictionPolicyError` for allkeys-* unless ``allowed``.
     ``where`` names the server in the messages (e.g. "Redis at redis://host:6379/0");
-    ``log`` is a logger with ``warning(msg)`` (default: this module's)."""
+    ``warn`` logs a warning line (default: a WARNING of this module's logger)."""
     read = read_policies(client)
     groups: dict[tuple[str | None, str], list[str]] = {}
     for sp in read:
@@ -203,7 +204,10 @@ def check_eviction(
         if verdict.level == REFUSE:
             refused.append((verdict, policy or "", named))
         elif verdict.level == WARN:
-            (log or logger).warning("%s", verdict.message)
+            if warn is None:
+                logger.warning("%s", verdict.message)
+            else:
+                warn(verdict.message)
     if refused:
         raise EvictionPolicyError(
             "; ".join(v.message for v, _, _ in refused), refused[0][1], tuple(s for _, _, n in refused for s in n)
@@ -259,12 +263,21 @@ _HINTS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: redis-py turns the OOM and NOPERM replies into exceptions whose text lacks the code:
+#: these phrases of Redis's messages name them all the same
+_PHRASES = (("used memory > 'maxmemory'", "OOM"), ("no permissions to run", "NOPERM"))
+
+
 def error_code(error_text: str) -> str:
-    """The error code of a Redis error reply ("OOM", "NOPERM", ...), also inside the
-    message of a failed script; "" when it has none of the known ones."""
+    """The error code of a Redis error reply ("OOM", "NOPERM", "WRONGTYPE"), also inside
+    the message of a failed script, and also from the text of redis-py's exception,
+    which drops the code of some; "" when it is none of those."""
     words = error_text.replace(".", " ").replace(":", " ").split()
     for code, _ in _HINTS:
         if code in words:
+            return code
+    for phrase, code in _PHRASES:
+        if phrase in error_text:
             return code
     return ""
 
