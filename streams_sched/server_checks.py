@@ -64,6 +64,7 @@ __all__ = [
     "hint_for",
     "read_memory",
     "read_policies",
+    "server_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -234,14 +235,14 @@ def _num(info: dict[str, Any], field: str) -> int:
         return 0
 
 
-def read_memory(client: Any, label: str) -> list[ServerMemory]:
+def read_memory(client: Any) -> list[ServerMemory]:
     """Memory, limit, policy and evictions of every master (one ``INFO memory stats``
-    each); ``label`` names a single Redis (a cluster's masters are named host:port)."""
+    each), each named host:port."""
     out = []
     for server, options in _targets(client):
         info = client.info("memory", "stats", **options)
         out.append(ServerMemory(
-            server or label, _num(info, "used_memory"), _num(info, "maxmemory"),
+            server or server_name(client), _num(info, "used_memory"), _num(info, "maxmemory"),
             text(info.get("maxmemory_policy") or ""), _num(info, "evicted_keys"),
         ))
     return out
@@ -293,6 +294,14 @@ def hint_for(error_text: str, role: str = "worker") -> str:
     return ""
 
 
+def server_name(client: Any) -> str:
+    """host:port (or the socket path) of a single Redis's client, as a cluster names its nodes."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    if "path" in kwargs:
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
 def describe_client(client: Any) -> str:
     """"Redis at redis://host:port/db" for a client (or "Redis Cluster at host:port")."""
     from .connection import is_cluster_client
@@ -303,7 +312,7 @@ def describe_client(client: Any) -> str:
     kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
     if "path" in kwargs:
         return f"Redis at unix://{kwargs['path']}"
-    return f"Redis at redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+    return f"Redis at redis://{server_name(client)}/{kwargs.get('db', 0)}"
 
 
 def allowed_by_env(environ: Mapping[str, str] | None = None) -> bool:

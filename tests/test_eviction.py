@@ -17,9 +17,9 @@ from streams_sched.connection import connect
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import EvictionPolicyError
 from streams_sched.seeding import Seeder
-from streams_sched.testing import RedisServer
+from streams_sched.testing import RedisServer, free_port
 
-from daemons import Daemon
+from daemons import Daemon, try_scrape, value
 from helpers import (
     Worker,
     base_settings,
@@ -265,3 +265,90 @@ def test_worker_at_maxmemory_says_so_once_and_loses_nothing(crawl: str, tmp_path
     assert "maxmemory" in errors[0] and "raise maxmemory" in errors[0] and "add a shard" in errors[0]
     assert "streams-sched purge" in errors[0]
     assert not missing, sorted(missing)[:10]
+
+
+# -- Redis Cluster ------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+@pytest.mark.targets("cluster")
+def test_every_master_of_a_cluster_is_checked(redis_url: str, crawl: str) -> None:
+    """On Redis Cluster one master with allkeys-lru is enough to refuse, and the refusal names that master."""
+    client = connect(redis_url)
+    masters = client.get_primaries()
+    odd = masters[-1]
+    client.config_set("maxmemory-policy", "allkeys-lru", target_nodes=odd)
+    try:
+        with pytest.raises(EvictionPolicyError) as caught:
+            Seeder(redis_url, crawl, allow_eviction=False)
+        assert caught.value.servers == (odd.name,) and f"master {odd.name})" in str(caught.value)
+        assert "masters" not in str(caught.value)  # only that one is named as a master
+    finally:
+        client.config_set("maxmemory-policy", "noeviction", target_nodes=odd)
+
+
+# -- the monitor's metrics ----------------------------------------------------------------
+
+
+def redis_metric(metrics: dict[str, Any], name: str, server: str) -> float | None:
+    return value(metrics, name, server=server)
+
+
+def test_monitor_exports_used_memory_and_maxmemory(crawl: str, tmp_path: Path) -> None:
+    """The monitor exports the server's used_memory, maxmemory and policy as INFO gives them."""
+    with RedisServer(extra_args=["--maxmemory", "64mb"]) as server:
+        name = f"127.0.0.1:{server.port}"
+        port = free_port()
+        d = Daemon("monitor", ["--redis-url", server.url, "--metrics-port", str(port), "--cache-seconds", "0"], tmp_path / "m.log")
+        try:
+            m = wait_for(lambda: try_scrape(port), timeout=20, what="the monitor's /metrics")
+            used = connect(server.url).info("memory")["used_memory"]
+            assert redis_metric(m, "streams_sched_redis_maxmemory_bytes", name) == 64 * 1024 * 1024
+            assert 0.5 * used < redis_metric(m, "streams_sched_redis_used_memory_bytes", name) < 2 * used
+            assert value(m, "streams_sched_redis_maxmemory_policy", server=name, policy="noeviction") == 1
+            assert redis_metric(m, "streams_sched_redis_evicted_keys_total", name) == 0
+            assert d.terminate() == 0
+        finally:
+            d.close()
+
+
+def test_policy_changed_to_allkeys_mid_crawl_shows_in_evicted_keys(crawl: str, tmp_path: Path, measured: Any) -> None:
+    """A policy switched to allkeys-lru mid-crawl, and junk that pushes Redis past maxmemory: the monitor
+    exports the evictions and the new policy, and alerts (redis_evicting) while the worker runs."""
+    items = tmp_path / "items.jsonl"
+    with RedisServer() as server:
+        name = f"127.0.0.1:{server.port}"
+        admin = connect(server.url)
+        port = free_port()
+        mon = Daemon("monitor", ["--redis-url", server.url, "--metrics-port", str(port), "--cache-seconds", "0",
+                                 "--interval", "0.3"], tmp_path / "m.log")
+        settings = base_settings(server.url, crawl, "auto", items, SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=400,
+                                 SYNTH_DELAY_SECONDS=0.05)
+        w = Worker(settings, tmp_path / "w.log")
+        try:
+            wait_for(lambda: len(read_items(items)) >= 20, timeout=90, what="20 pages")
+            m = wait_for(lambda: (got := try_scrape(port)) and value(got, "streams_sched_nodes", crawl=crawl, state="alive") == 1 and got,
+                         timeout=20, what="the monitor to see the worker")
+            assert redis_metric(m, "streams_sched_redis_evicted_keys_total", name) == 0
+            admin.config_set("maxmemory-policy", "allkeys-lru")
+            admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) + 2 * 1024 * 1024)
+            junk = b"x" * 10_000
+            for i in range(600):  # 6 MB of junk past a limit 2 MB away
+                admin.set(f"junk:{i}", junk)
+            evicted = int(admin.info("stats")["evicted_keys"])
+            assert evicted > 0
+            m = wait_for(
+                lambda: (got := try_scrape(port)) and (redis_metric(got, "streams_sched_redis_evicted_keys_total", name) or 0) > 0 and got,
+                timeout=20, what="the evictions in /metrics",
+            )
+            assert value(m, "streams_sched_redis_maxmemory_policy", server=name, policy="allkeys-lru") == 1
+            assert redis_metric(m, "streams_sched_redis_evicted_keys_total", name) >= evicted
+            wait_for(lambda: any(a["kind"] == "redis_evicting" and a["subject"] == name for a in mon.named("alert")),
+                     timeout=20, what=f"the redis_evicting alert; log:\n{mon.log()}")
+            registered = admin.sismember("ss:crawls", crawl)
+            measured(f"{evicted} keys evicted after the switch to allkeys-lru, at {len(read_items(items))} pages;"
+                     f" crawl registry entry {'kept' if registered else 'evicted'}")
+        finally:
+            w.close()
+            mon.close()
+            admin.close()
