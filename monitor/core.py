@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
-from redis.exceptions import NoPermissionError, ResponseError
+from redis.exceptions import ResponseError
 
 from streams_sched.daemon import (
     TRANSIENT,
@@ -187,12 +187,13 @@ class Monitor:
             return read_crawl(f, seen=False)
 
     def _read_servers(self) -> list[ServerMemory]:
-        """INFO memory stats of every master; none (said once) where INFO is refused."""
+        """INFO memory stats of every master; none (said once) where INFO is refused: the
+        rest of the read goes on."""
         if self._info_off:
             return []
         try:
             return read_memory(self.client)
-        except NoPermissionError as exc:
+        except ResponseError as exc:  # NOPERM (an ACL user without +info), or INFO renamed away
             self._info_off = True
             log.warning(
                 "redis_metrics_off", error=str(exc),

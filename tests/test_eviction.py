@@ -31,6 +31,8 @@ from helpers import (
     with_user,
 )
 
+pytestmark = pytest.mark.e2e
+
 ALLKEYS = ["--maxmemory-policy", "allkeys-lru"]
 
 
