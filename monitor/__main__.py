@@ -35,6 +35,7 @@ PROG = "streams-monitor"
 @click.option("--send-resolved/--no-send-resolved", default=True, show_default=True, help="Also POST when an alert clears.")
 @click.option("--events/--no-events", default=True, show_default=True, help="Listen to node events (pub/sub) besides the nodes hash.")
 @click.option("--connect-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for Redis at start.")
+@click.option("--allow-eviction", is_flag=True, envvar="STREAMS_ALLOW_EVICTION", help="Start even on a Redis whose maxmemory-policy is allkeys-* (it evicts queued requests silently; env STREAMS_ALLOW_EVICTION).")
 @click.option("--state-file", default=None, help="Keep the alert state in this file, so a restart neither repeats nor loses an alert.")
 @click.option("--burst", is_flag=True, help="Read once, send due alerts, print the metrics on stdout and exit.")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
@@ -55,6 +56,7 @@ def main(
     send_resolved: bool,
     events: bool,
     connect_timeout: float,
+    allow_eviction: bool,
     state_file: str | None,
     burst: bool,
     log_format: str,
@@ -80,6 +82,7 @@ def main(
             send_resolved=send_resolved,
             events=events,
             connect_timeout_s=connect_timeout,
+            allow_eviction=allow_eviction,
             burst=burst,
             state_file=state_file,
         )

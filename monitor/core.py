@@ -1,8 +1,9 @@
 """The monitor: a Prometheus exporter of every crawl's frontier, node liveness, and alerts.
 
 It only reads (a read-only ACL user is enough: ``+@read +evalsha_ro +eval_ro
-+time +ping``; add ``+subscribe &ss:*`` for node events and ``+bf.card`` for
-``streams_sched_seen_estimate`` with RedisBloom). Reads happen on scrape, or
++time +ping +info``; add ``+subscribe &ss:*`` for node events and ``+bf.card`` for
+``streams_sched_seen_estimate`` with RedisBloom). ``INFO memory stats`` of every
+master gives the ``streams_sched_redis_*`` metrics (evictions, memory) and their alerts. Reads happen on scrape, or
 reuse the last one within ``--cache-seconds``, and every ``--interval``
 seconds for the alerts, which are POSTed to ``--webhook-url``.
 """
@@ -19,9 +20,17 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from streams_sched.daemon import TRANSIENT, MetricsServer, StopFlag, connect_at_start, run_passes
+from streams_sched.daemon import (
+    TRANSIENT,
+    MetricsServer,
+    StopFlag,
+    check_server,
+    connect_at_start,
+    run_passes,
+)
 from streams_sched.frontier import Frontier
 from streams_sched.liveness import ALIVE, DEAD, NodeState, node_states
+from streams_sched.server_checks import ServerMemory, read_memory
 
 from .alerts import FIRING, AlertRules, Debouncer
 from .events import EventListener
@@ -46,6 +55,8 @@ class View:
     read_s: float = 0.0
     at: float = 0.0  # time.monotonic() of the read
     error: str | None = None
+    #: memory, maxmemory, policy and evictions of every Redis master (none without +info)
+    servers: list[ServerMemory] = field(default_factory=list)
 
 
 class Monitor:
@@ -76,6 +87,7 @@ class Monitor:
         self._view = View(ok=False, error="not read yet")
         self._frontiers: dict[str, Frontier] = {}
         self._seen_off: set[str] = set()
+        self._info_off = False
         self._crawls: list[str] = list(settings.crawls)
         self.passes = 0
         self.alerts_sent = 0
@@ -83,8 +95,10 @@ class Monitor:
     # -- lifecycle ------------------------------------------------------------
 
     def connect(self) -> None:
+        """Connect, then check the server's eviction policy (EvictionPolicyError on allkeys-*)."""
         if self.client is None:
             self.client = connect_at_start(self.settings.redis_url, self.settings.connect_timeout_s)
+            check_server(self.client, self.settings.redis_url, allowed=self.settings.allow_eviction, log=log)
 
     def start(self) -> None:
         """Start the metrics server, the event listener and the webhook sender."""
@@ -133,6 +147,7 @@ class Monitor:
                 crawls = self.crawls()
                 self._crawls = crawls
                 snaps = [self._read_crawl(c) for c in crawls]
+                servers = self._read_servers()
             except TRANSIENT + (ResponseError,) as exc:
                 self._view = View(ok=False, read_s=time.monotonic() - started, at=started, error=str(exc))
                 raise
@@ -140,7 +155,7 @@ class Monitor:
             states = {snap.crawl: self._states(snap, now) for snap in snaps}
             for snap in snaps:
                 self.labeller.update(snap)
-            self._view = View(True, snaps, states, now - started, started)
+            self._view = View(True, snaps, states, now - started, started, servers=servers)
             return self._view
 
     def view(self, max_age_s: float) -> View:
@@ -171,6 +186,21 @@ class Monitor:
             )
             return read_crawl(f, seen=False)
 
+    def _read_servers(self) -> list[ServerMemory]:
+        """INFO memory stats of every master; none (said once) where INFO is refused: the
+        rest of the read goes on."""
+        if self._info_off:
+            return []
+        try:
+            return read_memory(self.client)
+        except ResponseError as exc:  # NOPERM (an ACL user without +info), or INFO renamed away
+            self._info_off = True
+            log.warning(
+                "redis_metrics_off", error=str(exc),
+                hint="allow +info for the streams_sched_redis_* metrics (evictions, memory) and their alerts",
+            )
+            return []
+
     def _states(self, snap: CrawlSnapshot, now: float) -> dict[str, NodeState]:
         heard = self.events.ages(snap.crawl, now) if self.events is not None else {}
         # a node whose record is gone (forgotten by the reclaimer) is gone, whatever events said
@@ -183,7 +213,7 @@ class Monitor:
         """Read Redis, evaluate the alerts, queue the notifications. Raises on Redis errors."""
         view = self.read()
         now_s = time.monotonic()
-        conditions = self.rules.evaluate(view.snaps, view.states, now_s)
+        conditions = self.rules.evaluate(view.snaps, view.states, now_s, view.servers)
         changes = self.debouncer.update(conditions)
         if self.state is not None:
             try:
@@ -236,6 +266,7 @@ class Monitor:
             stop_flag=self.stop_flag,
             max_backoff_s=s.max_backoff_s,
             log=log,
+            role="monitor",
             hint="retrying with back-off; /metrics reports streams_sched_redis_up 0 meanwhile",
         )
         if code != 0:

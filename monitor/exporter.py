@@ -7,6 +7,9 @@ its label for the monitor's lifetime once it has one; when there is room, new
 sites get labels in order of backlog + pending, largest first. Crawl totals are
 exact either way. ``_other``'s counters can go down when a labelled site is
 purged; Prometheus' ``rate()`` treats that as a counter reset.
+
+The ``streams_sched_redis_*`` families describe the Redis servers (every master of
+a cluster, labelled ``server`` host:port): evictions, memory, maxmemory and policy.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from streams_sched.keys import BANDS
 from streams_sched.liveness import ALIVE, DEAD, NodeState
 from streams_sched.politeness import effective_rate
+from streams_sched.server_checks import ServerMemory
 
 from .snapshot import CrawlSnapshot
 
-__all__ = ["FAMILIES", "OTHER", "SiteLabeller", "build_families", "metric_names"]
+__all__ = ["FAMILIES", "OTHER", "SERVER_FAMILIES", "SiteLabeller", "build_families", "build_server_families", "metric_names"]
 
 #: site label of the sites without their own
 OTHER = "_other"
@@ -54,9 +58,27 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams_sched_timeouts": ("counter", ("crawl",), "Download timeouts the workers reported (kept in Redis)."),
     "streams_sched_backoffs": ("counter", ("crawl",), "Times a site's shared rate was cut by the adaptive back-off."),
     "streams_sched_over_cap": ("counter", ("crawl", "site"), "Requests dropped because their site reached its max_pages."),
+    "streams_sched_redis_evicted_keys": (
+        "counter", ("server",),
+        "Keys the Redis server evicted since it started (INFO stats evicted_keys); while a crawl runs they can be queued requests, lost silently.",
+    ),
+    "streams_sched_redis_used_memory_bytes": ("gauge", ("server",), "Memory the Redis server uses (INFO memory used_memory)."),
+    "streams_sched_redis_maxmemory_bytes": ("gauge", ("server",), "The Redis server's maxmemory (0 = no limit)."),
+    "streams_sched_redis_maxmemory_policy": (
+        "gauge", ("server", "policy"), "1, labelled with the Redis server's maxmemory-policy (only noeviction never evicts).",
+    ),
     "streams_sched_redis_up": ("gauge", (), "1 if the last read of Redis succeeded, else 0."),
     "streams_sched_monitor_read_seconds": ("gauge", (), "Seconds the last read of Redis took."),
 }
+
+
+#: the families about the Redis servers themselves, one sample per master (INFO memory stats)
+SERVER_FAMILIES = (
+    "streams_sched_redis_evicted_keys",
+    "streams_sched_redis_used_memory_bytes",
+    "streams_sched_redis_maxmemory_bytes",
+    "streams_sched_redis_maxmemory_policy",
+)
 
 
 def metric_names() -> set[str]:
@@ -102,7 +124,8 @@ def build_families(
     labeller: SiteLabeller,
 ) -> list[Metric]:
     """The frontier's metric families for these snapshots (``states``: crawl -> node -> state)."""
-    fam = {name: _family(name) for name in FAMILIES if name not in ("streams_sched_redis_up", "streams_sched_monitor_read_seconds")}
+    skip = {"streams_sched_redis_up", "streams_sched_monitor_read_seconds", *SERVER_FAMILIES}
+    fam = {name: _family(name) for name in FAMILIES if name not in skip}
     for snap in snaps:
         c = snap.crawl
         per: dict[str, dict[str, Any]] = {}
@@ -160,6 +183,17 @@ def build_families(
     return list(fam.values())
 
 
+def build_server_families(servers: Sequence[ServerMemory]) -> list[Metric]:
+    """The Redis servers' families: evictions, memory, limit and policy of each master."""
+    fam = {name: _family(name) for name in SERVER_FAMILIES}
+    for sm in servers:
+        fam["streams_sched_redis_evicted_keys"].add_metric([sm.server], sm.evicted_keys)
+        fam["streams_sched_redis_used_memory_bytes"].add_metric([sm.server], sm.used_memory)
+        fam["streams_sched_redis_maxmemory_bytes"].add_metric([sm.server], sm.maxmemory)
+        fam["streams_sched_redis_maxmemory_policy"].add_metric([sm.server, sm.policy], 1)
+    return list(fam.values()) if servers else []
+
+
 class FrontierCollector:
     """A prometheus-client collector that reads Redis (through the monitor's cache) on scrape."""
 
@@ -179,6 +213,7 @@ class FrontierCollector:
         yield took
         if view.ok:
             yield from build_families(view.snaps, view.states, self.monitor.labeller)
+            yield from build_server_families(view.servers)
 
 
 def _count(value: Any) -> int:

@@ -54,6 +54,9 @@ class MonitorSettings:
     events: bool = True
     #: --connect-timeout: how long to wait for Redis at start before giving up.
     connect_timeout_s: float = 5.0
+    #: --allow-eviction / STREAMS_ALLOW_EVICTION: start even on a Redis whose maxmemory-policy
+    #: is allkeys-*, which evicts queued requests silently (with a warning).
+    allow_eviction: bool = False
     #: longest wait between retries while Redis is unreachable.
     max_backoff_s: float = 30.0
     #: --burst: read once, send due alerts, print the metrics and exit.

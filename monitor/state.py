@@ -3,7 +3,8 @@
 Without it a restarted monitor (systemd ``Restart=always``, a deploy, ``--burst``
 from cron) sees every condition that still holds as new and alerts again, and
 never says "resolved" for one that cleared while it was down. The file holds
-the debouncer's active alerts and the dead-letter baselines as JSON, written
+the debouncer's active alerts and the dead-letter and eviction baselines as JSON
+(a file without the eviction baselines, from an earlier version, loads), written
 atomically (temporary file, fsync, rename) whenever they change. The settings
 check at start that its directory can be written.
 
@@ -51,6 +52,7 @@ class AlertState:
             elapsed_s = max(0.0, time.time() - float(data["saved_at"]))
             fresh_rules, fresh_deb = AlertRules(), Debouncer()
             fresh_rules.restore(data["dead_letters"], now_s, elapsed_s)
+            fresh_rules.restore_evictions(data.get("evictions", {}), now_s, elapsed_s)
             fresh_deb.restore(data["active"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             bad = self.path.with_name(self.path.name + ".bad")
@@ -59,17 +61,20 @@ class AlertState:
                         hint="starting with no alert state: conditions that hold now alert again")
             return False
         rules._dlq.update(fresh_rules._dlq)
+        rules._evicted.update(fresh_rules._evicted)
         debouncer.active.update(fresh_deb.active)
         log.info("state_loaded", path=str(self.path), active_alerts=len(debouncer.active), saved_s_ago=round(elapsed_s, 1))
         return True
 
     def save(self, rules: AlertRules, debouncer: Debouncer, now_s: float) -> None:
         """Write the state if it changed since the last save (atomic: readers see old or new)."""
-        active, dead_letters = debouncer.snapshot(), rules.snapshot(now_s)
-        key = json.dumps({"active": active, "dl": {c: v["count"] for c, v in dead_letters.items()}}, sort_keys=True)
+        active, dead_letters, evictions = debouncer.snapshot(), rules.snapshot(now_s), rules.snapshot_evictions(now_s)
+        key = json.dumps({"active": active, "dl": {c: v["count"] for c, v in dead_letters.items()},
+                          "ev": {s: v["count"] for s, v in evictions.items()}}, sort_keys=True)
         if key == self._last:
             return
-        body = {"version": VERSION, "saved_at": time.time(), "active": active, "dead_letters": dead_letters}
+        body = {"version": VERSION, "saved_at": time.time(), "active": active, "dead_letters": dead_letters,
+                "evictions": evictions}
         text = json.dumps(body, indent=1, sort_keys=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
         try:

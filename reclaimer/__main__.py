@@ -46,6 +46,7 @@ PROG = "streams-reclaimer"
 @click.option("--consumer", default="streams-reclaimer", show_default=True, help="Consumer name the requeues run under.")
 @click.option("--name", default=None, help="Name in the health key ss:health:reclaimer:NAME (default: the host name).")
 @click.option("--connect-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for Redis at start.")
+@click.option("--allow-eviction", is_flag=True, envvar="STREAMS_ALLOW_EVICTION", help="Start even on a Redis whose maxmemory-policy is allkeys-* (it evicts queued requests silently; env STREAMS_ALLOW_EVICTION).")
 @click.option("--burst", is_flag=True, help="Run one pass and exit.")
 @click.option("--check", is_flag=True, help="Exit 0 if this host's reclaimer (--name) passed recently, else 1.")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
@@ -64,6 +65,7 @@ def main(
     consumer: str,
     name: str | None,
     connect_timeout: float,
+    allow_eviction: bool,
     burst: bool,
     check: bool,
     log_format: str,
@@ -87,6 +89,7 @@ def main(
             consumer=consumer,
             name=name or socket.gethostname(),
             connect_timeout_s=connect_timeout,
+            allow_eviction=allow_eviction,
             burst=burst,
         )
     except ConfigError as exc:

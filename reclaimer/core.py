@@ -33,7 +33,14 @@ from typing import Any
 import structlog
 from redis.exceptions import NoScriptError, ResponseError
 
-from streams_sched.daemon import TRANSIENT, MetricsServer, StopFlag, connect_at_start, run_passes
+from streams_sched.daemon import (
+    TRANSIENT,
+    MetricsServer,
+    StopFlag,
+    check_server,
+    connect_at_start,
+    run_passes,
+)
 from streams_sched.frontier import NO_MASK, Frontier, parse_claim
 from streams_sched.keys import GROUP, STREAMS, health_key
 from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
@@ -150,8 +157,10 @@ class Reclaimer:
     # -- lifecycle ------------------------------------------------------------
 
     def connect(self) -> None:
+        """Connect, then check the server's eviction policy (EvictionPolicyError on allkeys-*)."""
         if self.client is None:
             self.client = connect_at_start(self.settings.redis_url, self.settings.connect_timeout_s)
+            check_server(self.client, self.settings.redis_url, allowed=self.settings.allow_eviction, log=log)
 
     def start_metrics(self) -> None:
         s = self.settings
@@ -195,6 +204,7 @@ class Reclaimer:
             stop_flag=self.stop_flag,
             max_backoff_s=s.max_backoff_s,
             log=log,
+            role="reclaimer",
             hint="retrying with back-off; nothing is lost meanwhile",
             on_error=self.metrics.errors.inc,
         )

@@ -54,6 +54,9 @@ class ReclaimerSettings:
     node_retention_s: float = 3600.0
     #: --connect-timeout: how long to wait for Redis at start before giving up.
     connect_timeout_s: float = 5.0
+    #: --allow-eviction / STREAMS_ALLOW_EVICTION: start even on a Redis whose maxmemory-policy
+    #: is allkeys-*, which evicts queued requests silently (with a warning).
+    allow_eviction: bool = False
     #: longest wait between retries while Redis is unreachable.
     max_backoff_s: float = 30.0
     #: --name: this reclaimer's name in its health key (ss:health:reclaimer:<name>).

@@ -119,7 +119,9 @@ _ROLE_OWN: dict[str, tuple[str, ...]] = {
     # removal, the mover lock (SET NX PX / GET / DEL), the _feed dead letters (XADD,
     # HINCRBY); a migrated scrapy-redis dupefilter (SMISMEMBER). The check of these rights
     # at start (MULTI, DISCARD: streams_sched/rights.py). Acks that wait for replicas
-    # (replicas.py): INFO replication, the sync key (SET PX), WAIT.
+    # (replicas.py): INFO replication, the sync key (SET PX), WAIT. Every role: the
+    # eviction-policy check at start (INFO memory, streams_sched/server_checks.py; CONFIG
+    # is not allowed: CONFIG GET returns the server's passwords).
     "worker": (
         *_BASE, "multi", "discard", "xclaim", "xpending", "hsetnx", "hmget", "hset", "sadd", "smembers",
         "publish", "spublish", "bf.exists",
@@ -131,13 +133,14 @@ _ROLE_OWN: dict[str, tuple[str, ...]] = {
     # (XINFO CONSUMERS, then prune.lua), its health key (SET ... EX, GET for --check,
     # DEL on a clean stop).
     "reclaimer": (
-        *_BASE, "smembers", "hgetall", "hdel", "xinfo|consumers", "set", "get", "del",
+        *_BASE, "smembers", "hgetall", "hdel", "xinfo|consumers", "set", "get", "del", "info",
     ),
     # monitor: read-only. Status through EVALSHA_RO / EVAL_RO (no SCRIPT LOAD needed),
-    # node records, events, RedisBloom's count of fingerprints.
+    # node records, events, RedisBloom's count of fingerprints, the servers' memory and
+    # evictions (INFO memory stats).
     "monitor": (
         "@read", "-keys", "-scan", "ping", "time", "evalsha_ro", "eval_ro", "subscribe", "ssubscribe",
-        "bf.info", "bf.card",
+        "bf.info", "bf.card", "info",
     ),
 }
 

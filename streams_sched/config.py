@@ -151,6 +151,9 @@ class StreamsConfig:
     #: above the tested range start (with a warning), to try it; the engine's hook
     #: points are checked all the same.
     allow_untested_scrapy: bool = False
+    #: STREAMS_ALLOW_EVICTION (or the environment variable): start even on a Redis whose
+    #: maxmemory-policy is allkeys-*, which evicts queued requests silently (with a warning).
+    allow_eviction: bool = False
     #: STREAMS_FEED_KEY (or scrapy-redis's REDIS_START_URLS_KEY): the scrapy-redis feed the
     #: worker moves into the crawl, "%(name)s" = the crawl name (STREAMS_PREFIX, by default
     #: the spider name, as in scrapy-redis); "" = no feed.
@@ -244,6 +247,8 @@ class StreamsConfig:
         check_positive("STREAMS_ADAPTIVE_FORGET_SECONDS", self.adaptive_forget_seconds)
         check_positive("STREAMS_FEEDBACK_INTERVAL_SECONDS", self.feedback_interval_seconds)
         check_positive("STREAMS_MAX_CRAWL_DELAY", self.max_crawl_delay_seconds)
+        if not isinstance(self.allow_eviction, bool):
+            raise ConfigError("STREAMS_ALLOW_EVICTION", self.allow_eviction, "expected True or False")
         if self.site_key not in ("host", "domain"):
             raise ConfigError("STREAMS_SITE_KEY", self.site_key, 'expected "host" or "domain"')
         if self.node_id and not validate_node_id(self.node_id):
@@ -291,9 +296,9 @@ class StreamsConfig:
             value = settings.get(setting)
             if value is not None:
                 values[name] = parse(setting, value)
-        if "allow_untested_scrapy" not in values:  # the environment variable of the same name
-            env = os.environ.get("STREAMS_ALLOW_UNTESTED_SCRAPY", "")
-            values["allow_untested_scrapy"] = env.strip().lower() in _TRUE
+        for name, env_name in (("allow_untested_scrapy", "STREAMS_ALLOW_UNTESTED_SCRAPY"), ("allow_eviction", "STREAMS_ALLOW_EVICTION")):
+            if name not in values:  # the environment variable of the same name
+                values[name] = os.environ.get(env_name, "").strip().lower() in _TRUE
         values["feed_key"] = _feed_key(settings, values["crawl"])
         values["feed_kind"] = _feed_kind(settings)
         return cls(**values)
@@ -420,8 +425,9 @@ def _band_ratio(name: str, value: Any) -> tuple[int, int, int]:
 #: field of :class:`StreamsConfig` -> (its setting, how a value that is set is read).
 #: A setting left unset keeps the field's default. Not in the table: redis_url and
 #: crawl (their defaults come from the environment and the spider), feed_key and
-#: feed_kind (scrapy-redis's settings, read by _feed_key and _feed_kind), and
-#: allow_untested_scrapy's default (the environment variable of the same name).
+#: feed_kind (scrapy-redis's settings, read by _feed_key and _feed_kind), and the
+#: defaults of allow_untested_scrapy and allow_eviction (the environment variables of
+#: the same names).
 SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "lease_seconds": ("STREAMS_LEASE_SECONDS", _num),
     "max_deliveries": ("STREAMS_MAX_DELIVERIES", _int),
@@ -458,6 +464,7 @@ SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "policy_refresh_seconds": ("STREAMS_POLICY_REFRESH_SECONDS", _num),
     "empty_crawl_wait_seconds": ("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", _num),
     "allow_untested_scrapy": ("STREAMS_ALLOW_UNTESTED_SCRAPY", _bool),
+    "allow_eviction": ("STREAMS_ALLOW_EVICTION", _bool),
     "feed_batch": ("STREAMS_FEED_BATCH", _int),
     "feed_poll_seconds": ("STREAMS_FEED_POLL_SECONDS", _num),
     "feed_encoding": ("REDIS_ENCODING", _str),

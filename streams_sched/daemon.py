@@ -7,6 +7,7 @@
   passes, and wake its sleep at once;
 - :class:`~streams_sched.backoff.Backoff`: growing delays while Redis is unreachable;
 - :func:`connect_at_start`: a client whose Redis answered, or one clear error;
+- :func:`check_server`: the eviction-policy check at start (:mod:`streams_sched.server_checks`);
 - :func:`run_passes`: the loop both daemons run (a pass every interval, back-off
   while Redis fails, SIGTERM between passes, ``--burst``);
 - :func:`serve`: a daemon's life in its command line, from connecting to the
@@ -33,10 +34,11 @@ from redis.exceptions import ResponseError
 
 from .backoff import Backoff
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
-from .connection import connect_ready
-from .errors import RedisUnavailable
+from .connection import connect_ready, redact
+from .errors import RedisUnavailable, StreamsSchedError
 from .exit_codes import EXIT_CODES, EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from .metrics_server import MetricsServer
+from .server_checks import check_eviction, hint_for
 
 __all__ = [
     "EXIT_CODES",
@@ -46,9 +48,11 @@ __all__ = [
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
     "TRANSIENT",
+    "ALLOW_EVICTION_OPTION",
     "Backoff",
     "MetricsServer",
     "StopFlag",
+    "check_server",
     "configure_logging",
     "connect_at_start",
     "fail",
@@ -129,13 +133,16 @@ def run_passes(
     max_backoff_s: float,
     log: Any,
     hint: str,
+    role: str = "worker",
     on_error: Callable[[], object] = lambda: None,
 ) -> int:
     """Run ``one_pass`` every ``interval_s`` until ``stop_flag`` is set; the exit code.
 
     A pass that fails on Redis (unreachable, or a command refused: ACL, OOM) is
-    logged (``redis_unreachable`` / ``redis_refused`` with ``hint``) and retried
-    with back-off; the first pass that works again logs ``redis_reachable_again``.
+    logged (``redis_unreachable`` / ``redis_refused`` with ``hint``, after what the
+    refusal asks of an operator: :func:`~streams_sched.server_checks.hint_for`, with
+    ``role`` the daemon's ACL role) and retried with back-off; the first pass that
+    works again logs ``redis_reachable_again``.
     With ``burst`` it runs one pass: 0 if it worked, 1 (``pass_failed``) if not.
     """
     backoff = Backoff(max_s=max_backoff_s)
@@ -155,7 +162,7 @@ def run_passes(
                 error=str(exc),
                 retry_in_s=delay,
                 down_for_s=round(backoff.failing_s, 1),
-                hint=hint,
+                hint=hint if unreachable else "; ".join(h for h in (hint_for(str(exc), role), hint) if h),
             )
             if stop_flag.wait(delay):
                 return EXIT_OK
@@ -188,8 +195,9 @@ def fail(prog: str, message: str, code: int) -> NoReturn:
 def serve(prog: str, daemon: Daemon) -> NoReturn:
     """Connect, handle SIGTERM/SIGINT, run until stopped, close, exit with the code.
 
-    Redis unreachable at start exits 3 and a port or file that cannot be used
-    exits 1, each with one line on stderr.
+    Redis unreachable at start exits 3; an evicting Redis (allkeys-*, see
+    :func:`check_server`) and a port or file that cannot be used exit 1; each with
+    one line on stderr.
     """
     code = EXIT_ERROR
     try:
@@ -198,6 +206,8 @@ def serve(prog: str, daemon: Daemon) -> NoReturn:
         code = daemon.run()
     except RedisUnavailable as exc:
         fail(prog, str(exc), EXIT_UNREACHABLE)
+    except StreamsSchedError as exc:  # the server's eviction policy (check_server)
+        fail(prog, str(exc), EXIT_ERROR)
     except OSError as exc:
         fail(prog, str(exc), EXIT_ERROR)
     finally:
@@ -215,3 +225,17 @@ def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -
     waited for too (see :func:`streams_sched.connection.connect_ready`).
     """
     return connect_ready(url, timeout_s, setting=setting, quiet=True)
+
+
+#: how the daemons name their allow-eviction option in the refusal
+ALLOW_EVICTION_OPTION = "start it with --allow-eviction (or STREAMS_ALLOW_EVICTION=1 in its environment)"
+
+
+def check_server(client: Any, url: str, *, allowed: bool, log: Any) -> None:
+    """The eviction-policy check at start: raises EvictionPolicyError on an allkeys-*
+    Redis unless ``allowed``; a volatile-* policy (or ``allowed``) logs one
+    ``eviction_policy`` warning."""
+    check_eviction(
+        client, f"Redis at {redact(url)}", allowed=allowed, allow_hint=ALLOW_EVICTION_OPTION,
+        warn=lambda message: log.warning("eviction_policy", warning=message),
+    )

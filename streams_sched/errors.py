@@ -6,6 +6,7 @@ catches them all::
     StreamsSchedError
     ├── ConfigError            a setting or option has an invalid value (also a ValueError)
     ├── RedisUnavailable       Redis could not be reached within the configured time
+    ├── EvictionPolicyError    Redis may evict any key (maxmemory-policy allkeys-*), queued requests too
     ├── DedupeBackendError     the dedupe back-end asked for is not available or disagrees
     ├── SerializationError     a request cannot be encoded for the shared queue
     ├── EntryError             a stream entry cannot be turned back into a request
@@ -19,6 +20,7 @@ __all__ = [
     "ConfigError",
     "DedupeBackendError",
     "EntryError",
+    "EvictionPolicyError",
     "RedisUnavailable",
     "RequestsRefused",
     "ScrapyCompatError",
@@ -45,6 +47,22 @@ class ConfigError(StreamsSchedError, ValueError):
 
 class RedisUnavailable(StreamsSchedError):
     """Raised when Redis cannot be reached within the configured time."""
+
+
+class EvictionPolicyError(StreamsSchedError):
+    """Raised at start when Redis has an ``allkeys-*`` maxmemory-policy.
+
+    Such a Redis evicts any key once it reaches maxmemory, queued requests and
+    seen filters included, and nothing tells the workers: pages are lost without
+    an error. The message names the server, the policy and the fix (noeviction,
+    or the component's allow-eviction option to run anyway). ``policy`` is the
+    policy and ``servers`` the servers (host:port) that have it.
+    """
+
+    def __init__(self, message: str, policy: str, servers: tuple[str, ...]) -> None:
+        self.policy = policy
+        self.servers = servers
+        super().__init__(message)
 
 
 class DedupeBackendError(StreamsSchedError):

@@ -21,9 +21,10 @@ over expired leases, checks whether the crawl is drained, moves a
 scrapy-redis feed (feed.py) and re-reads the crawl's default policy.
 
 Redis unreachable: the cycle is retried with back-off and the unsent
-operations wait. Redis refusing a command for good (NOPERM, WRONGTYPE): the
-operation is kept and retried with the same back-off, and each distinct
-refusal is logged once (refusals.py), its repeats counted in
+operations wait. Redis refusing a command for good (NOPERM, WRONGTYPE, OOM at
+maxmemory): the operation is kept and retried with the same back-off, and each
+distinct refusal is logged once (refusals.py; OOM once for all commands) with what
+to do about it (server_checks.hint_for), its repeats counted in
 ``streams/redis_errors``.
 """
 
@@ -67,6 +68,7 @@ from .sent import (
     Sent,
     describe,
 )
+from .server_checks import error_code, hint_for
 
 if TYPE_CHECKING:
     from .feed import FeedMover
@@ -380,17 +382,22 @@ class Pump(threading.Thread):
         self._refused = self._refused or back_off
         self.x.stats.append(("streams/redis_errors", 1))
         if self.refusals.note(what, exc):
+            hint = hint_for(str(exc))
             logger.error(
                 "Redis refused the %s: %s. Retrying with back-off; not logged again until it"
-                " clears (streams/redis_errors counts every refusal). A NOPERM needs a right for"
-                " the worker's ACL user (`streams-sched acl`); a WRONGTYPE, a key of this crawl"
-                " that something else wrote",
-                what, exc,
+                " clears (streams/redis_errors counts every refusal)%s",
+                what, str(exc).rstrip("."), f". {hint[0].upper()}{hint[1:]}" if hint else "",
             )
 
     def _accepted(self, what: str) -> None:
         for error, n in self.refusals.accepted(what):
-            logger.warning("Redis accepts the %s again, after refusing it %d times (%s)", what, n, error)
+            if error_code(error) == "OOM":
+                logger.warning(
+                    "Redis accepts writes again (no OOM for %gs), after refusing %d commands at maxmemory",
+                    self.refusals.quiet_s, n,
+                )
+            else:
+                logger.warning("Redis accepts the %s again, after refusing it %d times (%s)", what, n, error)
 
     def _wait_time(self) -> float:
         x = self.x

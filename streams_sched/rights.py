@@ -76,7 +76,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "get": ("GET", "K"),
     "del": ("DEL", "K"),
     "smismember": ("SMISMEMBER", "K", "m"),
-    # acks that wait for replicas (replicas.py)
+    # acks that wait for replicas (replicas.py), the eviction-policy check at start
+    # (server_checks.py)
     "info": ("INFO", "replication"),
     "wait": ("WAIT", "0", "0"),
 }

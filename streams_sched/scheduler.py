@@ -68,6 +68,7 @@ from .retry_after import retry_after_seconds
 from .rights import check_rights
 from .seen import SeenCache
 from .selection import band_for, returning_credit
+from .server_checks import check_eviction
 from .sitekey import site_keyer
 from .startup import fail_clearly
 from .unserializable import UnserializablePolicy
@@ -200,7 +201,9 @@ class StreamsScheduler(BaseScheduler):
             socket_timeout=cfg.socket_timeout_seconds,
             connect_timeout=min(5.0, cfg.socket_timeout_seconds),
         )
-        check_rights(client, cfg.crawl, f"Redis at {redact(cfg.redis_url)}")
+        where = f"Redis at {redact(cfg.redis_url)}"
+        check_rights(client, cfg.crawl, where)
+        check_eviction(client, where, allowed=cfg.allow_eviction, allow_hint="set STREAMS_ALLOW_EVICTION = True")
         bloom = crawl_bloom(
             client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion,
             cfg.revisit_after_seconds, cfg.revisit_buckets,

@@ -31,12 +31,13 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
 
 from .codec import RequestCodec
-from .connection import connect_ready
+from .connection import connect_ready, redact
 from .errors import SerializationError
 from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
 from .keys import SITE_TASK, TASK_TYPES, stream_for, validate_crawl_name, validate_site_name
 from .legacy import LEGACY_FIELD, legacy_fingerprint, legacy_seen
 from .selection import band_for
+from .server_checks import allowed_by_env, check_eviction, describe_client
 from .sitekey import site_keyer
 
 __all__ = ["SITE_TASK", "Seed", "SeedResult", "Seeder", "outgoing_for", "seed"]
@@ -137,6 +138,12 @@ class Seeder:
 
     ``redis`` is a REDIS_URL (``?cluster=1`` for Redis Cluster, ``redis+sentinel://`` for the
     master of a Sentinel service) or a redis-py client.
+
+    It checks the server's eviction policy first (:mod:`streams_sched.server_checks`):
+    on an ``allkeys-*`` Redis it raises :class:`~streams_sched.errors.EvictionPolicyError`
+    unless ``allow_eviction`` is True (None: the environment variable
+    STREAMS_ALLOW_EVICTION); ``check_server=False`` skips the check for a caller that
+    made it already (the CLI).
     """
 
     def __init__(
@@ -150,12 +157,24 @@ class Seeder:
         batch: int = 500,
         connect_timeout_s: float = 10.0,
         site_key: str | None = None,
+        allow_eviction: bool | None = None,
+        check_server: bool = True,
     ) -> None:
         validate_crawl_name(crawl, "crawl")
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch!r}")
         self._owns_client = isinstance(redis, str)
         self.client = connect_ready(redis, connect_timeout_s) if isinstance(redis, str) else redis
+        if check_server:
+            try:
+                check_eviction(
+                    self.client, f"Redis at {redact(redis)}" if isinstance(redis, str) else describe_client(self.client),
+                    allowed=allowed_by_env() if allow_eviction is None else allow_eviction,
+                    allow_hint="pass Seeder(..., allow_eviction=True) (or set STREAMS_ALLOW_EVICTION=1)",
+                )
+            except BaseException:
+                self.close()
+                raise
         self.crawl = crawl
         self.fingerprinter = fingerprinter or RequestFingerprinter()
         self.high_min = high_priority_min

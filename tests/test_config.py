@@ -138,6 +138,7 @@ def test_password_never_appears_in_url_errors() -> None:
 def test_from_settings_defaults_are_the_field_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no settings, every field keeps its dataclass default (feed_key follows scrapy-redis)."""
     monkeypatch.delenv("STREAMS_ALLOW_UNTESTED_SCRAPY", raising=False)
+    monkeypatch.delenv("STREAMS_ALLOW_EVICTION", raising=False)
     cfg = build()
     from_settings_only = {"redis_url", "crawl", "feed_key"}
     for f in dataclasses.fields(StreamsConfig):
@@ -178,3 +179,15 @@ def test_every_setting_names_itself_when_bad(setting: str) -> None:
         build(**{setting: bad})
     assert caught.value.setting == setting
     assert str(bad) in str(caught.value)
+
+
+def test_allow_eviction_from_the_setting_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """STREAMS_ALLOW_EVICTION defaults to False, comes from the environment when unset, and the setting wins."""
+    monkeypatch.delenv("STREAMS_ALLOW_EVICTION", raising=False)
+    assert build().allow_eviction is False
+    assert build(STREAMS_ALLOW_EVICTION="true").allow_eviction is True
+    monkeypatch.setenv("STREAMS_ALLOW_EVICTION", "1")
+    assert build().allow_eviction is True
+    assert build(STREAMS_ALLOW_EVICTION=False).allow_eviction is False
+    with pytest.raises(ConfigError, match="STREAMS_ALLOW_EVICTION='sometimes': expected True or False"):
+        build(STREAMS_ALLOW_EVICTION="sometimes")

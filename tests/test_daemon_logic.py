@@ -10,8 +10,8 @@ from urllib.parse import parse_qs, unquote_plus, urlparse
 
 import pytest
 
-from monitor.alerts import FIRING, RESOLVED, AlertRules, Debouncer
-from monitor.exporter import OTHER, SiteLabeller, build_families, metric_names
+from monitor.alerts import FIRING, RESOLVED, RUNNING_WINDOW_S, AlertRules, Debouncer
+from monitor.exporter import OTHER, SiteLabeller, build_families, build_server_families, metric_names
 from monitor.settings import MonitorSettings
 from monitor.snapshot import CrawlSnapshot, bitmap_items
 from monitor.state import AlertState
@@ -25,6 +25,7 @@ from streams_sched.keys import STREAMS
 from streams_sched.liveness import ALIVE, DEAD, OFFLINE, classify, node_states
 from streams_sched.metrics import parse_ports
 from streams_sched.rates import ack_rate_per_s, acks_last_minute
+from streams_sched.server_checks import ServerMemory
 
 
 def site(name: str, backlog: tuple[int, int, int] = (0, 0, 0), pending: int = 0, oldest_ms: int = -1,
@@ -277,3 +278,68 @@ def test_progress_line_shows_share_done_rate_and_eta() -> None:
     for i in range(0, 100, 10):
         p.add(float(i), i * 3)
     assert p.rate() == pytest.approx(3.0)
+
+
+# -- alerts about the Redis servers -------------------------------------------------------
+
+
+def mem(evicted: int = 0, used: int = 100, maxmemory: int = 0, server: str = "10.0.0.1:6379",
+        policy: str = "allkeys-lru") -> ServerMemory:
+    return ServerMemory(server, used, maxmemory, policy, evicted)
+
+
+def test_evictions_alert_only_while_a_crawl_runs_and_clear_when_quiet() -> None:
+    """evicted_keys growth fires redis_evicting while a worker is alive or a lease is out (or was, within
+    RUNNING_WINDOW_S), not with no crawl running; it clears after dlq_quiet_s without growth, and a
+    restarted Redis is a new baseline."""
+    rules, deb = AlertRules(dlq_quiet_s=10), Debouncer()
+    alive = {"c": node_states({"w1": {"last_seen": 100, "heartbeat_s": 5}}, 100)}
+    idle: dict = {}
+    assert deb.update(rules.evaluate([snap()], idle, 0, [mem(5)])) == []  # the baseline
+    assert deb.update(rules.evaluate([snap()], idle, 1, [mem(9)])) == []  # no crawl running
+    fired = deb.update(rules.evaluate([snap()], alive, 2, [mem(20)]))
+    assert [(s, a.kind, a.subject, a.value) for s, a in fired] == [(FIRING, "redis_evicting", "10.0.0.1:6379", 20)]
+    assert "allkeys-lru" in fired[0][1].summary and "+11" in fired[0][1].summary and "noeviction" in fired[0][1].summary
+    leased = [snap(sites=[site("a.test", pending=3)])]
+    assert deb.update(rules.evaluate(leased, idle, 5, [mem(30)])) == []  # a lease out: still running
+    assert [s for s, _ in deb.update(rules.evaluate([snap()], idle, 16, [mem(30)]))] == [RESOLVED]
+    assert deb.update(rules.evaluate([snap()], alive, 17, [mem(2)])) == []  # Redis restarted: baseline 2
+    # evicted with the rest, the crawl looks like none: seen running within RUNNING_WINDOW_S, it counts
+    assert [a.kind for _, a in deb.update(rules.evaluate([], idle, 17 + RUNNING_WINDOW_S - 1, [mem(9)]))] == ["redis_evicting"]
+    rules, deb = AlertRules(dlq_quiet_s=10), Debouncer()
+    rules.evaluate([snap()], alive, 0, [mem(5)])
+    assert deb.update(rules.evaluate([], idle, RUNNING_WINDOW_S + 1, [mem(9)])) == []  # too long ago
+
+
+def test_memory_alert_from_ninety_percent_of_maxmemory_only_where_it_is_set() -> None:
+    """redis_memory fires at 90% of maxmemory and resolves below it; maxmemory 0 (no limit) never fires."""
+    rules, deb = AlertRules(), Debouncer()
+    assert deb.update(rules.evaluate([], {}, 0, [mem(used=899, maxmemory=1000), mem(used=10**9, server="b:1")])) == []
+    fired = deb.update(rules.evaluate([], {}, 1, [mem(used=950, maxmemory=1000)]))
+    assert [(s, a.kind, a.value, a.threshold) for s, a in fired] == [(FIRING, "redis_memory", 0.95, 0.9)]
+    assert "95% of its maxmemory" in fired[0][1].summary and "streams-sched purge" in fired[0][1].summary
+    assert [s for s, _ in deb.update(rules.evaluate([], {}, 2, [mem(used=500, maxmemory=1000)]))] == [RESOLVED]
+
+
+def test_eviction_baselines_survive_a_restart(tmp_path: Path) -> None:
+    """The evicted_keys baseline is in the state file: evictions while the monitor was down still fire."""
+    path = tmp_path / "alerts.json"
+    alive = {"c": node_states({"w1": {"last_seen": 100, "heartbeat_s": 5}}, 100)}
+    rules, deb = AlertRules(), Debouncer()
+    rules.evaluate([snap()], alive, 0, [mem(5)])
+    AlertState(path).save(rules, deb, 0)
+    rules2, deb2 = AlertRules(), Debouncer()
+    assert AlertState(path).load(rules2, deb2, 0)
+    assert [a.kind for _, a in deb2.update(rules2.evaluate([snap()], alive, 1, [mem(8)]))] == ["redis_evicting"]
+
+
+def test_server_families_export_each_server() -> None:
+    """Evictions, memory, maxmemory and the policy label are exported per server, nothing without INFO."""
+    families = {f.name: f for f in build_server_families([mem(7, 900, 1000), mem(0, 5, 0, server="b:1", policy="noeviction")])}
+    evicted = {s.labels["server"]: s.value for s in families["streams_sched_redis_evicted_keys"].samples if s.name.endswith("_total")}
+    assert evicted == {"10.0.0.1:6379": 7, "b:1": 0}
+    assert {s.labels["server"]: s.value for s in families["streams_sched_redis_maxmemory_bytes"].samples} == {"10.0.0.1:6379": 1000, "b:1": 0}
+    assert {(s.labels["server"], s.labels["policy"]) for s in families["streams_sched_redis_maxmemory_policy"].samples} == {
+        ("10.0.0.1:6379", "allkeys-lru"), ("b:1", "noeviction")}
+    assert build_server_families([]) == []
+    assert {"streams_sched_redis_evicted_keys_total", "streams_sched_redis_used_memory_bytes"} <= metric_names()

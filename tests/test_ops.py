@@ -109,3 +109,20 @@ def test_refusals_say_log_once_per_distinct_error_and_count_until_accepted() -> 
     assert refusals  # the ack is still refused
     assert refusals.accepted("ack of site b") == [("NOPERM z", 1)] and not refusals
     assert refusals.note("enqueue to site a", "WRONGTYPE x") is True  # back again: logged again
+
+
+def test_oom_is_one_refusal_for_every_command_until_quiet() -> None:
+    """OOM refusals of any command are logged once; the episode ends only when a refused command
+    goes through quiet_s after the last OOM, not when memory dips below the limit for a moment."""
+    oom = "command not allowed when used memory > 'maxmemory'."
+    refusals = Refusals(quiet_s=30.0)
+    assert refusals.note("enqueue to site a", oom + " script: 1", now=0.0) is True
+    assert refusals.note("enqueue to site b", oom + " script: 1", now=1.0) is False
+    assert refusals.note("heartbeat", oom, now=2.0) is False
+    assert refusals.note("ack of site a", "NOPERM no right", now=2.0) is True  # another error: its own line
+    assert refusals.accepted("heartbeat", now=3.0) == []  # a dip below the limit: still the same episode
+    assert refusals.note("heartbeat", oom, now=8.0) is False
+    assert refusals.accepted("lease of site a", now=60.0) == []  # never refused: ends nothing
+    assert refusals.accepted("enqueue to site a", now=60.0) == [(oom + " script: 1", 4)]
+    assert refusals.accepted("ack of site a", now=61.0) == [("NOPERM no right", 1)] and not refusals
+    assert refusals.note("heartbeat", oom, now=100.0) is True  # a new episode: logged again

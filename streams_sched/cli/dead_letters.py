@@ -9,7 +9,7 @@ import click
 from ..dlq import DeadLetter, iter_letters, purge_letters, requeue_letters
 from ..frontier import Frontier
 from .formatting import Column, format_age, render_table
-from .options import CliError, connect, known_crawl, shared_options
+from .options import CliError, allow_eviction_option, connect, connect_for_writes, known_crawl, shared_options
 
 __all__ = ["dlq"]
 
@@ -84,7 +84,9 @@ def dlq_list(redis_url: str, crawl: str, site: str | None, match: str | None, li
 @click.option("--site", default=None, help="Only this site (required with IDS).")
 @click.option("--all", "all_", is_flag=True, help="Requeue every dead letter (of --site, or of the crawl).")
 @click.option("--match", default=None, help="With --all: only letters whose reason or URL contains this text.")
-def dlq_requeue(redis_url: str, crawl: str, ids: tuple[str, ...], site: str | None, all_: bool, match: str | None) -> None:
+@allow_eviction_option
+def dlq_requeue(redis_url: str, crawl: str, ids: tuple[str, ...], site: str | None, all_: bool, match: str | None,
+                allow_eviction: bool) -> None:
     """Put dead letters back in the streams they came from, with a fresh delivery count.
 
     Give the IDS of one --site, or --all. Exit 1 if some IDS were not found.
@@ -95,7 +97,7 @@ def dlq_requeue(redis_url: str, crawl: str, ids: tuple[str, ...], site: str | No
         raise click.UsageError("give dead-letter IDS (with --site) or --all")
     if ids and site is None:
         raise click.UsageError("dead-letter IDS belong to one site: add --site")
-    client = connect(redis_url)
+    client = connect_for_writes(redis_url, allow_eviction)
     frontier = known_crawl(client, crawl, redis_url)
     requeued = kept = missing = 0
     for s in _sites(frontier, site):

@@ -3,7 +3,12 @@
 ``shared_options`` adds ``--redis-url`` and ``--crawl``, ``redis_option`` only
 ``--redis-url``; both wrap the command in ``handle_errors``, which turns the
 library's and Redis' errors into one ``error:`` line and a documented exit code
-(:mod:`streams_sched.exit_codes`).
+(:mod:`streams_sched.exit_codes`). The commands that add requests to a crawl (push,
+dlq requeue, migrate-scrapy-redis) connect with ``connect_for_writes``, which checks
+the eviction policy first, and take ``--allow-eviction`` (``allow_eviction_option``):
+on an ``allkeys-*`` Redis what they add could vanish. Those that only read, delete
+(purge, the fix for a full Redis) or steer a crawl (site set, pause, resume: an
+operator may need them most on a Redis in trouble) do not check.
 """
 
 from __future__ import annotations
@@ -21,8 +26,18 @@ from ..errors import RedisUnavailable, StreamsSchedError
 from ..exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
 from ..frontier import Frontier
 from ..keys import CrawlKeys, validate_crawl_name
+from ..server_checks import check_eviction, hint_for
 
-__all__ = ["CliError", "connect", "handle_errors", "known_crawl", "redis_option", "shared_options"]
+__all__ = [
+    "CliError",
+    "allow_eviction_option",
+    "connect",
+    "connect_for_writes",
+    "handle_errors",
+    "known_crawl",
+    "redis_option",
+    "shared_options",
+]
 
 #: default of --redis-url (env REDIS_URL)
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -48,6 +63,29 @@ def connect(url: str) -> Any:
     return connect_ready(url, timeout_s, setting="--redis-url", quiet=True)
 
 
+#: how the CLI names its allow-eviction option in the refusal
+ALLOW_EVICTION_HINT = "add --allow-eviction (or set STREAMS_ALLOW_EVICTION=1)"
+
+
+def connect_for_writes(url: str, allow_eviction: bool) -> Any:
+    """:func:`connect`, then the eviction-policy check: an ``allkeys-*`` Redis is refused
+    (one ``error:`` line, exit 1) unless ``allow_eviction``; a warning is one ``warning:`` line."""
+    client = connect(url)
+    check_eviction(
+        client, f"Redis at {redact(url)}", allowed=allow_eviction, allow_hint=ALLOW_EVICTION_HINT,
+        warn=lambda message: click.echo(f"warning: {message}", err=True),
+    )
+    return client
+
+
+def allow_eviction_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--allow-eviction (env STREAMS_ALLOW_EVICTION) for the commands that write."""
+    return click.option(
+        "--allow-eviction", is_flag=True, envvar="STREAMS_ALLOW_EVICTION",
+        help="Write even to a Redis whose maxmemory-policy is allkeys-* (it evicts queued requests silently).",
+    )(func)
+
+
 def known_crawl(client: Any, crawl: str, redis_url: str) -> Frontier:
     """The crawl's Frontier, or a CliError if no such crawl is registered."""
     frontier = Frontier(client, crawl)
@@ -70,7 +108,8 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise CliError(f"lost the connection to Redis: {exc}", EXIT_UNREACHABLE) from None
         except redis.ResponseError as exc:
-            raise CliError(f"Redis refused: {exc}") from None
+            hint = hint_for(str(exc), "worker")
+            raise CliError(f"Redis refused: {exc}" + (f" ({hint})" if hint else "")) from None
 
     return wrapper
 

@@ -12,7 +12,7 @@ import click
 
 from ..exit_codes import EXIT_USAGE
 from ..keys import validate_crawl_name
-from .options import CliError, connect, redis_option
+from .options import CliError, allow_eviction_option, connect, connect_for_writes, redis_option
 
 __all__ = ["migrate_scrapy_redis"]
 
@@ -30,9 +30,10 @@ __all__ = ["migrate_scrapy_redis"]
 @click.option("--trust-pickle", is_flag=True, help="Unpickle the pending request queue (runs code: only for a Redis only your workers wrote to).")
 @click.option("--skip-queue", is_flag=True, help="Leave the pending request queue out.")
 @click.option("--dry-run", is_flag=True, help="Only print what would be migrated.")
+@allow_eviction_option
 def migrate_scrapy_redis(redis_url: str, spider: str, crawl: str | None, from_redis_url: str | None, start_urls_key: str,
                          queue_key: str, dupefilter_key: str, queue_class: str, trust_pickle: bool, skip_queue: bool,
-                         dry_run: bool) -> None:
+                         dry_run: bool, allow_eviction: bool) -> None:
     """Copy a scrapy-redis crawl (start URLs, dupefilter, pending requests) into a streams-sched crawl.
 
     The scrapy-redis keys are only read. Running it again adds nothing new. Stop the
@@ -46,8 +47,9 @@ def migrate_scrapy_redis(redis_url: str, spider: str, crawl: str | None, from_re
         keys = {"start": start_urls_key % {"name": spider}, "queue": queue_key % {"spider": spider}, "dupefilter": dupefilter_key % {"spider": spider}}
     except (KeyError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from None
-    source = connect(from_redis_url or redis_url)
-    target = connect(redis_url) if from_redis_url else source
+    # the target gets the requests: a dry run writes nothing, else it must not evict them
+    target = connect(redis_url) if dry_run else connect_for_writes(redis_url, allow_eviction)
+    source = connect(from_redis_url) if from_redis_url else target
     job = ScrapyRedisCrawl(source, None, start_urls_key=keys["start"], queue_key=keys["queue"],
                            dupefilter_key=keys["dupefilter"], lifo=queue_class == "LifoQueue")
     counts = job.count()
@@ -70,7 +72,7 @@ def migrate_scrapy_redis(redis_url: str, spider: str, crawl: str | None, from_re
             job.copy_queue(counts.queue_kind, trust_pickle=False)
         except PickleRefused as exc:
             raise CliError(str(exc), EXIT_USAGE) from None
-    job.seeder = seeder = Seeder(target, crawl)
+    job.seeder = seeder = Seeder(target, crawl, check_server=False)
     total = counts.dupefilter.found + counts.start_urls.found + (0 if skip_queue else counts.queue.found)
     with click.progressbar(length=total, label="migrating", file=sys.stderr, show_pos=True) as bar:
         # the pending queue first, unchecked: scrapy-redis put these in its SET when it queued them

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..keys import validate_site_name
-from .options import CliError, connect, shared_options
+from .options import CliError, allow_eviction_option, connect_for_writes, shared_options
 
 __all__ = ["push"]
 
@@ -22,7 +22,8 @@ __all__ = ["push"]
 @click.option("--site", default=None, help="Put every URL in this site instead of its host.")
 @click.option("--callback", default=None, help="Spider method to call (default: parse).")
 @click.option("--dont-filter", is_flag=True, help="Skip dedupe.")
-def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ...], priority: int, site: str | None, callback: str | None, dont_filter: bool) -> None:
+@allow_eviction_option
+def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ...], priority: int, site: str | None, callback: str | None, dont_filter: bool, allow_eviction: bool) -> None:
     """Add seed URLs to a crawl (arguments, files, or stdin when no URL is given)."""
     sources: list[Iterable[str]] = [urls]
     sources += list(files)
@@ -37,12 +38,12 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
             raise click.BadParameter(str(exc), param_hint="--site") from None
     if callback and not callback.isidentifier():
         raise click.BadParameter(f"{callback!r} is not a method name", param_hint="--callback")
-    client = connect(redis_url)
+    client = connect_for_writes(redis_url, allow_eviction)
     from ..seeding import Seeder  # imports Scrapy (its request fingerprinter): only when seeding
 
     added = dups = 0
     try:
-        seeder = Seeder(client, crawl)
+        seeder = Seeder(client, crawl, check_server=False)
         batch: list[str] = []
         for source in sources:
             for line in source:
