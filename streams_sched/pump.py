@@ -55,7 +55,7 @@ from .ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, LeaseOp,
 from .politeness import FeedbackBatch
 from .recovery import release_orphans
 from .refusals import Refusals
-from .replicas import ReplicaBook, ReplicaGuard, Verdict
+from .replicas import ReplicaBook, ReplicaGuard, Verdict, parse_replication
 from .selection import DrainDetector, LeasePlan, SiteHint, empty_lease_backoff, plan_leases
 from .sent import (
     AFTER_STAT,
@@ -66,6 +66,7 @@ from .sent import (
     LeaseOpsSent,
     Registered,
     Sent,
+    Waited,
     describe,
 )
 from .server_checks import error_code, hint_for
@@ -185,6 +186,9 @@ class Pump(threading.Thread):
         #: enqueue calls and registrations Redis confirmed in this cycle
         self.confirmed: list[Enqueued] = []
         self.confirmed_sites: set[str] = set()
+        #: this cycle's WAIT reply and INFO replication, sent right after its writes (not
+        #: on a cluster, whose pipeline spans several servers)
+        self.inline_wait: list[Any] = []
         self.next_topology = now
         #: feedback.lua's adaptive flag, decrease, increase, floor and forget ms (the config is frozen)
         self.feedback_params = (
@@ -325,6 +329,22 @@ class Pump(threading.Thread):
         guard, gate, f = self.replicas, self.gate, self.frontier
         confirmed, self.confirmed = self.confirmed, []
         sites, self.confirmed_sites = self.confirmed_sites, set()
+        inline, self.inline_wait = self.inline_wait, []
+        if len(inline) == 2 and not isinstance(inline[1], Exception) and "" not in gate.awaiting:
+            # WAIT and INFO came back on the connection that carried the writes
+            acked = None if isinstance(inline[0], Exception) else int(inline[0])
+            verdict = guard.book.judge("", acked, parse_replication(inline[1]), now)
+            if verdict is Verdict.PASS:
+                confirmed, sites = [], set()
+            elif verdict is Verdict.RESEND:
+                for cmd in confirmed:
+                    gate.unconfirmed += cmd.chunk
+                gate.unregistered |= sites
+                self.registered -= sites
+                self._resent("", sum(len(c.chunk) for c in confirmed))
+                confirmed, sites = [], set()
+            else:
+                self.next_barrier[""] = now + self.config.replica_wait_ms / 1000.0
         try:
             for cmd in confirmed:
                 key = f.site(cmd.site).sync
@@ -359,22 +379,32 @@ class Pump(threading.Thread):
                 self.x.stats.append(("streams/replica_waits", 1))
                 self.next_barrier[primary] = now + self.config.replica_wait_ms / 1000.0
             else:
-                chunk = gate.resend(primary)
-                lost = self.registering.pop(primary, set())
-                self.registered -= lost
-                gate.unregistered |= lost
-                self.sync_keys.pop(primary, None)
-                self.next_barrier.pop(primary, None)
-                self.x.stats.append(("streams/replica_resends", len(chunk)))
-                logger.warning(
-                    "Redis primary %s may not keep the %d requests it confirmed (it is gone or no"
-                    " longer the primary): sending them again", primary or "of this crawl", len(chunk),
-                )
-                self.x.seen_epoch += 1
-                self._refresh_topology()
-        if guard.book.identity_changed:
-            guard.book.identity_changed = False
-            self.x.seen_epoch += 1
+                self._resend(primary)
+        for primary in guard.book.take_changed():
+            # replaced since it confirmed them: they may be gone
+            self._resend(primary)
+
+    def _resend(self, primary: str) -> None:
+        """What ``primary`` confirmed may be gone: send it again, and register its sites again."""
+        gate = self.gate
+        chunk = gate.resend(primary)
+        lost = self.registering.pop(primary, set())
+        self.registered -= lost
+        gate.unregistered |= lost
+        self.sync_keys.pop(primary, None)
+        self.next_barrier.pop(primary, None)
+        self._resent(primary, len(chunk))
+
+    def _resent(self, primary: str, n: int) -> None:
+        self.x.stats.append(("streams/replica_resends", n))
+        if n:
+            logger.warning(
+                "Redis primary %s may not keep the %d requests it confirmed (it is gone, restarted"
+                " or no longer the primary): sending them again", primary or "of this crawl", n,
+            )
+        # what this worker remembers sending may not have arrived either
+        self.x.seen_epoch += 1
+        self._refresh_topology()
 
     def _refuse(self, what: str, exc: BaseException, *, back_off: bool = True) -> None:
         """Redis refused a command for good: count it, log it the first time, and (for
@@ -564,6 +594,13 @@ class Pump(threading.Thread):
                     chunk = site_ops[i : i + ENQUEUE_CHUNK]
                     f.enqueue(site, [op.out for op in chunk], pipe)
                     sent.append(Enqueued(site, chunk))
+        if (enq or new_sites) and not self.replicas.cluster:
+            # one connection carries the whole pipeline: WAIT right here covers its writes
+            needed = self.replicas.required("", now)
+            if needed != 0:
+                pipe.execute_command("WAIT", needed or 0, self.config.replica_wait_ms)
+                pipe.info("replication")
+                sent += (Waited("wait"), Waited("info"))
         if after:
             groups: dict[tuple[type, str], list[LeaseOp]] = defaultdict(list)
             for lease_op in after:
@@ -699,6 +736,8 @@ class Pump(threading.Thread):
                 x.stats.append((AFTER_STAT[cmd.kind], n))
             elif isinstance(cmd, Leased):
                 arrived += self._on_leased(cmd.plan, reply)
+            elif isinstance(cmd, Waited):
+                self.inline_wait.append(reply)
             elif isinstance(cmd, FeedbackSent) and int(reply[_FEEDBACK_CUT]):
                 x.stats.append(("streams/backoffs", 1))
                 hint = self.hints.get(cmd.site)

@@ -115,9 +115,13 @@ class ReplicaBook:
     min_replicas: int = -1
     grace_s: float = LOSS_GRACE_S
     primaries: dict[str, _Primary] = field(default_factory=dict)
-    #: set when a known primary changed identity (restarted, promoted, replaced); the
-    #: caller resets it after forgetting what it remembers sending
-    identity_changed: bool = False
+    #: primaries that changed identity (restarted, promoted, replaced) since the caller
+    #: last asked (:meth:`take_changed`): what they confirmed before may be gone
+    changed: set[str] = field(default_factory=set)
+
+    def take_changed(self) -> set[str]:
+        changed, self.changed = self.changed, set()
+        return changed
 
     def needs_look(self, name: str, now: float) -> bool:
         known = self.primaries.get(name)
@@ -131,17 +135,19 @@ class ReplicaBook:
         known = self.primaries.get(name)
         return known.required if known is not None else None
 
-    def look(self, name: str, view: NodeView, now: float) -> None:
-        """Take in what node ``name`` said of its replication."""
+    def look(self, name: str, view: NodeView, now: float) -> bool:
+        """Take in what node ``name`` said of its replication; True if it is not the
+        node it was when last seen (its earlier writes may be gone)."""
         known = self.primaries.get(name)
-        if known is not None and (view.replid != known.replid or view.offset < known.offset):
+        changed = known is not None and (view.replid != known.replid or view.offset < known.offset)
+        if known is not None and changed:
             logger.warning(
                 "Redis primary %s is not the one this worker wrote to before (replication id %s,"
                 " offset %d; was %s, %d): it restarted or was replaced, so this worker forgets"
                 " which requests it remembers sending",
                 name, view.replid, view.offset, known.replid, known.offset,
             )
-            self.identity_changed = True
+            self.changed.add(name)
         if self.min_replicas >= 0:
             required = self.min_replicas
         elif view.connected > 0:
@@ -152,20 +158,22 @@ class ReplicaBook:
             required = 0
         if known is None:
             self.primaries[name] = _Primary(required, view.replid, view.offset, now)
-            return
+            return False
         known.required, known.replid, known.offset, known.checked_at = required, view.replid, view.offset, now
         if view.connected > 0:
             known.zero_since = None
             if known.lost_logged or known.short_logged:
                 logger.warning("Redis primary %s has %d replica(s) again; acks wait for them", name, view.connected)
             known.lost_logged = known.short_logged = False
+        return changed
 
     def judge(self, name: str, acked: int | None, view: NodeView | None, now: float) -> Verdict:
         """What a barrier on ``name`` means: ``acked`` is WAIT's reply (None if the
         barrier failed), ``view`` what the node said afterwards (None if it could not say)."""
         if view is None or view.role != "master":
             return Verdict.RESEND
-        self.look(name, view, now)
+        if self.look(name, view, now):
+            return Verdict.RESEND
         known = self.primaries[name]
         if acked is not None and acked >= known.required:
             return Verdict.PASS
@@ -230,7 +238,7 @@ class ReplicaGuard:
 
         try:
             return parse_replication(self._node_client(name).info("replication"))
-        except (LookupError, *TRANSIENT):
+        except (LookupError, *TRANSIENT):  # type: ignore[misc]  # a tuple of exception classes
             return None
 
     def required(self, name: str, now: float) -> int | None:
@@ -257,7 +265,8 @@ class ReplicaGuard:
             pipe = self._node_client(name).pipeline(transaction=False)
             pipe.set(sync_key, self.node_id, px=SYNC_TTL_MS)
             pipe.execute_command("WAIT", needed, self.wait_ms)
-            set_reply, wait_reply = pipe.execute(raise_on_error=False)
+            pipe.info("replication")
+            set_reply, wait_reply, info_reply = pipe.execute(raise_on_error=False)
             if isinstance(set_reply, ResponseError):
                 # MOVED / READONLY: the key is no longer this node's to take
                 logger.info("barrier on %s refused (%s): sending its writes again", name or "Redis", set_reply)
@@ -266,8 +275,7 @@ class ReplicaGuard:
                 raise set_reply
             if not isinstance(wait_reply, Exception):
                 acked = int(wait_reply)
-        except (LookupError, *TRANSIENT):
+        except (LookupError, *TRANSIENT):  # type: ignore[misc]  # a tuple of exception classes
             return Verdict.RESEND
-        if acked is not None and acked >= needed:
-            return Verdict.PASS
-        return self.book.judge(name, acked, self.view(name), now)
+        view = None if isinstance(info_reply, Exception) else parse_replication(info_reply)
+        return self.book.judge(name, acked, view, now)

@@ -14,7 +14,7 @@ from .selection import LeasePlan
 
 __all__ = [
     "AFTER_STAT", "HEARTBEAT", "Enqueued", "FeedbackSent", "Heartbeat", "LeaseOpsSent", "Leased",
-    "Registered", "Sent", "describe",
+    "Registered", "Sent", "Waited", "describe",
 ]
 
 #: each kind of lease operation in log lines
@@ -68,11 +68,19 @@ class FeedbackSent:
 
 
 @dataclass(slots=True, frozen=True)
+class Waited:
+    """WAIT for replicas (``part`` "wait") or INFO replication ("info") right after the
+    cycle's writes, on their connection (a server that is not a cluster)."""
+
+    part: str
+
+
+@dataclass(slots=True, frozen=True)
 class Heartbeat:
     """The node record or its published heartbeat."""
 
 
-Sent = Registered | Enqueued | LeaseOpsSent | Leased | FeedbackSent | Heartbeat
+Sent = Registered | Enqueued | LeaseOpsSent | Leased | FeedbackSent | Waited | Heartbeat
 HEARTBEAT = Heartbeat()
 
 
@@ -88,4 +96,6 @@ def describe(cmd: Sent) -> str:
         return f"politeness feedback of site {cmd.site}"
     if isinstance(cmd, Registered):
         return "site registration"
+    if isinstance(cmd, Waited):
+        return "wait for replicas"
     return "heartbeat"

@@ -10,20 +10,20 @@ what they remember sending to a primary that is gone."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import spread_crawl_name
+from redis_tools import LocalCluster, LocalSentinel
 
 from streams_sched.connection import connect
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.testing import find_redisbloom
 
-from conftest import spread_crawl_name
-
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
-from redis_tools import LocalCluster
+from helpers import Worker, base_settings, crawled_urls, read_items, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -105,3 +105,45 @@ def test_cluster_failovers_lose_no_page(
             wait_for(cluster.healthy, timeout=60, what="the replica to sync")
 
     crawl_through_failovers(cluster.url, crawl, tmp_path, failovers, fail_over, measured)
+
+
+def cut_off_and_kill(master_client: Any, replicas: list[Any], kill: Any) -> None:
+    """The replicas miss LAG_S of the master's writes, then the master is SIGKILLed
+    (as LocalCluster.kill with lag_s)."""
+    for r in replicas:
+        r.pause()
+    try:
+        master_client.execute_command("CLIENT", "KILL", "TYPE", "replica")
+        time.sleep(LAG_S)
+        kill()
+    finally:
+        for r in replicas:
+            r.resume()
+
+
+@pytest.mark.parametrize(
+    ("restart", "failovers"),
+    # left down, each failover uses up a replica: two failovers need two
+    [("at_once", 2), ("left_down", 2), ("at_once", 5)],
+)
+def test_sentinel_failovers_lose_no_page(restart: str, failovers: int, tmp_path: Path, measured: Any) -> None:
+    """SIGKILLs of the Sentinel-managed primary mid-crawl, its replica lagging and then
+    promoted, the dead node restarted at once or left down: every page is crawled, both
+    workers exit 0."""
+    replicas = 2 if restart == "left_down" else 1
+    with LocalSentinel(replicas=replicas, bloom=find_redisbloom() is not None) as sentinel:
+
+        def fail_over(_: int) -> None:
+            old = sentinel.master()
+            cut_off_and_kill(sentinel.node_client(old), sentinel.replicas(), old.kill)
+            sentinel.wait_failover(old.port)
+            if restart == "at_once":
+                sentinel.restart(old)
+                try:
+                    sentinel.wait_role(old, "slave", timeout=90)
+                except RuntimeError as exc:
+                    logs = "\n".join(Path(s.dir, "redis.log").read_text()[-3000:] for s in sentinel.sentinels)
+                    raise AssertionError(f"{exc}; the sentinels' logs:\n{logs}") from None
+                sentinel.wait_replicas(1)
+
+        crawl_through_failovers(sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, failovers, fail_over, measured)
