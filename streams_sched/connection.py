@@ -58,6 +58,7 @@ __all__ = [
     "is_cluster_client",
     "is_cluster_url",
     "is_sentinel_client",
+    "refresh_topology",
     "is_sentinel_url",
     "redact",
     "wait_ready",
@@ -385,3 +386,18 @@ def _tls_verify_failed(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def refresh_topology(client: Any) -> bool:
+    """On a cluster client, read the slot map again from any node that answers; True if it
+    did. A failed-over master's slots move to its replica: redis-py learns that from its
+    own commands' errors, but not from a command sent on a node's own client (the
+    per-node pipelines of status and barriers), which would retry the dead address for ever."""
+    if not is_cluster_client(client):
+        return False
+    try:
+        client.nodes_manager.initialize()
+    except Exception as exc:  # no node answers yet: the next error tries again
+        logger.debug("cluster topology not refreshed: %s", exc)
+        return False
+    return True

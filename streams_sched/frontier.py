@@ -19,7 +19,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from . import script_keys
-from .connection import is_cluster_client
+from .connection import TRANSIENT, is_cluster_client, refresh_topology
 from .errors import DedupeBackendError
 from .keys import GROUP, STREAMS, TASK_TYPES, CrawlKeys, SiteKeys, stream_code, stream_mask, stream_of_code
 from .replies import text
@@ -611,7 +611,11 @@ class Frontier:
                 node = self.client.get_node_from_key(self.site(s).tag)
                 by_node.setdefault(node.name, (node.redis_connection, []))[1].append(s)
             for connection, node_sites in by_node.values():
-                replies.update(self._status_pipeline(connection, node_sites))
+                try:
+                    replies.update(self._status_pipeline(connection, node_sites))
+                except TRANSIENT:
+                    refresh_topology(self.client)  # so the caller's retry asks the node's successor
+                    raise
         else:
             replies = self._status_pipeline(self.client, sites)
         out = []

@@ -45,6 +45,7 @@ from .backoff import Backoff
 from .codec import RequestCodec
 from .config import StreamsConfig
 from .connection import TRANSIENT as CONNECTION_TRANSIENT
+from .connection import refresh_topology
 from .errors import EntryError
 from .exchange import OUTBOX_FLUSH, Exchange
 from .frontier import Frontier, LeasedEntry, over_cap_of, parse_enqueue, parse_lease
@@ -313,15 +314,11 @@ class Pump(threading.Thread):
         a second): a failed-over master's slots move to its replica, and a command that
         bypasses the cluster client (a node's own pipeline) would otherwise retry the dead
         address for ever."""
-        client = self.frontier.client
         now = time.monotonic()
         if not self.replicas.cluster or now < self.next_topology:
             return
         self.next_topology = now + 1.0
-        try:
-            client.nodes_manager.initialize()
-        except Exception as exc:  # no node answers yet: the next outage cycle tries again
-            logger.debug("cluster topology not refreshed: %s", exc)
+        refresh_topology(self.frontier.client)
 
     def _replicate(self, now: float) -> None:
         """Hold the acks until this cycle's confirmed writes are on a replica of each
