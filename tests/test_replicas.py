@@ -1,0 +1,143 @@
+"""The replica wait without Redis: what a barrier's result means (replicas.ReplicaBook), and
+how the AckGate holds acks while enqueues are confirmed by a primary but not yet by a replica."""
+
+from __future__ import annotations
+
+from streams_sched.frontier import LeasedEntry, Outgoing
+from streams_sched.ops import Ack, AckGate, Enqueue
+from streams_sched.replicas import NodeView, ReplicaBook, Verdict, parse_replication
+
+PRIMARY = "10.0.0.1:7000"
+
+
+def view(connected: int = 1, replid: str = "a" * 40, offset: int = 100, role: str = "master") -> NodeView:
+    return NodeView(role, connected, replid, offset)
+
+
+def enqueue(n: int) -> Enqueue:
+    return Enqueue("s", Outgoing(bytes([n]) * 20, 0, 0, b"p"))
+
+
+def ack(n: int) -> Ack:
+    return Ack(LeasedEntry("s", 0, f"{n}-0".encode(), None, 0))
+
+
+def test_parse_replication_counts_only_replicas_in_sync() -> None:
+    """A replica still loading its first sync does not count as one the acks may wait for."""
+    info = {
+        "role": "master", "master_replid": "r" * 40, "master_repl_offset": 42,
+        "slave0": {"ip": "127.0.0.1", "port": 1, "state": "online", "offset": 42, "lag": 0},
+        "slave1": {"ip": "127.0.0.1", "port": 2, "state": "wait_bgsave", "offset": 0, "lag": 0},
+    }
+    assert parse_replication(info) == NodeView("master", 1, "r" * 40, 42)
+
+
+def test_auto_waits_for_one_replica_where_there_is_one_and_none_elsewhere() -> None:
+    """auto: a primary with a replica needs 1, one without needs 0; never-seen primaries are unknown."""
+    book = ReplicaBook()
+    assert book.required(PRIMARY) is None
+    book.look(PRIMARY, view(connected=2), 0.0)
+    book.look("other", view(connected=0), 0.0)
+    assert book.required(PRIMARY) == 1
+    assert book.required("other") == 0
+
+
+def test_a_barrier_that_reached_enough_replicas_passes() -> None:
+    """WAIT reached the required replicas on the same primary: the acks may go."""
+    book = ReplicaBook()
+    book.look(PRIMARY, view(), 0.0)
+    assert book.judge(PRIMARY, 1, view(), 1.0) is Verdict.PASS
+
+
+def test_a_lagging_replica_holds_the_acks() -> None:
+    """WAIT timed out but the replica is connected: hold and try again, never drop."""
+    book = ReplicaBook()
+    book.look(PRIMARY, view(), 0.0)
+    assert book.judge(PRIMARY, 0, view(), 1.0) is Verdict.HOLD
+
+
+def test_a_node_that_is_no_longer_primary_or_cannot_answer_means_resend() -> None:
+    """A replica now (demoted) or no answer at all: what it confirmed may be wiped, so send it again."""
+    book = ReplicaBook()
+    book.look(PRIMARY, view(), 0.0)
+    assert book.judge(PRIMARY, None, None, 1.0) is Verdict.RESEND
+    assert book.judge(PRIMARY, 1, view(role="slave"), 1.0) is Verdict.RESEND
+
+
+def test_a_restarted_or_replaced_primary_means_resend_even_if_wait_passed() -> None:
+    """Another replication id at the same address: its earlier writes may be gone, so they are sent again."""
+    book = ReplicaBook()
+    book.look(PRIMARY, view(replid="a" * 40), 0.0)
+    assert book.judge(PRIMARY, 1, view(replid="b" * 40), 1.0) is Verdict.RESEND
+    assert book.take_changed() == {PRIMARY}
+    assert book.judge(PRIMARY, 1, view(replid="b" * 40), 2.0) is Verdict.PASS
+
+
+def test_an_offset_that_went_back_counts_as_another_primary() -> None:
+    """Same replication id but less data than before: it lost writes, so they are sent again."""
+    book = ReplicaBook()
+    book.look(PRIMARY, view(offset=500), 0.0)
+    assert book.judge(PRIMARY, 1, view(offset=10), 1.0) is Verdict.RESEND
+
+
+def test_auto_stops_waiting_only_after_the_grace_without_any_replica() -> None:
+    """A primary that lost its replica (or a stale one that came back at its old address)
+    holds the acks for the grace period, then auto lets them through."""
+    book = ReplicaBook(grace_s=10.0)
+    book.look(PRIMARY, view(connected=1), 0.0)
+    assert book.judge(PRIMARY, 0, view(connected=0), 1.0) is Verdict.HOLD
+    assert book.judge(PRIMARY, 0, view(connected=0), 10.5) is Verdict.HOLD
+    assert book.judge(PRIMARY, 0, view(connected=0), 11.5) is Verdict.PASS
+    assert book.required(PRIMARY) == 0
+    book.look(PRIMARY, view(connected=1), 12.0)  # a replica is back: wait for it again
+    assert book.required(PRIMARY) == 1
+
+
+def test_an_explicit_number_of_replicas_holds_acks_for_as_long_as_they_are_missing() -> None:
+    """STREAMS_MIN_REPLICAS=1 never gives up waiting, however long the replica is away."""
+    book = ReplicaBook(min_replicas=1)
+    book.look(PRIMARY, view(connected=0), 0.0)
+    assert book.required(PRIMARY) == 1
+    assert book.judge(PRIMARY, 0, view(connected=0), 3600.0) is Verdict.HOLD
+
+
+def test_zero_replicas_never_waits() -> None:
+    """STREAMS_MIN_REPLICAS=0: a primary with replicas still needs none."""
+    book = ReplicaBook(min_replicas=0)
+    book.look(PRIMARY, view(connected=2), 0.0)
+    assert book.required(PRIMARY) == 0
+
+
+def test_gate_holds_acks_while_enqueues_await_replicas() -> None:
+    """An ack queued after enqueues that a primary confirmed goes out only once its replicas have them."""
+    gate = AckGate()
+    enq, after = gate.plan([enqueue(1), ack(1)])
+    assert enq and not after
+    gate.await_replicas(PRIMARY, enq)
+    enq, after = gate.plan([])
+    assert not enq and not after and gate
+    gate.replicated(PRIMARY)
+    enq, after = gate.plan([])
+    assert after == [ack(1)]
+
+
+def test_gate_sends_the_enqueues_of_a_lost_primary_again_before_any_ack() -> None:
+    """RESEND: the enqueues a gone primary confirmed go out again, and the acks wait for them."""
+    gate = AckGate()
+    enq, _ = gate.plan([enqueue(1), ack(1)])
+    gate.await_replicas(PRIMARY, enq)
+    assert gate.resend(PRIMARY) == enq
+    enq, after = gate.plan([])
+    assert enq == [enqueue(1)] and not after
+    enq, after = gate.plan([])
+    assert after == [ack(1)]
+
+
+def test_gate_holds_acks_while_a_registration_must_be_sent_again() -> None:
+    """A site whose registration failed would be invisible to the drain check: acks wait for it."""
+    gate = AckGate()
+    gate.plan([enqueue(1), ack(1)])
+    gate.unregistered.add("s")
+    assert gate.plan([]) == ([], [])
+    gate.unregistered.clear()
+    assert gate.plan([])[1] == [ack(1)]
