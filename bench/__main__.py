@@ -8,8 +8,9 @@
 (e) codec cost per request;
 (f) Redis round trips per crawled page (counted during (a) and (b)).
 
-``python -m bench broad`` runs the broad-crawl benchmark of issue 10 on its own
-(bench/broad.py: many small sites; ``--quick``, ``--sites``).
+``python -m bench broad`` runs the broad-crawl benchmark on its own (bench/broad.py:
+many small sites; ``--quick``, ``--sites``). ``python -m bench replicas`` measures
+what holding acks until a replica has the follow-ups costs (bench/replicas.py).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -133,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         from .broad import main as broad_main
 
         return broad_main(rest[1:])
+    if rest[:1] == ["replicas"]:  # python -m bench replicas: the cost of the replica wait (bench/replicas.py)
+        from .replicas import main as replicas_main
+
+        return replicas_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 

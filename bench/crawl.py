@@ -140,12 +140,30 @@ def preseed(spec: CrawlSpec, client: redis.Redis, crawl: str, settings: dict[str
     raise ValueError(f"{spec.kind} cannot be pre-seeded")
 
 
-def _redis_counters(client: redis.Redis) -> dict[str, Any]:
-    cpu = client.info("cpu")
-    cmd = client.info("commandstats")
-    calls = {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in cmd.items()}
-    usec = {k.removeprefix("cmdstat_"): int(v["usec"]) for k, v in cmd.items()}
-    return {"cpu_s": float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), "calls": calls, "usec": usec}
+def primaries(redis_url: str) -> list[redis.Redis]:
+    """A client for each primary behind ``redis_url`` (every master of a cluster): the
+    servers whose CPU and commands a crawl is charged with."""
+    from streams_sched.connection import is_cluster_url
+
+    if not is_cluster_url(redis_url):
+        return [redis.Redis.from_url(redis_url)]
+    from streams_sched.connection import connect
+
+    cluster = connect(redis_url)
+    return [redis.Redis(host=n.host, port=n.port) for n in cluster.get_primaries()]
+
+
+def _redis_counters(clients: list[redis.Redis]) -> dict[str, Any]:
+    out: dict[str, Any] = {"cpu_s": 0.0, "calls": {}, "usec": {}}
+    for client in clients:
+        cpu = client.info("cpu")
+        cmd = client.info("commandstats")
+        out["cpu_s"] += float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+        for k, v in cmd.items():
+            name = k.removeprefix("cmdstat_")
+            out["calls"][name] = out["calls"].get(name, 0) + int(v["calls"])
+            out["usec"][name] = out["usec"].get(name, 0) + int(v["usec"])
+    return out
 
 
 def _launch(spec: CrawlSpec, settings: dict[str, Any], log: Path, n: int) -> subprocess.Popen[bytes]:
@@ -170,10 +188,11 @@ def _launch(spec: CrawlSpec, settings: dict[str, Any], log: Path, n: int) -> sub
 def run_crawl(spec: CrawlSpec, redis_url: str | None, crawl: str) -> dict[str, Any]:
     """Run one crawl; return its measurements (see the module docstring)."""
     wdir = Path(tempfile.mkdtemp(prefix=f"bench-{spec.kind.replace('/', '-')}-"))
-    client = redis.Redis.from_url(redis_url) if redis_url else None
-    if client is not None:
-        client.flushall()
-        client.script_flush()
+    servers = primaries(redis_url) if redis_url else []
+    for server in servers:
+        server.flushall()
+        server.script_flush()
+    client = servers[0] if len(servers) == 1 else None
     settings = [worker_settings(spec, redis_url, crawl, wdir, n) for n in range(spec.workers)]
     seeded = 0
     if spec.seed == "preseed":
@@ -190,9 +209,10 @@ def run_crawl(spec: CrawlSpec, redis_url: str | None, crawl: str) -> dict[str, A
                 raise RuntimeError(f"workers did not open within 120 s; logs in {wdir}")
             time.sleep(0.01)
         before = None
-        if client is not None:
-            client.config_resetstat()
-            before = _redis_counters(client)
+        if servers:
+            for server in servers:
+                server.config_resetstat()
+            before = _redis_counters(servers)
         t_gate = time.time()
         (wdir / "gate").write_text("go")
         for n, p in enumerate(procs):
@@ -203,7 +223,7 @@ def run_crawl(spec: CrawlSpec, redis_url: str | None, crawl: str) -> dict[str, A
                 raise RuntimeError(f"worker {n} did not finish within {spec.timeout_s} s; logs in {wdir}") from None
             if code != 0:
                 raise RuntimeError(f"worker {n} exited with {code}:\n{_tail(wdir / f'worker{n}.log')}")
-        after = _redis_counters(client) if client is not None else None
+        after = _redis_counters(servers) if servers else None
     finally:
         for p in procs:
             if p.poll() is None:
