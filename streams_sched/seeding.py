@@ -19,6 +19,8 @@ on Redis Cluster the pipeline is split per node by redis-py.
 
 from __future__ import annotations
 
+import os
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,11 +33,12 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
 
 from .codec import RequestCodec
-from .connection import connect_ready, redact
-from .errors import SerializationError
+from .connection import TRANSIENT, connect_ready, redact, refresh_topology
+from .errors import RedisUnavailable, SerializationError
 from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
 from .keys import SITE_TASK, TASK_TYPES, stream_for, validate_crawl_name, validate_site_name
 from .legacy import LEGACY_FIELD, legacy_fingerprint, legacy_seen
+from .replicas import ReplicaBook, ReplicaGuard, Verdict
 from .selection import band_for
 from .server_checks import allowed_by_env, check_eviction, describe_client
 from .sitekey import site_keyer
@@ -159,6 +162,8 @@ class Seeder:
         site_key: str | None = None,
         allow_eviction: bool | None = None,
         check_server: bool = True,
+        min_replicas: int = -1,
+        replica_timeout_s: float = 30.0,
     ) -> None:
         validate_crawl_name(crawl, "crawl")
         if batch < 1:
@@ -190,6 +195,10 @@ class Seeder:
         # with STREAMS_SITE_KEY="domain" (the first worker records it in the crawl meta)
         self.site_of = site_keyer(site_key or meta.get("site_key") or "host")
         self._registered: set[str] = set()
+        #: a batch counts as added once a replica of each primary that took it has it
+        #: (replicas.py; ``min_replicas`` as STREAMS_MIN_REPLICAS, -1 = auto)
+        self.replicas = ReplicaGuard(self.client, ReplicaBook(min_replicas), 500, f"seeder-{os.getpid()}")
+        self.replica_timeout_s = replica_timeout_s
 
     def __enter__(self) -> Seeder:
         return self
@@ -297,12 +306,44 @@ class Seeder:
             # call the one script), and registering again changes nothing: load and resend.
             self.frontier.load_scripts()
             replies = send_all()
+        self._replicated(list(by_site), send_all)
         self._registered.update(new_sites)
         for items, reply in zip(by_site.values(), replies, strict=True):
             flags = parse_enqueue(reply)[3]
             for it, flag in zip(items, flags, strict=True):
                 (result.added if flag == ord("1") else result.duplicates).append(it.url)
         return result
+
+
+    def _replicated(self, sites: list[str], send_all: Any) -> None:
+        """Return once what a batch wrote is on a replica of each primary that took it (where
+        the primary has one), so that what :meth:`send` reports as added survives a failover.
+        A primary that is gone or replaced gets the batch again (dedupe makes that safe)."""
+        guard, f = self.replicas, self.frontier
+        targets = {guard.primary_of(f.site(s).sync): f.site(s).sync for s in sites}
+        targets.setdefault(guard.primary_of(f.keys.sync), f.keys.sync)  # the site registry
+        deadline = time.monotonic() + self.replica_timeout_s
+        for primary, key in targets.items():
+            while True:
+                now = time.monotonic()
+                if guard.required(primary, now) == 0:
+                    break
+                verdict = guard.barrier(primary, key, now)
+                if verdict is Verdict.PASS:
+                    break
+                if now > deadline:
+                    raise RedisUnavailable(
+                        f"seeds of crawl {self.crawl!r} are on Redis primary {primary or '(this server)'} but on"
+                        f" none of its replicas after {self.replica_timeout_s:g}s: a failover would lose them."
+                        " Seed again once the replica is back (seeding is idempotent), or pass min_replicas=0"
+                    )
+                if verdict is Verdict.RESEND:
+                    refresh_topology(self.client)
+                    try:
+                        send_all()
+                    except TRANSIENT:
+                        pass  # the new primary is not there yet: try again
+                time.sleep(0.05)
 
 
 def seed(

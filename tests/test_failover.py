@@ -21,9 +21,11 @@ from redis_tools import LocalCluster, LocalSentinel
 
 from streams_sched.connection import connect
 from streams_sched.demo.web import SyntheticWeb
-from streams_sched.testing import find_redisbloom
+from streams_sched.errors import RedisUnavailable
+from streams_sched.seeding import Seeder
+from streams_sched.testing import RedisServer, find_redisbloom
 
-from helpers import Worker, base_settings, crawled_urls, read_items, wait_for
+from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -147,3 +149,51 @@ def test_sentinel_failovers_lose_no_page(restart: str, failovers: int, tmp_path:
                 sentinel.wait_replicas(1)
 
         crawl_through_failovers(sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, failovers, fail_over, measured)
+
+
+@pytest.fixture
+def primary_and_replica() -> Iterator[tuple[RedisServer, RedisServer]]:
+    primary = RedisServer().start()
+    replica = RedisServer(extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    try:
+        client = connect(primary.url, decode_responses=True)
+        wait_for(
+            lambda: client.info("replication").get("slave0", {}).get("state") == "online",
+            timeout=30, what="the replica to sync",
+        )
+        yield primary, replica
+    finally:
+        replica.cleanup()
+        primary.cleanup()
+
+
+def test_seeder_returns_only_once_a_replica_has_the_seeds(primary_and_replica: tuple[RedisServer, RedisServer]) -> None:
+    """What Seeder.seed reports as added is already on the replica when it returns."""
+    primary, replica = primary_and_replica
+    crawl = "t" + uuid.uuid4().hex[:8]
+    urls = [f"http://site{i % 3}.test/p/{i}" for i in range(300)]
+    with Seeder(primary.url, crawl) as seeder:
+        result = seeder.seed(urls)
+    assert len(result.added) == 300
+    on_replica = frontier(replica.url, crawl)
+    assert sum(on_replica.status(s).backlog for s in on_replica.sites()) == 300
+    assert int(connect(primary.url).info("commandstats").get("cmdstat_wait", {}).get("calls", 0)) >= 1
+
+
+def test_seeder_refuses_to_report_seeds_no_replica_has(primary_and_replica: tuple[RedisServer, RedisServer]) -> None:
+    """With the replica cut off, seed() raises after its deadline instead of reporting seeds a
+    failover would lose; seeding again once the replica is back reports them added or duplicate."""
+    primary, replica = primary_and_replica
+    crawl = "t" + uuid.uuid4().hex[:8]
+    urls = [f"http://site0.test/p/{i}" for i in range(50)]
+    with Seeder(primary.url, crawl, replica_timeout_s=1.0) as seeder:
+        assert len(seeder.seed(["http://site0.test/"]).added) == 1  # it has seen the replica
+        replica.pause()
+        try:
+            connect(primary.url).execute_command("CLIENT", "KILL", "TYPE", "replica")
+            with pytest.raises(RedisUnavailable, match="none of its replicas"):
+                seeder.seed(urls)
+        finally:
+            replica.resume()
+        again = seeder.seed(urls)
+    assert len(again.added) + len(again.duplicates) == 50
