@@ -218,6 +218,8 @@ class ReplicaGuard:
         self.wait_ms = wait_ms
         self.node_id = node_id
         self.cluster = is_cluster_client(client)
+        #: primaries whose INFO this user may not read (warned once each)
+        self.denied: set[str] = set()
 
     def primary_of(self, key: str) -> str:
         """The name of the primary that owns ``key`` (a standalone server is "")."""
@@ -234,12 +236,23 @@ class ReplicaGuard:
         return self.client.get_redis_connection(node)
 
     def view(self, name: str) -> NodeView | None:
+        from redis.exceptions import ResponseError
+
         from .connection import TRANSIENT
 
         try:
             return parse_replication(self._node_client(name).info("replication"))
         except (LookupError, *TRANSIENT):  # type: ignore[misc]  # a tuple of exception classes
             return None
+        except ResponseError as exc:
+            if name not in self.denied:
+                self.denied.add(name)
+                logger.warning(
+                    "cannot count the replicas of Redis primary %s (%s): writes are not waited for on"
+                    " a replica, so a failover may lose the last of them; give this ACL user +info and +wait",
+                    name or "(this server)", exc,
+                )
+            return NodeView("master", 0, "", 0)  # taken as a primary without replicas
 
     def required(self, name: str, now: float) -> int | None:
         """Replicas an ack waits for on ``name`` (counted again now and then); None if

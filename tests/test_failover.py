@@ -97,14 +97,14 @@ def test_cluster_failovers_lose_no_page(
     crawl = spread_crawl_name(connect(cluster.url), tuple(f"site{i}.test" for i in range(SITES)))
 
     def fail_over(_: int) -> None:
+        # the node restarted last time rejoins while the crawl goes on; a failover needs it in sync
+        wait_for(lambda: any(cluster.has_replica(m) for m in cluster.masters()), timeout=90, what="a master with a replica in sync")
         candidates = [m for m in cluster.masters() if cluster.has_replica(m)]
         victim = max(candidates, key=lambda n: int(cluster.client(n).dbsize()))
         cluster.kill(victim, lag_s=LAG_S)
         cluster.wait_failover(victim)
         if restart == "at_once":
             cluster.restart(victim)
-            wait_for(lambda: cluster.role(victim) == "slave", timeout=30, what="the old master to rejoin as a replica")
-            wait_for(cluster.healthy, timeout=60, what="the replica to sync")
 
     crawl_through_failovers(cluster.url, crawl, tmp_path, failovers, fail_over, measured)
 
@@ -136,16 +136,13 @@ def test_sentinel_failovers_lose_no_page(restart: str, failovers: int, tmp_path:
     with LocalSentinel(replicas=replicas, bloom=find_redisbloom() is not None) as sentinel:
 
         def fail_over(_: int) -> None:
+            # the node restarted last time is demoted and resyncs while the crawl goes on
+            sentinel.wait_replicas(1, timeout=120)
             old = sentinel.master()
             cut_off_and_kill(sentinel.node_client(old), sentinel.replicas(), old.kill)
             sentinel.wait_failover(old.port)
             if restart == "at_once":
                 sentinel.restart(old)
-                try:
-                    sentinel.wait_role(old, "slave", timeout=90)
-                except RuntimeError as exc:
-                    logs = "\n".join(Path(s.dir, "redis.log").read_text()[-3000:] for s in sentinel.sentinels)
-                    raise AssertionError(f"{exc}; the sentinels' logs:\n{logs}") from None
                 sentinel.wait_replicas(1)
 
         crawl_through_failovers(sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, failovers, fail_over, measured)
