@@ -16,6 +16,8 @@ Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
     streams_sched_worker_dead_lettered_total     entries this worker moved to dead letters
     streams_sched_worker_released_total          unstarted leases handed back at close
     streams_sched_worker_redis_errors_total      failed Redis round trips and refused commands (retried)
+    streams_sched_worker_replica_waits_total     barriers that found a primary's replicas behind (acks held)
+    streams_sched_worker_replica_resends_total   enqueues sent again: their primary was gone or replaced
     streams_sched_worker_unserializable_local_total  requests that cannot travel, crawled by this worker
     streams_sched_worker_prefetched              leased requests waiting in the worker
     streams_sched_worker_local_requests          requests only this worker holds (waiting or in progress)
@@ -54,6 +56,12 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
     ),
     "streams_sched_worker_released": ("streams/released", "Unstarted leases handed back when stopping."),
     "streams_sched_worker_redis_errors": ("streams/redis_errors", "Redis round trips that failed and commands Redis refused (both retried with back-off)."),
+    "streams_sched_worker_replica_waits": (
+        "streams/replica_waits", "Replica waits that fell short: the acks after them were held and the wait tried again."
+    ),
+    "streams_sched_worker_replica_resends": (
+        "streams/replica_resends", "Enqueues sent again because the primary that confirmed them was gone or replaced."
+    ),
     "streams_sched_worker_unserializable_local": (
         "streams/unserializable_local",
         "Requests that cannot travel through the shared queue, kept and crawled by this worker"

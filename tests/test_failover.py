@@ -29,7 +29,7 @@ from helpers import Worker, base_settings, crawled_urls, frontier, read_items, w
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SITES, PAGES = 8, 600
+SITES, PAGES = 8, 450
 #: how long a replica lags behind its master when the master dies
 LAG_S = 0.5
 
