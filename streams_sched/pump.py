@@ -429,7 +429,9 @@ class Pump(threading.Thread):
     def _wait_time(self) -> float:
         x = self.x
         if self._stop_requested:
-            return 0.0 if (x.outbox or self.gate) else 0.01
+            # writes waiting for a replica are retried on their own schedule: do not spin
+            waiting = self.gate.awaiting or self.gate.unregistered
+            return 0.0 if (x.outbox or (self.gate and not waiting)) else 0.01
         if len(x.outbox) >= OUTBOX_FLUSH:
             return 0.0
         if x.outbox or self.gate:
