@@ -357,6 +357,7 @@ class LocalSentinel:
         sentinel_password: str | None = None,
         tls: TlsFiles | None = None,
         bloom: bool = False,
+        appendonly: bool = False,
     ) -> None:
         self.service = service
         self.password = password
@@ -370,7 +371,9 @@ class LocalSentinel:
         auth = ["--requirepass", password, "--masterauth", password] if password else []
         #: the data nodes: nodes[0] is the first master, the others start as its replicas
         self.nodes: list[RedisServer] = [
-            RedisServer(bloom=bloom, tls=tls, dir=self._subdir(f"node{i}"), extra_args=[*tls_args, *auth])
+            RedisServer(
+                bloom=bloom, tls=tls, dir=self._subdir(f"node{i}"), appendonly=appendonly, extra_args=[*tls_args, *auth]
+            )
             for i in range(1 + replicas)
         ]
         self._sentinel_count = sentinels
@@ -542,7 +545,7 @@ class LocalSentinel:
         self._wait(lambda: self.role(node) == role, timeout, f"port {node.port} to be a {role}")
 
     def restart(self, node: RedisServer, timeout: float = 10.0) -> RedisServer:
-        """Start a killed node again on its port. Nothing was persisted, so it comes back
+        """Start a killed node again on its port. Without appendonly nothing was persisted, so it comes back
         as an empty master; the sentinels make it a replica of the new master later."""
         port = node.port
         node.start(timeout)

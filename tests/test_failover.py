@@ -140,7 +140,8 @@ def test_sentinel_failovers_lose_no_page(restart: str, failovers: int, tmp_path:
     # and resync (Sentinel takes 7-18 s), so the crawl is longer. Left down, each failover uses a
     # replica up; and for five, a second replica follows the new primary within a second or two.
     replicas = 1 if (restart, failovers) == ("at_once", 2) else 2
-    with LocalSentinel(replicas=replicas, bloom=find_redisbloom() is not None) as sentinel:
+    # AOF on, as Redis advises for primaries that restart by themselves
+    with LocalSentinel(replicas=replicas, bloom=find_redisbloom() is not None, appendonly=True) as sentinel:
 
         def fail_over(_: int) -> None:
             # the node restarted last time is demoted and resyncs while the crawl goes on
