@@ -177,11 +177,16 @@ class _Sentinels(redis.sentinel.Sentinel):
     (redis-py's names each sentinel by its client's repr and each error by its type alone)."""
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
-        """Like redis-py's: the first sentinel that reports the master up gives its address
-        and moves to the front. Else MasterNotFoundError, from the last error."""
+        """Ask every sentinel, and take the master of the newest configuration (the highest
+        config epoch; the most sentinels on a tie). redis-py takes the first sentinel that
+        reports a master up, and a sentinel that has not yet learned of a failover names the
+        old master, which, restarted at its old address, says it is a master until it is
+        demoted: writes sent there are wiped by its resync. Else MasterNotFoundError, from
+        the last error, saying what each sentinel answered."""
         seen: list[str] = []
         last: BaseException | None = None
-        for i, sentinel in enumerate(self.sentinels):
+        votes: dict[tuple[str, int], list[int]] = {}
+        for sentinel in self.sentinels:
             kwargs = sentinel.connection_pool.connection_kwargs
             where = f"sentinel {kwargs.get('host')}:{kwargs.get('port')}"
             try:
@@ -196,12 +201,14 @@ class _Sentinels(redis.sentinel.Sentinel):
                 continue
             state = masters.get(service_name)
             if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
-                self.sentinels[0], self.sentinels[i] = sentinel, self.sentinels[0]
-                return str(state["ip"]), int(state["port"])
-            if not state:
+                address = (str(state["ip"]), int(state["port"]))
+                votes.setdefault(address, []).append(int(state.get("config-epoch", 0) or 0))
+            elif not state:
                 seen.append(f"{where} monitors no {service_name!r} (it monitors {sorted(map(str, masters)) or 'nothing'})")
             else:
                 seen.append(f"{where} reports the master {state['ip']}:{state['port']} down ({state['flags']})")
+        if votes:
+            return max(votes, key=lambda a: (max(votes[a]), len(votes[a])))
         raise redis.sentinel.MasterNotFoundError(
             f"no master for {service_name!r} from the sentinels: {'; '.join(seen)}"
         ) from last
