@@ -334,10 +334,7 @@ class Pump(threading.Thread):
             if verdict is Verdict.PASS:
                 confirmed, sites = [], set()
             elif verdict is Verdict.RESEND:
-                for cmd in confirmed:
-                    gate.unconfirmed += cmd.chunk
-                gate.unregistered |= sites
-                self.registered -= sites
+                self._send_again(confirmed, sites)
                 self._resent("", sum(len(c.chunk) for c in confirmed))
                 confirmed, sites = [], set()
             else:
@@ -358,10 +355,7 @@ class Pump(threading.Thread):
                     self.sync_keys.setdefault(primary, key)
         except Exception:
             # cannot tell where they went: send them again (dedupe makes that safe)
-            for cmd in confirmed:
-                gate.unconfirmed += cmd.chunk
-            gate.unregistered |= sites
-            self.registered -= sites
+            self._send_again(confirmed, sites)
             raise
         for primary in list(gate.awaiting):
             if now < self.next_barrier.get(primary, 0.0):
@@ -380,6 +374,13 @@ class Pump(threading.Thread):
         for primary in guard.book.take_changed():
             # replaced since it confirmed them: they may be gone
             self._resend(primary)
+
+    def _send_again(self, confirmed: list[Enqueued], sites: set[str]) -> None:
+        """This cycle's confirmed enqueues and registrations go out again next cycle."""
+        for cmd in confirmed:
+            self.gate.unconfirmed += cmd.chunk
+        self.gate.unregistered |= sites
+        self.registered -= sites
 
     def _resend(self, primary: str) -> None:
         """What ``primary`` confirmed may be gone: send it again, and register its sites again."""
