@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
-from .keys import BANDS, TASK_TYPES, validate_crawl_name
+from .keys import BANDS, DEFAULT_SHARDS, MAX_SHARDS, TASK_TYPES, validate_crawl_name
 from .urls import URL_OPTIONS, redact, validate_redis_url
 
 __all__ = ["SETTINGS", "URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "parse_band_ratio", "redact", "validate_redis_url"]
@@ -164,6 +164,9 @@ class StreamsConfig:
     feed_batch: int = 100
     #: STREAMS_FEED_POLL_SECONDS: how often an empty feed is looked at (one LLEN).
     feed_poll_seconds: float = 1.0
+    #: STREAMS_SHARDS: shards a new crawl spreads its sites over (keys.py), fixed when the
+    #: crawl is created; more shards spread a crawl over more Redis Cluster masters.
+    shards: int = DEFAULT_SHARDS
     #: REDIS_ENCODING (scrapy-redis's): encoding of feed entries.
     feed_encoding: str = "utf-8"
     #: STREAMS_UNSERIALIZABLE: a request that cannot be encoded (a lambda callback, a
@@ -230,6 +233,9 @@ class StreamsConfig:
         check_positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
         _whole("STREAMS_FEED_BATCH", self.feed_batch, minimum=1)
         check_positive("STREAMS_FEED_POLL_SECONDS", self.feed_poll_seconds)
+        _whole("STREAMS_SHARDS", self.shards, minimum=1)
+        if self.shards > MAX_SHARDS:
+            raise ConfigError("STREAMS_SHARDS", self.shards, f"at most {MAX_SHARDS} (a drain check reads every shard)")
         if self.feed_kind not in ("list", "set", "zset"):
             raise ConfigError("REDIS_START_URLS_AS_SET", self.feed_kind, "expected list, set or zset")
         try:
@@ -467,6 +473,7 @@ SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "allow_eviction": ("STREAMS_ALLOW_EVICTION", _bool),
     "feed_batch": ("STREAMS_FEED_BATCH", _int),
     "feed_poll_seconds": ("STREAMS_FEED_POLL_SECONDS", _num),
+    "shards": ("STREAMS_SHARDS", _int),
     "feed_encoding": ("REDIS_ENCODING", _str),
     "unserializable": ("STREAMS_UNSERIALIZABLE", _word),
     "adaptive": ("STREAMS_ADAPTIVE", _bool),

@@ -39,7 +39,6 @@ from scrapy.http import FormRequest
 from .codec import RequestCodec
 from .errors import EntryError, SerializationError
 from .frontier import Frontier, parse_enqueue
-from .keys import SiteKeys
 from .legacy import legacy_key, legacy_seen
 from .seeding import Seed, outgoing_for
 
@@ -239,19 +238,20 @@ class FeedMover:
             by_site[s.site].append(s)
         f = self.frontier
         pipe = self.client.pipeline(transaction=False)
-        sites = sorted(by_site) + ([FEED_DLQ_SITE] if dead else [])
-        if sites:
-            f.register_sites(sites, pipe)
+        # enqueue.lua registers the sites it adds to; the feed's dead letters need it done here
+        offset = 0
+        if dead:
+            f.register_sites([FEED_DLQ_SITE], pipe)
+            offset = 1
         for site, items in by_site.items():
             f.enqueue(site, [s.out for s in items], pipe)
         if dead:
-            keys = SiteKeys(f.crawl, FEED_DLQ_SITE)
+            keys = f.site(FEED_DLQ_SITE)
             ts = int(time.time() * 1000)
             for raw, reason in dead:
                 pipe.xadd(keys.dlq, {"r": raw, "reason": reason, "stream": self.key, "id": "", "deliveries": 0, "node": self.node_id, "ts": ts})
             pipe.hincrby(keys.stats, "dead", len(dead))
         replies = pipe.execute()  # raises: nothing is removed from the feed
-        offset = 1 if sites else 0
         for reply in replies[offset : offset + len(by_site)]:
             added, dups, _, _ = parse_enqueue(reply)
             result.added += added

@@ -20,8 +20,21 @@ from redis.exceptions import NoScriptError
 
 from . import script_keys
 from .connection import TRANSIENT, is_cluster_client, refresh_topology
-from .errors import DedupeBackendError
-from .keys import GROUP, STREAMS, TASK_TYPES, CrawlKeys, SiteKeys, stream_code, stream_mask, stream_of_code
+from .errors import DedupeBackendError, LayoutError
+from .keys import (
+    DEFAULT_SHARDS,
+    GROUP,
+    MAX_SHARDS,
+    STREAMS,
+    TASK_TYPES,
+    CrawlKeys,
+    ShardKeys,
+    SiteKeys,
+    shard_of,
+    stream_code,
+    stream_mask,
+    stream_of_code,
+)
 from .replies import text
 from .scripts import Scripts
 
@@ -172,14 +185,22 @@ def _int(v: Any) -> int:
     return int(v) if v is not None else 0
 
 
+def _first_site(reply: Sequence[Any]) -> Sequence[Any]:
+    """The first site's part of a reply of a script that serves several sites."""
+    return reply[0] if reply and isinstance(reply[0], list) else reply
+
+
 def parse_enqueue(reply: Sequence[Any]) -> tuple[int, int, int, bytes]:
     """-> (added, duplicates, delayed, flags) where flags[i] is ord('1') if request i was
-    added, ord('0') a duplicate, ord('c') over the site's page cap (see over_cap_of)."""
+    added, ord('0') a duplicate, ord('c') over the site's page cap (see over_cap_of).
+    Takes one site's part of enqueue.lua's reply (or the reply of a one-site call)."""
+    reply = _first_site(reply)
     return int(reply[0]), int(reply[1]), int(reply[2]), bytes(reply[3])
 
 
 def over_cap_of(reply: Sequence[Any]) -> int:
     """Requests of an enqueue reply dropped over the site's page cap (max_pages)."""
+    reply = _first_site(reply)
     return int(reply[4]) if len(reply) > 4 else 0
 
 
@@ -191,7 +212,28 @@ def _entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) 
     return out
 
 
+@dataclass(slots=True)
+class ShardLease:
+    """lease.lua's reply: one :class:`LeaseReply` per site asked, in order (None: the call's
+    budget was spent before that site); ready sites of the shard for the next call; ms
+    until its next site that is not ready yet is due (-1 none)."""
+
+    sites: list[LeaseReply | None]
+    named: list[str]
+    next_in_ms: int
+
+
+def parse_shard_lease(sites: Sequence[str], reply: Sequence[Any]) -> ShardLease:
+    n = len(sites)
+    return ShardLease(
+        [parse_lease(site, part) if part else None for site, part in zip(sites, reply[:n], strict=True)],
+        [text(s) for s in reply[n]],
+        int(reply[n + 1]),
+    )
+
+
 def parse_lease(site: str, reply: Sequence[Any]) -> LeaseReply:
+    reply = _first_site(reply)
     head = [int(v) for v in reply[:7]]
     r = LeaseReply(head[0], head[1], head[2], head[3], head[4], head[5], head[6])
     try:
@@ -233,6 +275,11 @@ def parse_status(site: str, reply: Sequence[Any]) -> SiteStatus:
         stats=stats,
         policy=_pairs(reply[tail + 4]),
     )
+
+
+def _chunked(items: Sequence[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield list(items[i : i + n])
 
 
 def _is_moved(exc: Exception) -> bool:
@@ -345,9 +392,12 @@ class Frontier:
         crawl: str,
         bloom: BloomParams | None = None,
         group: str = GROUP,
+        shards: int | None = None,
     ) -> None:
         self.client = client
         self.crawl = crawl
+        #: the crawl's number of shards (keys.py), read from its meta hash on first use
+        self._shards = shards
         self.keys = CrawlKeys(crawl)
         self.bloom = bloom or BloomParams()
         self.group = group
@@ -373,11 +423,59 @@ class Frontier:
         self.default_policy = tuple(meta.get(f"default_{name}", "") for name in DEFAULT_POLICY_FIELDS)
         self.default_task = meta.get("default_task_type") or "http"
 
+    # -- key layout ----------------------------------------------------------
+
+    @property
+    def shards(self) -> int:
+        """The crawl's number of shards: recorded in its meta hash by the first writer
+        (:meth:`ensure_layout`); a crawl nobody wrote yet reads as the default."""
+        if self._shards is None:
+            recorded = self.client.hget(self.keys.meta, "shards")
+            if recorded is not None:
+                self._shards = int(recorded)
+                return self._shards
+            self._refuse_unsharded()
+            return DEFAULT_SHARDS
+        return self._shards
+
+    def _refuse_unsharded(self) -> None:
+        if self.client.exists(self.keys.sites):
+            raise LayoutError(
+                f"crawl {self.crawl!r} was written by a version of streams-sched that keeps each site"
+                " in a hash slot of its own; this version groups sites into shards. Stop every worker,"
+                " reclaimer and Seeder of the crawl, then run `streams-sched upgrade --crawl"
+                f" {self.crawl}` (it moves the keys and keeps every queued, leased and delayed request)"
+            )
+
+    def ensure_layout(self, shards: int = DEFAULT_SHARDS) -> int:
+        """Record the crawl's number of shards if nobody has (a writer calls this at start);
+        returns the number the crawl uses, which may differ from ``shards``."""
+        if self._shards is not None:
+            return self._shards
+        if not 1 <= shards <= MAX_SHARDS:
+            raise ValueError(f"a crawl has 1 to {MAX_SHARDS} shards, not {shards}")
+        if self.client.hget(self.keys.meta, "shards") is None:
+            self._refuse_unsharded()
+            self.client.hsetnx(self.keys.meta, "shards", shards)
+        recorded = int(self.client.hget(self.keys.meta, "shards"))
+        if recorded != shards:
+            logger.info("crawl %s keeps its %d shards (STREAMS_SHARDS=%d)", self.crawl, recorded, shards)
+        self._shards = recorded
+        return recorded
+
     def site(self, site: str) -> SiteKeys:
         keys = self._sites.get(site)
         if keys is None:
-            keys = self._sites[site] = SiteKeys(self.crawl, site)
+            if len(self._sites) > 100_000:
+                self._sites.clear()  # a cache, not a registry: a broad crawl must not grow it
+            keys = self._sites[site] = SiteKeys(self.crawl, site, shard_of(site, self.shards))
         return keys
+
+    def shard(self, n: int) -> ShardKeys:
+        return ShardKeys(self.crawl, n)
+
+    def shard_keys(self) -> list[ShardKeys]:
+        return [ShardKeys(self.crawl, n) for n in range(self.shards)]
 
     def _target(self, pipe: Any) -> Any:
         return self.client if pipe is None else pipe
@@ -389,13 +487,20 @@ class Frontier:
         return self._target(pipe).sadd(CrawlKeys.registry(), self.crawl)
 
     def register_sites(self, sites: Iterable[str], pipe: Any = None) -> Any:
-        sites = list(sites)
-        if not sites:
-            return 0
-        return self._target(pipe).sadd(self.keys.sites, *sites)
+        """Add sites to their shards' registries (enqueue.lua does it for the sites it
+        adds to; this is for a site that gets a policy or dead letters first)."""
+        by_shard: dict[str, list[str]] = {}
+        for site in sites:
+            by_shard.setdefault(self.site(site).index.sites, []).append(site)
+        target = self._target(pipe)
+        return [target.sadd(key, *names) for key, names in by_shard.items()]
 
     def sites(self) -> list[str]:
-        return sorted(s.decode() if isinstance(s, bytes) else s for s in self.client.smembers(self.keys.sites))
+        """Every site of the crawl (an operator's listing: it reads every shard's registry)."""
+        out: list[str] = []
+        for shard in self.shard_keys():
+            out += (s.decode() if isinstance(s, bytes) else s for s in self.client.sscan_iter(shard.sites, count=1000))
+        return sorted(out)
 
     @staticmethod
     def crawls(client: Any) -> list[str]:
@@ -449,14 +554,24 @@ class Frontier:
     def enqueue(self, site: str, items: Sequence[Outgoing], pipe: Any = None) -> Any:
         """Dedupe and add requests of one site. ``Outgoing.stream`` is an index into
         STREAMS, or ``SITE_TASK + band`` for the task type from the site's policy."""
-        k = self.site(site)
+        reply = self.enqueue_shard([(site, items)], pipe)
+        return reply if pipe is not None else parse_enqueue(reply)
+
+    def enqueue_shard(self, sites: Sequence[tuple[str, Sequence[Outgoing]]], pipe: Any = None) -> Any:
+        """Dedupe and add requests of several sites of ONE shard in one call. The reply
+        has one part per site, in order (read each with :func:`parse_enqueue`)."""
         b = self.bloom
         ttl = b.bucket_ttl if b.revisit_seconds else 0
-        args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion, ttl, self.default_task]
-        for it in items:
-            args += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
-        reply = self.scripts.call(self.scripts.enqueue, script_keys.enqueue(k, self.filters(site)), args, pipe)
-        return reply if pipe is not None else parse_enqueue(reply)
+        now = time.time()
+        first = self.site(sites[0][0])
+        keyed = [(self.site(site), self.filters(site, now)) for site, _ in sites]
+        args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion, ttl, self.default_task,
+                           len(keyed[0][1]) // 2]
+        for site, items in sites:
+            args += (site, len(items))
+            for it in items:
+                args += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
+        return self.scripts.call(self.scripts.enqueue, script_keys.enqueue(first.index, keyed), args, pipe)
 
     def lease(
         self,
@@ -472,16 +587,43 @@ class Frontier:
     ) -> Any:
         """Lease up to ``total`` entries (at most ``max_http`` http, ``max_browser`` browser,
         ``max_suspects`` that failed a delivery before)."""
-        k = self.site(site)
         max_http = total if max_http is None else max_http
-        reply = self.scripts.call(
-            self.scripts.lease,
-            script_keys.lease(k),
-            [self.group, consumer, total, max_http, max_browser, *weights, promote_limit, max_suspects,
-             *self.default_policy, self.politeness],
-            pipe,
+        reply = self.lease_shard(
+            self.site(site).shard or 0, consumer, [(site, total, max_http, max_browser)], weights,
+            promote_limit=promote_limit, max_suspects=max_suspects, pipe=pipe,
         )
         return reply if pipe is not None else parse_lease(site, reply)
+
+    def lease_shard(
+        self,
+        shard: int,
+        consumer: str,
+        plans: Sequence[tuple[str, int, int, int]],
+        weights: Sequence[int],
+        *,
+        name: int = 0,
+        spread: int = 0,
+        tasks: str = "hb",
+        paused_wait_ms: int = 1000,
+        promote_limit: int = 100,
+        max_suspects: int = 1,
+        budget: int | None = None,
+        pipe: Any = None,
+    ) -> Any:
+        """Lease from several sites of ONE shard: ``plans`` = (site, total, max http, max
+        browser) each; and name up to ``name`` of the shard's ready sites per task type in
+        ``tasks`` ('h', 'b'), from a place that ``spread`` (a random number) picks among the
+        oldest ones; lease no more than
+        ``budget`` entries in all (default: the plans' sum). Read the reply with
+        :func:`parse_shard_lease`."""
+        keys = script_keys.lease(self.shard(shard), [self.site(p[0]) for p in plans])
+        if budget is None:
+            budget = sum(p[1] for p in plans)
+        args: list[Any] = [self.group, consumer, *weights, promote_limit, max_suspects,
+                           *self.default_policy, self.politeness, name, spread, tasks, paused_wait_ms, budget]
+        for site, total, max_http, max_browser in plans:
+            args += (site, total, max_http, max_browser)
+        return self.scripts.call(self.scripts.lease, keys, args, pipe)
 
     def feedback(self, site: str, outcome: Sequence[int], robots_delay: str, params: Sequence[Any], pipe: Any = None) -> Any:
         """Report a batch of a site's answers: ``outcome`` = (healthy, 429/503, timeouts,
@@ -511,7 +653,7 @@ class Frontier:
         reply = self.scripts.call(
             self.scripts.claim,
             script_keys.claim(k),
-            [self.group, consumer, min_idle_ms, count, max_deliveries, mode, mask],
+            [self.group, consumer, min_idle_ms, count, max_deliveries, mode, mask, site],
             pipe,
         )
         return reply if pipe is not None else parse_claim(site, reply)
@@ -526,23 +668,37 @@ class Frontier:
         """Ack and delete finished entries of a site. ``answers`` = (healthy answers,
         feedback params as for :meth:`feedback`) reports the site's healthy answers in
         the same call (what :meth:`feedback` would do with outcome (n, 0, 0, 0))."""
-        k = self.site(site)
+        reply = self.ack_shard([(site, entries, answers)], pipe)
+        return reply if pipe is not None else int(reply[0])
+
+    def ack_shard(
+        self,
+        sites: Sequence[tuple[str, Iterable[tuple[int, bytes]], tuple[int, Sequence[Any]] | None]],
+        pipe: Any = None,
+    ) -> Any:
+        """Ack entries of several sites of ONE shard in one call: (site, entries, answers)
+        each, as for :meth:`ack`. The reply has the count acked per site, in order."""
         args: list[Any] = [self.group]
-        if answers is None:
-            args.append(0)
-        else:
-            ok, params = answers
-            extra = self._feedback_args((ok, 0, 0, 0), "", params)
-            args += (len(extra), *extra)
-        for stream, entry_id in entries:
-            args += (stream_code(stream), entry_id)
-        return self.scripts.call(self.scripts.ack, script_keys.ack(k), args, pipe)
+        for site, entries, answers in sites:
+            args.append(site)
+            if answers is None:
+                args.append(0)
+            else:
+                ok, params = answers
+                extra = self._feedback_args((ok, 0, 0, 0), "", params)
+                args += (len(extra), *extra)
+            pairs: list[Any] = []
+            for stream, entry_id in entries:
+                pairs += (stream_code(stream), entry_id)
+            args += (len(pairs) // 2, *pairs)
+        keyed = [self.site(site) for site, _, _ in sites]
+        return self.scripts.call(self.scripts.ack, script_keys.ack(keyed[0].index, keyed), args, pipe)
 
     def dead_letter(
         self, site: str, node: str, items: Iterable[tuple[int, bytes, str]], pipe: Any = None
     ) -> Any:
         k = self.site(site)
-        args: list[Any] = [self.group, node]
+        args: list[Any] = [self.group, node, site]
         for stream, entry_id, reason in items:
             args += (stream_code(stream), entry_id, reason)
         return self.scripts.call(self.scripts.dead, script_keys.dead(k), args, pipe)
@@ -551,7 +707,7 @@ class Frontier:
         self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]], pipe: Any = None
     ) -> Any:
         k = self.site(site)
-        args: list[Any] = [self.group, consumer]
+        args: list[Any] = [self.group, consumer, site]
         for stream, entry_id in entries:
             args += (stream_code(stream), entry_id)
         return self.scripts.call(self.scripts.release, script_keys.release(k), args, pipe)
@@ -566,7 +722,7 @@ class Frontier:
     def promote(self, site: str, limit: int = 1000, pipe: Any = None) -> Any:
         k = self.site(site)
         return self.scripts.call(
-            self.scripts.promote, script_keys.promote(k), [self.group, limit], pipe
+            self.scripts.promote, script_keys.promote(k), [self.group, limit, site], pipe
         )
 
     def prune(self, site: str, victims: Iterable[tuple[int, str]], pipe: Any = None) -> Any:
@@ -581,9 +737,17 @@ class Frontier:
     def requeue_dead(self, site: str, ids: Sequence[str], pipe: Any = None) -> Any:
         """Put dead letters of a site back into their streams. -> (requeued, kept, missing)."""
         reply = self.scripts.call(
-            self.scripts.requeue_dead, script_keys.requeue_dead(self.site(site)), [self.group, *ids], pipe
+            self.scripts.requeue_dead, script_keys.requeue_dead(self.site(site)), [self.group, site, *ids], pipe
         )
         return reply if pipe is not None else (int(reply[0]), int(reply[1]), int(reply[2]))
+
+    def reindex(self, site: str, lease_score_ms: int = 0, pipe: Any = None) -> Any:
+        """Put a site in its shard's indexes as its keys say (for keys written by anything
+        but these scripts). -> (backlog http, backlog browser, pending, delayed)."""
+        reply = self.scripts.call(
+            self.scripts.reindex, script_keys.reindex(self.site(site)), [self.group, site, lease_score_ms], pipe
+        )
+        return reply if pipe is not None else tuple(int(v) for v in reply)
 
     def load_scripts(self, client: Any = None) -> None:
         """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""
@@ -593,7 +757,7 @@ class Frontier:
         """Read-only snapshot of a site (works for a read-only ACL user)."""
         k = self.site(site)
         reply = self.scripts.status_ro(
-            client or self.client, script_keys.status(k), [self.group]
+            client or self.client, script_keys.status(k), [self.group, site]
         )
         return parse_status(site, reply)
 
@@ -629,35 +793,53 @@ class Frontier:
                 out.append(parse_status(s, reply))
         return out
 
-    def drain_probe(self, sites: Sequence[str]) -> list[tuple[str, bool, int]]:
-        """(site, holds_keys, enqueued) for many sites in one pipeline, without a script.
+    def shard_counts(self) -> list[tuple[int, int, int, int]]:
+        """(sites ready for http, for browser, sites with leases, enqueued) of every shard,
+        in one pipeline: what the drain check reads, whatever the number of
+        idle sites (an idle site is in none of the indexes)."""
+        replies = list(_chunked(self._counts_pipeline(self.client, self.shard_keys()), 4))
+        out = []
+        for part in replies:
+            for v in part:
+                if isinstance(v, Exception):
+                    raise v
+            out.append((int(part[0]), int(part[1]), int(part[2]), int(part[3] or 0)))
+        return out
 
-        A site whose streams and delayed queue do not exist holds nothing: ack.lua
-        deletes a stream once it is empty, and a sorted set with no member does not
-        exist. ``holds_keys`` False is therefore proof the site is empty; True proves
-        nothing (a stream may exist with nothing left to lease), so the caller reads
-        such sites with :meth:`status_many`. Two commands per site (EXISTS over its
-        seven queue keys, HGET of its enqueue counter) cost a fraction of status.lua,
-        which a drain check would otherwise run for every site of a broad crawl, twice.
-        """
-        if not sites:
-            return []
+    @staticmethod
+    def _counts_pipeline(client: Any, shards: Sequence[ShardKeys]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for shard in shards:
+            for ready in shard.readies:
+                pipe.zcard(ready)
+            pipe.zcard(shard.leased)
+            pipe.hget(shard.stats, "enqueued")
+        return pipe.execute(raise_on_error=False)
+
+    def expired_sites(self, older_than_ms: int, per_shard: int) -> list[str]:
+        """Sites whose oldest lease was granted more than ``older_than_ms`` ago (Redis
+        time), up to ``per_shard`` per shard: where a takeover may find expired leases.
+        One round trip per shard's server, whatever the number of idle sites."""
+        now_s, now_us = self.client.time()
+        cutoff = now_s * 1000 + now_us // 1000 - older_than_ms
         pipe = self.client.pipeline(transaction=False)
-        for s in sites:
-            k = self.site(s)
-            pipe.exists(k.delayed, *k.streams)
-            pipe.hget(k.stats, "enqueued")
-        replies = pipe.execute()
-        return [
-            (s, int(replies[2 * i]) > 0, int(replies[2 * i + 1] or 0)) for i, s in enumerate(sites)
-        ]
+        for shard in self.shard_keys():
+            pipe.zrangebyscore(shard.leased, "-inf", cutoff, start=0, num=per_shard)
+        return [text(s) for part in pipe.execute() for s in part]
+
+    def leased_sites(self, per_shard: int = 10_000) -> list[str]:
+        """Sites that hold leased entries (at most ``per_shard`` per shard)."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in self.shard_keys():
+            pipe.zrange(shard.leased, 0, per_shard - 1)
+        return [text(s) for part in pipe.execute() for s in part]
 
     def _status_pipeline(self, client: Any, sites: Sequence[str]) -> dict[str, Any]:
         sha = self.scripts._status.sha
         pipe = client.pipeline(transaction=False)
         for s in sites:
             keys = script_keys.status(self.site(s))
-            pipe.execute_command("EVALSHA_RO", sha, len(keys), *keys, self.group)
+            pipe.execute_command("EVALSHA_RO", sha, len(keys), *keys, self.group, s)
         return dict(zip(sites, pipe.execute(raise_on_error=False), strict=True))
 
     def dead_letters(self, site: str, count: int = 100, start: str = "-") -> list[dict[str, Any]]:
@@ -672,18 +854,35 @@ class Frontier:
     def purge_site(self, site: str, pipe: Any = None) -> Any:
         """Delete every key of a site (one DEL: all keys share the site's hash slot).
         Revisit buckets older than the window expire on their own."""
-        keys = list(self.site(site).all)
+        k = self.site(site)
+        keys = list(k.all)
         if self.bloom.revisit_seconds:
             keys += self.filters(site)
-        return self._target(pipe).delete(*keys)
+        target = pipe if pipe is not None else self.client.pipeline(transaction=False)
+        target.delete(*keys)
+        ix = k.index
+        for ready in ix.readies:
+            target.zrem(ready, site)
+        target.zrem(ix.leased, site)
+        target.hdel(ix.inbox, site)
+        target.srem(ix.sites, site)
+        if pipe is not None:
+            return None
+        return int(target.execute()[0])
 
     def purge(self) -> int:
-        """Delete the whole crawl: every site's keys, the registry, nodes, meta, the feed
-        lock and a migrated scrapy-redis dupefilter (never the scrapy-redis keys themselves)."""
+        """Delete the whole crawl: every site's keys, the shards' indexes, nodes, meta, the
+        feed lock and a migrated scrapy-redis dupefilter (never the scrapy-redis keys themselves)."""
         sites = self.sites()
         deleted = 0
-        for s in sites:
-            deleted += int(self.purge_site(s))
+        pipe = self.client.pipeline(transaction=False)
+        for i, s in enumerate(sites):
+            self.purge_site(s, pipe)
+            if i % 1000 == 999:
+                deleted += sum(int(n) for n in pipe.execute()[::7])
+        deleted += sum(int(n) for n in pipe.execute()[::7])
+        for shard in self.shard_keys():
+            deleted += int(self.client.delete(*shard.all))
         k = self.keys
         deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen, k.sync))
         self.client.srem(CrawlKeys.registry(), self.crawl)

@@ -33,7 +33,6 @@ from scrapy.http import FormRequest, JsonRequest
 from .codec import RequestCodec
 from .errors import EntryError, SerializationError, StreamsSchedError
 from .feed import parse_feed_entry
-from .keys import SiteKeys
 from .legacy import LEGACY_FIELD
 from .seeding import Seed, Seeder, SeedResult, outgoing_for
 
@@ -260,7 +259,7 @@ class ScrapyRedisCrawl:
         if not entries:
             return 0
         f = self._s().frontier
-        keys = SiteKeys(f.crawl, MIGRATE_DLQ_SITE)
+        keys = f.site(MIGRATE_DLQ_SITE)
         client = self._s().client
         done_key = keys.stats
         new = 0

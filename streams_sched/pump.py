@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import socket
 import threading
 import time
@@ -48,8 +49,8 @@ from .connection import TRANSIENT as CONNECTION_TRANSIENT
 from .connection import refresh_topology
 from .errors import EntryError
 from .exchange import OUTBOX_FLUSH, Exchange
-from .frontier import Frontier, LeasedEntry, over_cap_of, parse_enqueue, parse_lease
-from .keys import BROWSER_FIRST_STREAM, stream_mask
+from .frontier import Frontier, LeasedEntry, LeaseReply, over_cap_of, parse_enqueue, parse_shard_lease
+from .keys import BROWSER_FIRST_STREAM, shard_of, stream_mask
 from .leasebook import LeaseBook
 from .legacy import LEGACY_FIELD, legacy_seen
 from .ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, LeaseOp, Op, Release
@@ -57,7 +58,7 @@ from .politeness import FeedbackBatch
 from .recovery import release_orphans
 from .refusals import Refusals
 from .replicas import ReplicaBook, ReplicaGuard, Verdict, parse_replication
-from .selection import DrainDetector, LeasePlan, SiteHint, empty_lease_backoff, plan_leases
+from .selection import DrainDetector, LeasePlan, ShardPlan, SiteHint, empty_lease_backoff, plan_shards
 from .sent import (
     AFTER_STAT,
     HEARTBEAT,
@@ -65,7 +66,6 @@ from .sent import (
     FeedbackSent,
     Leased,
     LeaseOpsSent,
-    Registered,
     Sent,
     Waited,
     describe,
@@ -95,8 +95,9 @@ PREFETCH_HORIZON_S = 2.0
 RETRY_INITIAL_S, RETRY_MAX_S = 0.1, 5.0
 #: how long finish() keeps sending what is queued before giving up
 STOP_FLUSH_S = 30.0
-#: re-read the crawl's site registry this often while leases are held / while idle
-REGISTRY_BUSY_S, REGISTRY_IDLE_S = 10.0, 2.0
+#: a worker keeps hints of this many sites per slot of its capacity at most; past it,
+#: hints of sites it holds nothing of and need not wait for are dropped
+HINTS_PER_SLOT = 4
 #: the first and the fastest interval of drain checks while the crawl looks empty
 DRAIN_CHECK_FIRST_S = 0.05
 #: sites tried per takeover pass (XAUTOCLAIM of one expired lease)
@@ -156,13 +157,22 @@ class Pump(threading.Thread):
         self.gate = AckGate()
         self.recovering = False
         self.claim_cursor = 0
+        #: what this worker last learned of the sites it holds or recently asked (bounded:
+        #: _prune_hints), never one per site of the crawl
         self.hints: dict[str, SiteHint] = {}
-        self.registered: set[str] = set()
+        shards = frontier.shards
+        #: per shard, the ready sites it named to this worker (an ordered set), and when to
+        #: ask it again while it names none
+        self.named: list[dict[str, None]] = [{} for _ in range(shards)]
+        self.shard_due: list[float] = [0.0] * shards
+        self.shard_streak: list[int] = [0] * shards
+        self.shard_cursor = 0
+        #: ready sites to ask each shard for per call
+        self.name_count = max(8, min(256, math.ceil(2 * self.capacity / shards)))
         self.drain = DrainDetector()
         now = time.monotonic()
         self.started = now
         self.waiting_for_seeds_logged = False
-        self.next_registry = now
         self.next_policy = now
         self.next_heartbeat = now
         self.next_claim = now + min(config.lease_seconds, 5.0)
@@ -289,7 +299,8 @@ class Pump(threading.Thread):
         """After a Redis error: hand back leases Redis granted but whose reply was lost."""
         known = set(self.leases.ids)
         known.update((op.entry.site, op.entry.stream, op.entry.id) for op in self.gate.lease_ops())
-        released = release_orphans(self.frontier, self.node_id, list(self.hints), known)
+        sites = {site for site, _, _ in known} | set(self.frontier.leased_sites())
+        released = release_orphans(self.frontier, self.node_id, sorted(sites), known)
         if released:
             self.x.stats.append(("streams/orphans_released", released))
 
@@ -380,14 +391,12 @@ class Pump(threading.Thread):
         for cmd in confirmed:
             self.gate.unconfirmed += cmd.chunk
         self.gate.unregistered |= sites
-        self.registered -= sites
 
     def _resend(self, primary: str) -> None:
         """What ``primary`` confirmed may be gone: send it again, and register its sites again."""
         gate = self.gate
         chunk = gate.resend(primary)
         lost = self.registering.pop(primary, set())
-        self.registered -= lost
         gate.unregistered |= lost
         self.sync_keys.pop(primary, None)
         self.next_barrier.pop(primary, None)
@@ -447,13 +456,12 @@ class Pump(threading.Thread):
         if self.answers.sites:
             deadlines.append(self.answers.next_report)
         if not self._closing and self.leases.total - x.inflight <= x.low_water:
-            browser = self.browser_cap > 0
-            deadlines += [h.not_before for h in self.hints.values() if h.may_have_work(browser)]
-            deadlines.append(self.next_registry)
+            if any(self.named):
+                deadlines.append(now)
+            deadlines.append(min(self.shard_due))
             if self.feed is not None:
                 deadlines.append(self.next_feed)
-            if any(h.pending for h in self.hints.values()):
-                deadlines.append(self.next_claim)
+            deadlines.append(self.next_claim)
             if self.recovering and self.leases.suspects == 0:
                 deadlines.append(now)
             if self.leases.total == 0:
@@ -567,11 +575,7 @@ class Pump(threading.Thread):
             self.x.stats.append(("streams/enqueued", result.added))
             self.x.drained = False
             for site in result.sites:
-                hint = self.hints.setdefault(site, SiteHint())
-                hint.backlog_http = hint.backlog_browser = -1
-                hint.not_before = 0.0
-                hint.empty_streak = 0
-                self.registered.add(site)
+                self._poke(site)
         if result.duplicates:
             self.x.stats.append(("streams/feed_duplicates", result.duplicates))
         if result.dead:
@@ -581,20 +585,9 @@ class Pump(threading.Thread):
         self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[LeaseOp], now: float
     ) -> None:
         f = self.frontier
-        new_sites = ({op.site for op in enq} - self.registered) | self.gate.unregistered
-        if new_sites:
-            f.register_sites(sorted(new_sites), pipe)
-            sent.append(Registered(new_sites))
         if enq:
-            by_site: dict[str, list[Enqueue]] = defaultdict(list)
-            for op in enq:
-                by_site[op.site].append(op)
-            for site, site_ops in by_site.items():
-                for i in range(0, len(site_ops), ENQUEUE_CHUNK):
-                    chunk = site_ops[i : i + ENQUEUE_CHUNK]
-                    f.enqueue(site, [op.out for op in chunk], pipe)
-                    sent.append(Enqueued(site, chunk))
-        if (enq or new_sites) and not self.replicas.cluster:
+            self._queue_enqueues(pipe, sent, enq)
+        if enq and not self.replicas.cluster:
             # one connection carries the whole pipeline: WAIT right here covers its writes
             needed = self.replicas.required("", now)
             if needed != 0:
@@ -603,15 +596,18 @@ class Pump(threading.Thread):
                 sent += (Waited("wait"), Waited("info"))
         if after:
             groups: dict[tuple[type, str], list[LeaseOp]] = defaultdict(list)
+            acks: dict[int, dict[str, list[LeaseOp]]] = defaultdict(lambda: defaultdict(list))
+            shards = f.shards
             for lease_op in after:
-                groups[(type(lease_op), lease_op.entry.site)].append(lease_op)
+                site = lease_op.entry.site
+                if type(lease_op) is Ack:
+                    acks[shard_of(site, shards)][site].append(lease_op)
+                else:
+                    groups[(type(lease_op), site)].append(lease_op)
+            for by_site in acks.values():
+                self._queue_acks(pipe, sent, by_site, now)
             for (kind, site), group in groups.items():
-                ok = 0
-                if kind is Ack:
-                    ok = self.answers.take_healthy(site, now, site not in self.leases.by_site)
-                    answers = (ok, self.feedback_params) if ok else None
-                    f.ack(site, [(a.entry.stream, a.entry.id) for a in group], pipe, answers)
-                elif kind is DeadLetter:
+                if kind is DeadLetter:
                     dead = [(d.entry.stream, d.entry.id, d.reason) for d in group if isinstance(d, DeadLetter)]
                     f.dead_letter(site, self.node_id, dead, pipe)
                 elif kind is Release:
@@ -619,7 +615,48 @@ class Pump(threading.Thread):
                 else:
                     for extend in group:
                         f.extend(site, self.node_id, extend.entry.stream, extend.entry.id, pipe)
-                sent.append(LeaseOpsSent(kind, group, ok))
+                sent.append(LeaseOpsSent(kind, group))
+
+    def _queue_enqueues(self, pipe: Any, sent: list[Sent], enq: list[Enqueue]) -> None:
+        """One enqueue.lua call per shard for the sites of that shard (up to ENQUEUE_CHUNK
+        requests a call): a round of children over many sites costs one call per shard."""
+        f = self.frontier
+        shards = f.shards
+        by_shard: dict[int, dict[str, list[Enqueue]]] = defaultdict(lambda: defaultdict(list))
+        for op in enq:
+            by_shard[shard_of(op.site, shards)][op.site].append(op)
+        for by_site in by_shard.values():
+            parts: list[tuple[str, list[Enqueue]]] = []
+            size = 0
+            for site, site_ops in by_site.items():
+                for i in range(0, len(site_ops), ENQUEUE_CHUNK):
+                    chunk = site_ops[i : i + ENQUEUE_CHUNK]
+                    if parts and size + len(chunk) > ENQUEUE_CHUNK:
+                        self._send_enqueues(pipe, sent, parts)
+                        parts, size = [], 0
+                    parts.append((site, chunk))
+                    size += len(chunk)
+            if parts:
+                self._send_enqueues(pipe, sent, parts)
+
+    def _send_enqueues(self, pipe: Any, sent: list[Sent], parts: list[tuple[str, list[Enqueue]]]) -> None:
+        self.frontier.enqueue_shard([(site, [op.out for op in chunk]) for site, chunk in parts], pipe)
+        sent.append(Enqueued(parts[0][0], [op for _, chunk in parts for op in chunk], tuple(parts)))
+
+    def _queue_acks(self, pipe: Any, sent: list[Sent], by_site: dict[str, list[LeaseOp]], now: float) -> None:
+        """One ack.lua call for the acks of the sites of one shard, each site's healthy
+        answers riding along."""
+        calls = []
+        answered = []
+        group: list[LeaseOp] = []
+        for site, ops in by_site.items():
+            ok = self.answers.take_healthy(site, now, site not in self.leases.by_site)
+            calls.append((site, [(a.entry.stream, a.entry.id) for a in ops], (ok, self.feedback_params) if ok else None))
+            if ok:
+                answered.append((site, ok))
+            group += ops
+        self.frontier.ack_shard(calls, pipe)
+        sent.append(LeaseOpsSent(Ack, group, tuple(answered)))
 
     def _queue_feedback(self, pipe: Any, sent: list[Sent], now: float) -> None:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
@@ -632,39 +669,50 @@ class Pump(threading.Thread):
             sent.append(FeedbackSent(site))
 
     def _queue_leases(self, pipe: Any, sent: list[Sent], now: float) -> bool:
-        """Queue lease calls; True if any site was asked."""
+        """Queue lease calls, one per shard that named sites or is due to be asked;
+        True if any shard was asked."""
         if self._closing or self._stop_requested:
             return False
-        if now >= self.next_registry:
-            self._refresh_registry(now)
         book = self.leases
         x = self.x
         ready = book.total - x.inflight
         room = self.capacity - book.total
         if room <= 0 or (ready > x.low_water and room < x.low_water):
             return False
-        plans = plan_leases(
+        browser_room = max(0, self.browser_cap - book.browser)
+        plans = plan_shards(
             now,
+            self.named,
+            self.shard_due,
             self.hints,
             book.by_site,
             total_room=room,
             per_site_cap=self.per_site_cap,
-            browser_room=max(0, self.browser_cap - book.browser),
+            browser_room=browser_room,
             http=self.http,
             held_browser=book.browser_by_site,
-            served=x.served,
+            name=self.name_count,
+            start=self.shard_cursor,
         )
+        self.shard_cursor = (self.shard_cursor + 1) % len(self.named)
         weights = self.config.band_ratio
         suspects_ok = 1 if book.suspects == 0 else 0
+        tasks = ("h" if self.http else "") + ("b" if browser_room > 0 else "")
         for plan in plans:
-            self.frontier.lease(
-                plan.site,
+            named = self.named[plan.shard]
+            for site_plan in plan.sites:
+                named.pop(site_plan.site, None)
+            self.frontier.lease_shard(
+                plan.shard,
                 self.node_id,
-                plan.total,
+                [(p.site, p.total, p.max_http, p.max_browser) for p in plan.sites],
                 weights,
-                max_http=plan.max_http,
-                max_browser=plan.max_browser,
+                name=plan.name if tasks else 0,
+                spread=random.getrandbits(31),
+                tasks=tasks,
+                paused_wait_ms=int(self.config.idle_poll_seconds * 1000),
                 max_suspects=suspects_ok,
+                budget=plan.budget,
                 pipe=pipe,
             )
             suspects_ok = 0
@@ -710,29 +758,26 @@ class Pump(threading.Thread):
                 else:
                     self._refuse(describe(cmd), reply, back_off=isinstance(cmd, (Enqueued, LeaseOpsSent)))
                     if isinstance(cmd, Leased):
-                        self._lease_refused(cmd.plan.site)
+                        self._lease_refused(cmd.plan)
                 if isinstance(cmd, Enqueued):
                     self.gate.enqueue_failed(cmd.chunk)
                 elif isinstance(cmd, LeaseOpsSent):
                     self.gate.after_failed(cmd.group)
-                    if cmd.answered:
-                        self.x.feedback.append((cmd.group[0].entry.site, "ok", cmd.answered))
-                elif isinstance(cmd, Registered):
-                    self.registered -= cmd.sites
-                    self.gate.unregistered |= cmd.sites
+                    for site, ok in cmd.answered:
+                        self.x.feedback.append((site, "ok", ok))
                 continue
             if self.refusals.counts:
                 self._accepted(describe(cmd))
             if isinstance(cmd, Enqueued):
-                self._on_enqueued(cmd.site, cmd.chunk, reply)
+                for (site, chunk), part in zip(cmd.parts, reply, strict=True):
+                    self._on_enqueued(site, chunk, part)
                 self.confirmed.append(cmd)
                 confirmed = True
-            elif isinstance(cmd, Registered):
-                self.registered |= cmd.sites
-                self.gate.unregistered -= cmd.sites
-                self.confirmed_sites |= cmd.sites
             elif isinstance(cmd, LeaseOpsSent):
-                n = len(cmd.group) if isinstance(reply, list) or cmd.kind is Extend else int(reply)
+                if cmd.kind is Ack:
+                    n = sum(int(v) for v in reply)
+                else:
+                    n = len(cmd.group) if isinstance(reply, list) or cmd.kind is Extend else int(reply)
                 x.stats.append((AFTER_STAT[cmd.kind], n))
             elif isinstance(cmd, Leased):
                 arrived += self._on_leased(cmd.plan, reply)
@@ -753,11 +798,30 @@ class Pump(threading.Thread):
             raise transient
         return arrived
 
-    def _lease_refused(self, site: str) -> None:
-        """Leave a site whose lease call Redis refused alone for a while (as if empty)."""
-        hint = self.hints.setdefault(site, SiteHint())
-        hint.empty_streak += 1
-        hint.not_before = time.monotonic() + empty_lease_backoff(hint.empty_streak, self.config.idle_poll_seconds)
+    def _lease_refused(self, plan: ShardPlan) -> None:
+        """Leave a shard whose lease call Redis refused alone for a while (as if empty)."""
+        n = plan.shard
+        self.shard_streak[n] += 1
+        self.shard_due[n] = time.monotonic() + empty_lease_backoff(self.shard_streak[n], self.config.idle_poll_seconds)
+
+    def _poke(self, site: str) -> None:
+        """``site`` got work: ask its shard for ready sites at once."""
+        n = shard_of(site, len(self.named))
+        self.shard_due[n] = 0.0
+        self.shard_streak[n] = 0
+        hint = self.hints.get(site)
+        if hint is not None:
+            hint.backlog_http = hint.backlog_browser = -1
+            hint.not_before = 0.0
+            hint.empty_streak = 0
+
+    def _prune_hints(self, now: float) -> None:
+        """Forget sites this worker holds nothing of and need not wait for: what it keeps
+        follows the sites it holds, not the crawl."""
+        if len(self.hints) <= HINTS_PER_SLOT * self.capacity:
+            return
+        held = self.leases.by_site
+        self.hints = {s: h for s, h in self.hints.items() if s in held or h.not_before > now}
 
     def _on_enqueued(self, site: str, chunk: list[Enqueue], reply: Any) -> None:
         x = self.x
@@ -766,12 +830,7 @@ class Pump(threading.Thread):
         st = x.stats
         if added:
             st.append(("streams/enqueued", added))
-            hint = self.hints.get(site)
-            if hint is None:
-                hint = self.hints[site] = SiteHint()
-            hint.backlog_http = hint.backlog_browser = -1
-            hint.not_before = 0.0
-            hint.empty_streak = 0
+            self._poke(site)
             x.drained = False
         if dups:
             st.append(("dupefilter/filtered", dups))
@@ -782,11 +841,39 @@ class Pump(threading.Thread):
         if over:
             st.append(("streams/over_cap", over))
 
-    def _on_leased(self, plan: LeasePlan, reply: Any) -> int:
-        site = plan.site
-        r = parse_lease(site, reply)
+    def _on_leased(self, plan: ShardPlan, reply: Any) -> int:
+        sites = [p.site for p in plan.sites]
+        r = parse_shard_lease(sites, reply)
         now = time.monotonic()
-        hint = self.hints.setdefault(site, SiteHint())
+        arrived = 0
+        named = self.named[plan.shard]
+        for site_plan, site_reply in zip(plan.sites, r.sites, strict=True):
+            if site_reply is None:
+                named[site_plan.site] = None  # the call's budget ran out first: next time
+                continue
+            arrived += self._on_site_leased(site_plan, site_reply, now)
+        for site in r.named:
+            named[site] = None
+        n = plan.shard
+        if named or arrived:
+            self.shard_streak[n] = 0
+            self.shard_due[n] = now
+        else:
+            self.shard_streak[n] += 1
+            self.shard_due[n] = now + empty_lease_backoff(
+                self.shard_streak[n], self.config.idle_poll_seconds, r.next_in_ms
+            )
+        self._prune_hints(now)
+        return arrived
+
+    def _on_site_leased(self, plan: LeasePlan, r: LeaseReply, now: float) -> int:
+        site = plan.site
+        n = len(r.entries)
+        hint = self.hints.get(site)
+        if hint is None:
+            if not n and r.wait_ms == 0 and not r.deferred:
+                return 0  # nothing held, nothing to wait for: nothing to remember
+            hint = self.hints[site] = SiteHint()
         # lease.lua only looks at the task types it was asked for
         if plan.max_http > 0:
             hint.backlog_http = r.backlog_http
@@ -799,7 +886,6 @@ class Pump(threading.Thread):
             self.x.weights[site] = hint.weight
         hint.rate = r.rate
         hint.max_browser = r.max_browser
-        n = len(r.entries)
         if n:
             hint.empty_streak = 0
             hint.not_before = 0.0
@@ -811,11 +897,6 @@ class Pump(threading.Thread):
             hint.not_before = now + self.config.idle_poll_seconds
         elif r.wait_ms > 0:
             hint.not_before = now + r.wait_ms / 1000.0
-        elif not hint.may_have_work(self.browser_cap > 0, self.http) or r.delayed:
-            hint.empty_streak += 1
-            hint.not_before = now + empty_lease_backoff(
-                hint.empty_streak, self.config.idle_poll_seconds, r.next_due_in_ms
-            )
         return self._accept(r.entries)
 
     def _accept(self, entries: list[LeasedEntry]) -> int:
@@ -860,14 +941,6 @@ class Pump(threading.Thread):
         self.frontier.use_crawl_defaults(meta)
         self.x.legacy = meta.get(LEGACY_FIELD) or None
 
-    def _refresh_registry(self, now: float) -> None:
-        busy = self.leases.total > 0
-        self.next_registry = now + (REGISTRY_BUSY_S if busy else REGISTRY_IDLE_S)
-        for site in self.frontier.sites():
-            if site not in self.hints:
-                self.hints[site] = SiteHint()
-            self.registered.add(site)
-
     def _maintenance(self, now: float, planned: bool, arrived: int) -> None:
         """Take over expired leases when there is nothing else to do (and now and then
         even when busy), and check whether the crawl is drained when idle."""
@@ -895,11 +968,11 @@ class Pump(threading.Thread):
         """
         self.next_claim = now + min(self.config.lease_seconds / 4, 2.0)
         self.next_busy_claim = now + self.config.lease_seconds
-        sites = [s for s, h in self.hints.items() if h.pending > 0]
+        f = self.frontier
+        sites = f.expired_sites(self.config.lease_ms, CLAIM_SITES_PER_PASS)
         self.recovering = False
         if not sites:
             return
-        f = self.frontier
         for i in range(min(len(sites), CLAIM_SITES_PER_PASS)):
             site = sites[(self.claim_cursor + i) % len(sites)]
             try:
@@ -937,8 +1010,12 @@ class Pump(threading.Thread):
             self.next_feed = now
             self.next_drain_check = now + self.config.feed_poll_seconds
             return
-        sites = f.sites()
-        if not sites and not self.x.started_locally and now - self.started < self.config.empty_crawl_wait_seconds:
+        counts = f.shard_counts()
+        if (
+            not any(c[3] for c in counts)
+            and not self.x.started_locally
+            and now - self.started < self.config.empty_crawl_wait_seconds
+        ):
             # a crawl that never had a request is not drained: it has not started yet
             if not self.waiting_for_seeds_logged:
                 logger.info(
@@ -950,27 +1027,14 @@ class Pump(threading.Thread):
             self.drain.reset()
             self.next_drain_check = now + min(0.5, self.config.idle_poll_seconds)
             return
-        snapshot: dict[str, tuple[bool, int]] = {}
-        busy = []
-        for site, holds_keys, enqueued in f.drain_probe(sites):
-            if holds_keys:
-                busy.append(site)
-                continue
-            snapshot[site] = (True, enqueued)
-            hint = self.hints.setdefault(site, SiteHint())
-            hint.pending = hint.delayed = hint.backlog_http = hint.backlog_browser = 0
-        for st in f.status_many(busy):
-            hint = self.hints.setdefault(st.site, SiteHint())
-            hint.pending = st.pending
-            hint.delayed = st.delayed
-            leasable = sum(
-                s.backlog for (task, _), s in st.streams.items() if task in self.config.capabilities
-            )
-            if leasable and hint.not_before > now:
-                hint.not_before = now
-            hint.backlog_http = sum(s.backlog for (t, _), s in st.streams.items() if t == "http")
-            hint.backlog_browser = sum(s.backlog for (t, _), s in st.streams.items() if t == "browser")
-            snapshot[st.site] = (st.is_empty, st.stats.get("enqueued", 0))
+        # one entry per shard: a site with work is in its shard's ready or leased index
+        snapshot = {
+            str(n): (ready_http == 0 and ready_browser == 0 and leased == 0, enqueued)
+            for n, (ready_http, ready_browser, leased, enqueued) in enumerate(counts)
+        }
+        for n, (ready_http, ready_browser, _, _) in enumerate(counts):
+            if (ready_http and self.http) or (ready_browser and self.browser_cap > 0):
+                self.shard_due[n] = min(self.shard_due[n], now)
         drained = self.drain.observe(snapshot)
         if drained != self.x.drained:
             self.x.drained = drained

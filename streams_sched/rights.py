@@ -85,7 +85,7 @@ PROBES: dict[str, tuple[str, ...]] = {
 
 def missing_rights(client: Any, crawl: str, role: str = "worker") -> list[str]:
     """The commands of ``role`` the connected user may not run on ``crawl``'s keys."""
-    site = SiteKeys(crawl, "rights-probe")
+    site = SiteKeys(crawl, "rights-probe", 0)
     names = {"K": site.base + ":probe", "S": site.base + ":probe-stream", "C": CrawlKeys(crawl).events}
     commands = [c for c in role_commands(role) if c in PROBES]
     conn = client.connection_pool.get_connection()

@@ -210,6 +210,7 @@ class StreamsScheduler(BaseScheduler):
         )
         mode = bloom.mode
         self.frontier = frontier = Frontier(client, cfg.crawl, bloom)
+        frontier.ensure_layout(cfg.shards)
         frontier.load_scripts()
         frontier.register()
         frontier.politeness = ("a" if cfg.adaptive else "") + ("r" if self.robots_obey else "")
@@ -261,7 +262,9 @@ class StreamsScheduler(BaseScheduler):
         if cfg.node_id:
             # A restarted worker with a stable node id: the leases of its previous run
             # will never be finished by anyone holding them; hand them back now.
-            release_orphans(frontier, self.node_id, frontier.sites(), set(), why="left by a previous run of this node")
+            release_orphans(
+                frontier, self.node_id, frontier.leased_sites(), set(), why="left by a previous run of this node"
+            )
         self._pump.refresh_policy()
         self._pump.start()
         logger.info(

@@ -10,55 +10,66 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .keys import SiteKeys
+from .keys import ShardKeys, SiteKeys
 
 __all__ = ["BUILDERS", "ack", "claim", "dead", "enqueue", "feedback", "lease", "promote",
-           "prune", "release", "requeue_dead", "status"]
+           "prune", "reindex", "release", "requeue_dead", "status"]
 
 
-def enqueue(k: SiteKeys, filters: Sequence[str]) -> list[str]:
-    """delayed, stats, policy, streams, then the Bloom filter pairs (current first)."""
-    return [k.delayed, k.stats, k.policy, *k.streams, *filters]
+def enqueue(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]]) -> list[str]:
+    """The shard's ready indexes, inbox, stats and site registry, then per site: delayed,
+    stats, policy, streams, then its Bloom filter pairs (current first)."""
+    keys = [*shard.readies, shard.inbox, shard.stats, shard.sites]
+    for k, filters in sites:
+        keys += (k.delayed, k.stats, k.policy, *k.streams, *filters)
+    return keys
 
 
-def lease(k: SiteKeys) -> list[str]:
-    """delayed, dlq, stats, policy, streams."""
-    return [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
+def lease(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
+    """The shard's ready indexes, leased index and inbox, then per site: delayed, dlq,
+    stats, policy, streams."""
+    keys = [*shard.readies, shard.leased, shard.inbox]
+    for k in sites:
+        keys += (k.delayed, k.dlq, k.stats, k.policy, *k.streams)
+    return keys
 
 
 def status(k: SiteKeys) -> list[str]:
-    """delayed, dlq, stats, policy, streams."""
-    return [k.delayed, k.dlq, k.stats, k.policy, *k.streams]
+    """delayed, dlq, stats, policy, streams, the shard's inbox."""
+    return [k.delayed, k.dlq, k.stats, k.policy, *k.streams, k.index.inbox]
 
 
 def claim(k: SiteKeys) -> list[str]:
-    """dlq, stats, streams."""
-    return [k.dlq, k.stats, *k.streams]
+    """dlq, stats, streams, the shard's ready indexes and leased index."""
+    return [k.dlq, k.stats, *k.streams, *k.index.readies, k.index.leased]
 
 
 def dead(k: SiteKeys) -> list[str]:
-    """dlq, stats, streams."""
-    return [k.dlq, k.stats, *k.streams]
+    """dlq, stats, streams, the shard's leased index."""
+    return [k.dlq, k.stats, *k.streams, k.index.leased]
 
 
 def requeue_dead(k: SiteKeys) -> list[str]:
-    """dlq, stats, streams."""
-    return [k.dlq, k.stats, *k.streams]
+    """dlq, stats, streams, the shard's ready indexes."""
+    return [k.dlq, k.stats, *k.streams, *k.index.readies]
 
 
-def ack(k: SiteKeys) -> list[str]:
-    """stats, streams, policy, obs."""
-    return [k.stats, *k.streams, k.policy, k.obs]
+def ack(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
+    """The shard's leased index, then per site: stats, streams, policy, obs."""
+    keys = [shard.leased]
+    for k in sites:
+        keys += (k.stats, *k.streams, k.policy, k.obs)
+    return keys
 
 
 def release(k: SiteKeys) -> list[str]:
-    """stats, streams."""
-    return [k.stats, *k.streams]
+    """stats, streams, the shard's ready indexes and leased index."""
+    return [k.stats, *k.streams, *k.index.readies, k.index.leased]
 
 
 def promote(k: SiteKeys) -> list[str]:
-    """delayed, dlq, stats, streams."""
-    return [k.delayed, k.dlq, k.stats, *k.streams]
+    """delayed, dlq, stats, streams, the shard's ready indexes."""
+    return [k.delayed, k.dlq, k.stats, *k.streams, *k.index.readies]
 
 
 def prune(k: SiteKeys) -> list[str]:
@@ -69,6 +80,12 @@ def prune(k: SiteKeys) -> list[str]:
 def feedback(k: SiteKeys) -> list[str]:
     """policy, stats, obs."""
     return [k.policy, k.stats, k.obs]
+
+
+def reindex(k: SiteKeys) -> list[str]:
+    """delayed, streams, the shard's ready indexes, leased index, inbox and site registry."""
+    ix = k.index
+    return [k.delayed, *k.streams, *ix.readies, ix.leased, ix.inbox, ix.sites]
 
 
 #: script name -> its KEYS builder (one for every name in scripts.py SCRIPT_NAMES)
@@ -84,4 +101,5 @@ BUILDERS: dict[str, Callable[..., list[str]]] = {
     "promote": promote,
     "prune": prune,
     "feedback": feedback,
+    "reindex": reindex,
 }

@@ -35,6 +35,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "prune",
     "requeue_dead",
     "feedback",
+    "reindex",
 )
 
 
@@ -117,10 +118,11 @@ class Scripts:
         self.prune: Script = client.register_script(_SOURCES["prune"])
         self.requeue_dead: Script = client.register_script(_SOURCES["requeue_dead"])
         self.feedback: Script = client.register_script(_SOURCES["feedback"])
+        self.reindex: Script = client.register_script(_SOURCES["reindex"])
 
     def all(self) -> list[Script]:
         return [self.enqueue, self.lease, self.claim, self.ack, self.dead, self.release,
-                self.promote, self._status, self.prune, self.requeue_dead, self.feedback]
+                self.promote, self._status, self.prune, self.requeue_dead, self.feedback, self.reindex]
 
     def load(self, client: Any = None) -> None:
         """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""

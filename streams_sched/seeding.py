@@ -36,7 +36,15 @@ from .codec import RequestCodec
 from .connection import TRANSIENT, connect_ready, redact, refresh_topology
 from .errors import RedisUnavailable, SerializationError
 from .frontier import Frontier, Outgoing, crawl_bloom, parse_enqueue
-from .keys import SITE_TASK, TASK_TYPES, stream_for, validate_crawl_name, validate_site_name
+from .keys import (
+    DEFAULT_SHARDS,
+    SITE_TASK,
+    TASK_TYPES,
+    shard_of,
+    stream_for,
+    validate_crawl_name,
+    validate_site_name,
+)
 from .legacy import LEGACY_FIELD, legacy_fingerprint, legacy_seen
 from .replicas import ReplicaBook, ReplicaGuard, Verdict
 from .selection import band_for
@@ -164,6 +172,7 @@ class Seeder:
         check_server: bool = True,
         min_replicas: int = -1,
         replica_timeout_s: float = 30.0,
+        shards: int = DEFAULT_SHARDS,
     ) -> None:
         validate_crawl_name(crawl, "crawl")
         if batch < 1:
@@ -187,6 +196,7 @@ class Seeder:
         self.batch = batch
         self.codec = RequestCodec(None)
         self.frontier = Frontier(self.client, crawl, crawl_bloom(self.client, crawl))
+        self.frontier.ensure_layout(shards)
         self.frontier.load_scripts()
         meta = self.frontier.crawl_meta()
         self.frontier.use_crawl_defaults(meta)
@@ -194,7 +204,6 @@ class Seeder:
         # a URL's site: its host, or its registered domain when the crawl's workers run
         # with STREAMS_SITE_KEY="domain" (the first worker records it in the crawl meta)
         self.site_of = site_keyer(site_key or meta.get("site_key") or "host")
-        self._registered: set[str] = set()
         #: a batch counts as added once a replica of each primary that took it has it
         #: (replicas.py; ``min_replicas`` as STREAMS_MIN_REPLICAS, -1 = auto)
         self.replicas = ReplicaGuard(self.client, ReplicaBook(min_replicas), 500, f"seeder-{os.getpid()}")
@@ -287,16 +296,20 @@ class Seeder:
             by_site[s.site].append(s)
         if not by_site:
             return result
-        new_sites = sorted(set(by_site) - self._registered)
+        # one enqueue.lua call per shard (it registers the sites it adds to)
+        f = self.frontier
+        shards = f.shards
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for site in by_site:
+            by_shard[shard_of(site, shards)].append(site)
+        order = [site for sites in by_shard.values() for site in sites]
 
         def send_all() -> list[Any]:
             pipe = self.client.pipeline(transaction=False)
-            if new_sites:
-                self.frontier.register_sites(new_sites, pipe)
-            self.frontier.register(pipe)
-            for site, items in by_site.items():
-                self.frontier.enqueue(site, [it.out for it in items], pipe)
-            return list(pipe.execute()[(1 if new_sites else 0) + 1 :])
+            f.register(pipe)
+            for sites in by_shard.values():
+                f.enqueue_shard([(site, [it.out for it in by_site[site]]) for site in sites], pipe)
+            return [part for reply in pipe.execute()[1:] for part in reply]
 
         try:
             replies = send_all()
@@ -306,22 +319,22 @@ class Seeder:
             # call the one script), and registering again changes nothing: load and resend.
             self.frontier.load_scripts()
             replies = send_all()
-        self._replicated(list(by_site), send_all)
-        self._registered.update(new_sites)
-        for items, reply in zip(by_site.values(), replies, strict=True):
+        self._replicated(list(by_shard.values()), send_all)
+        for site, reply in zip(order, replies, strict=True):
+            items = by_site[site]
             flags = parse_enqueue(reply)[3]
             for it, flag in zip(items, flags, strict=True):
                 (result.added if flag == ord("1") else result.duplicates).append(it.url)
         return result
 
 
-    def _replicated(self, sites: list[str], send_all: Any) -> None:
+    def _replicated(self, shards: list[list[str]], send_all: Any) -> None:
         """Return once what a batch wrote is on a replica of each primary that took it (where
         the primary has one), so that what :meth:`send` reports as added survives a failover.
         A primary that is gone or replaced gets the batch again (dedupe makes that safe)."""
         guard, f = self.replicas, self.frontier
-        targets = {guard.primary_of(f.site(s).sync): f.site(s).sync for s in sites}
-        targets.setdefault(guard.primary_of(f.keys.sync), f.keys.sync)  # the site registry
+        targets = {guard.primary_of(f.site(s[0]).sync): f.site(s[0]).sync for s in shards}
+        targets.setdefault(guard.primary_of(f.keys.sync), f.keys.sync)  # the crawl registry
         deadline = time.monotonic() + self.replica_timeout_s
         for primary, key in targets.items():
             while True:

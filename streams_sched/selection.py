@@ -2,17 +2,21 @@
 
 - :func:`band_for` maps ``Request.priority`` to a priority band;
 - :class:`SiteHint` and :func:`plan_leases` decide which sites to lease from
-  and how many entries, given what this worker already holds;
+  and how many entries, given what this worker already holds; :func:`plan_shards`
+  does it for the sites the shards' ready indexes named, one call per shard;
 - :class:`DrainDetector` decides when the whole crawl is drained.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["DrainDetector", "LeasePlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_leases"]
+__all__ = [
+    "DrainDetector", "LeasePlan", "ShardPlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_leases",
+    "plan_shards",
+]
 
 
 def band_for(priority: int, high_min: int, low_max: int) -> int:
@@ -147,15 +151,101 @@ def plan_leases(
     return plans
 
 
+@dataclass(slots=True)
+class ShardPlan:
+    """One lease.lua call: lease from ``sites`` of ``shard`` (at most ``budget`` entries in
+    all) and have it name up to ``name`` more of its ready sites."""
+
+    shard: int
+    sites: list[LeasePlan]
+    budget: int
+    name: int
+
+
+def plan_shards(
+    now: float,
+    named: Sequence[Mapping[str, None]],
+    due: Sequence[float],
+    hints: Mapping[str, SiteHint],
+    held: Mapping[str, int],
+    *,
+    total_room: int,
+    per_site_cap: int,
+    browser_room: int,
+    http: bool = True,
+    held_browser: Mapping[str, int] | None = None,
+    name: int = 16,
+    start: int = 0,
+) -> list[ShardPlan]:
+    """Split ``total_room`` free lease slots among the sites the shards named.
+
+    ``named[n]`` are the ready sites shard ``n`` named to this worker, oldest first;
+    ``due[n]`` is when to ask shard ``n`` again though it named none. A shard's share of
+    the room follows how many sites it named, and a call stops leasing when its share is
+    spent, so a site with one request costs one slot, not ``per_site_cap``. A site never
+    gets more than ``site_cap - held`` (one slow site cannot fill the worker), and
+    browser slots go to the first sites until ``browser_room`` is spent. A shard whose
+    named sites run low is asked for ``name`` more in the same call. Shards are taken in
+    turn from ``start``, so none is always last. The cost is one pass over the named
+    sites: nothing here grows with the sites that have no work.
+    """
+    if total_room <= 0:
+        return []
+    held_browser = held_browser or {}
+    shards = len(named)
+    total_named = sum(len(n) for n in named)
+    plans: list[ShardPlan] = []
+    room, b_room = total_room, browser_room
+    for i in range(shards):
+        n = (start + i) % shards
+        sites = named[n]
+        refill = name if len(sites) < name else 0
+        if not sites:
+            if due[n] <= now and room > 0:
+                plans.append(ShardPlan(n, [], 0, refill))
+            continue
+        if room <= 0:
+            continue
+        share = min(room, max(1, math.ceil(total_room * len(sites) / total_named)))
+        chosen: list[LeasePlan] = []
+        counted = 0
+        for site in sites:
+            if counted >= share:
+                break
+            hint = hints.get(site)
+            if hint is not None and hint.not_before > now:
+                continue
+            cap = (site_cap(hint, per_site_cap) if hint is not None else per_site_cap) - held.get(site, 0)
+            if cap <= 0:
+                continue
+            site_b = b_room
+            if hint is not None and hint.max_browser >= 0:
+                site_b = min(b_room, hint.max_browser - held_browser.get(site, 0))
+            site_b = max(0, min(cap, site_b))
+            n_http = cap if http else 0
+            if n_http == 0 and site_b == 0:
+                continue
+            chosen.append(LeasePlan(site, cap, n_http, site_b))
+            b_room -= site_b
+            # a site the worker knows nothing of is counted as one request: the call's
+            # budget, not this count, bounds what it leases
+            known = hint.backlog_http + hint.backlog_browser if hint is not None and hint.backlog_http >= 0 else 1
+            counted += max(1, min(cap, known))
+        if chosen or refill:
+            plans.append(ShardPlan(n, chosen, share, refill))
+            room -= share
+    return plans
+
+
 @dataclass
 class DrainDetector:
     """Decides that a crawl is drained, from snapshots of every site.
 
-    A snapshot maps each site to ``(empty, enqueued)``: whether the site holds
-    no backlog, no pending lease and no delayed request, and its enqueue
-    counter. Reading many sites is not atomic (and cannot be on Redis Cluster),
+    A snapshot maps each shard (or site) to ``(empty, enqueued)``: whether it
+    holds no backlog, no pending lease and no delayed request, and its enqueue
+    counter. Reading many shards is not atomic (and cannot be on Redis Cluster),
     so one empty-looking snapshot proves nothing: a worker may enqueue a child
-    at a site already read and ack its parent at a site read later. Two
+    in a shard already read and ack its parent in a shard read later. Two
     consecutive snapshots that are both entirely empty, over the same sites,
     with no enqueue in between, prove that every site was empty at every
     moment between the end of the first and the start of the second: the crawl

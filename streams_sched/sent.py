@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ops import Ack, DeadLetter, Enqueue, Extend, LeaseOp, Release
-from .selection import LeasePlan
+from .selection import ShardPlan
 
 __all__ = [
     "AFTER_STAT", "HEARTBEAT", "Enqueued", "FeedbackSent", "Heartbeat", "LeaseOpsSent", "Leased",
@@ -37,27 +37,30 @@ class Registered:
 
 @dataclass(slots=True, frozen=True)
 class Enqueued:
-    """One enqueue.lua call: ``chunk`` for ``site``."""
+    """One enqueue.lua call for sites of one shard: ``parts`` = (site, its enqueues) in
+    call order, ``chunk`` all of them, ``site`` the first (its shard's primary took them)."""
 
     site: str
     chunk: list[Enqueue]
+    parts: tuple[tuple[str, list[Enqueue]], ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
 class LeaseOpsSent:
-    """One call for a group of lease operations of one kind and site (ack.lua, ...)."""
+    """One call for a group of lease operations of one kind: of one site, or for acks
+    (ack.lua) of the sites of one shard."""
 
     kind: type
     group: list[LeaseOp]
-    #: healthy answers of the site that rode along with an ack (given back if it fails)
-    answered: int = 0
+    #: healthy answers per site that rode along with its acks (given back if it fails)
+    answered: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
 class Leased:
-    """One lease.lua call, as planned by selection.plan_leases."""
+    """One lease.lua call, as planned by selection.plan_shards."""
 
-    plan: LeasePlan
+    plan: ShardPlan
 
 
 @dataclass(slots=True, frozen=True)
@@ -87,11 +90,12 @@ HEARTBEAT = Heartbeat()
 def describe(cmd: Sent) -> str:
     """What a pipeline command was, for a log line."""
     if isinstance(cmd, Enqueued):
-        return f"enqueue to site {cmd.site}"
+        more = len(cmd.parts) - 1
+        return f"enqueue to site {cmd.site}" + (f" and {more} more of its shard" if more > 0 else "")
     if isinstance(cmd, LeaseOpsSent):
         return f"{AFTER_NAME[cmd.kind]} of site {cmd.group[0].entry.site}"
     if isinstance(cmd, Leased):
-        return f"lease of site {cmd.plan.site}"
+        return f"lease from shard {cmd.plan.shard}"
     if isinstance(cmd, FeedbackSent):
         return f"politeness feedback of site {cmd.site}"
     if isinstance(cmd, Registered):

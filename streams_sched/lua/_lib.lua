@@ -630,3 +630,107 @@ local function report_answers(policy, counts, obs, A, now)
   end
   return { a_rate and tostring(a_rate) or '', a_until, tostring(o_rate), cut }
 end
+
+-- Shard indexes -----------------------------------------------------------------
+-- Every site's keys share its shard's hash tag with the shard's indexes (keys.py):
+--   ready[t]  ZSET site -> ms from which it may be leased, for task type t (1 http, 2 browser):
+--             sites with backlog of that type, or with delayed requests (in both)
+--   leased    ZSET site -> ms of a lease it holds (a takeover looks once that is a lease old)
+--   inbox     HASH site -> a small site's queued requests, cmsgpack {code, payload, ...}
+-- A site with one queued URL keeps it in the inbox: no stream, no consumer group.
+
+-- Most requests a site keeps in the inbox; more, and they move to its streams.
+local INBOX_MAX = 8
+
+-- The requests a site keeps in the inbox, as a flat list {code, payload, ...} ({} none).
+local function inbox_list(inbox, site)
+  local packed = redis.call('HGET', inbox, site)
+  if not packed then
+    return {}
+  end
+  return cmsgpack.unpack(packed)
+end
+
+-- Move a site's inbox requests into its streams, in their order. Returns how many.
+local function inbox_flush(inbox, site, streams, group)
+  local list = inbox_list(inbox, site)
+  if #list == 0 then
+    return 0
+  end
+  local made = {}
+  for i = 1, #list, 2 do
+    local stream = streams[tonumber(list[i])]
+    if not made[stream] then
+      ensure_group(stream, group)
+      made[stream] = true
+    end
+    redis.call('XADD', stream, '*', 'r', list[i + 1])
+  end
+  redis.call('HDEL', inbox, site)
+  return #list / 2
+end
+
+-- Backlog per task type {http, browser}, pending, over a site's streams (inbox not
+-- included: a lease flushes it first, status counts it itself).
+local function site_backlog(streams, group, read_only)
+  local backlog, pending = { 0, 0 }, 0
+  for t = 1, 2 do
+    for b = 1, BANDS do
+      local n, p = backlog_of(streams[(t - 1) * BANDS + b], group, read_only)
+      backlog[t] = backlog[t] + n
+      pending = pending + p
+    end
+  end
+  return backlog, pending
+end
+
+-- The due time (ms) of a site's first delayed request, -1 none.
+local function next_due_of(delayed)
+  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if first[2] then
+    return tonumber(first[2])
+  end
+  return -1
+end
+
+-- Put a site in its shard's indexes as its state says: in ready[t] from `at` (ms) while
+-- it has backlog of type t, from its next due time while it has delayed requests, out
+-- of it otherwise; in leased while it has pending entries (`lease_at`: the score of a
+-- site not yet there; a site already there keeps its older one).
+local function reindex(ready, leased, site, backlog, pending, next_due, at, lease_at)
+  for t = 1, 2 do
+    if backlog[t] > 0 then
+      redis.call('ZADD', ready[t], at, site)
+    elseif next_due >= 0 then
+      redis.call('ZADD', ready[t], next_due, site)
+    else
+      redis.call('ZREM', ready[t], site)
+    end
+  end
+  if pending > 0 then
+    redis.call('ZADD', leased, 'NX', lease_at, site)
+  else
+    redis.call('ZREM', leased, site)
+  end
+end
+
+-- A site got backlog of task type t (1 http, 2 browser): ready from `at` at the latest.
+local function mark_ready(ready, t, site, at)
+  redis.call('ZADD', ready[t], 'LT', at, site)
+end
+
+-- 1 if any of a site's streams has a pending entry, else 0.
+local function has_pending(streams, group)
+  if redis.call('EXISTS', unpack(streams)) == 0 then
+    return 0
+  end
+  for _, stream in ipairs(streams) do
+    if redis.call('XLEN', stream) > 0 then
+      local info = redis.pcall('XPENDING', stream, group)
+      if type(info) == 'table' and not info.err and tonumber(info[1]) > 0 then
+        return 1
+      end
+    end
+  end
+  return 0
+end

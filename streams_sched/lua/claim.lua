@@ -10,6 +10,9 @@
 -- KEYS[1]      dlq       dead-letter stream
 -- KEYS[2]      stats     HASH of counters
 -- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
+-- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
+-- KEYS[11]     leased         ZSET of the shard's sites with leased entries
 -- ARGV[1]      consumer group
 -- ARGV[2]      consumer claiming (node id, or the reclaimer's name)
 -- ARGV[3]      minimum idle time in ms (the lease time)
@@ -17,6 +20,7 @@
 -- ARGV[5]      max deliveries
 -- ARGV[6]      mode: 'claim' or 'requeue'
 -- ARGV[7]      stream mask: six chars, '1' = consider that stream
+-- ARGV[8]      the site's name (its member in the shard's indexes)
 -- Returns {taken, dead, then (claim mode) per entry: stream index, id, payload, prior deliveries}
 
 local group, consumer = ARGV[1], ARGV[2]
@@ -72,6 +76,20 @@ end
 
 if taken > 0 then
   redis.call('HINCRBY', KEYS[2], 'reclaimed', taken)
+end
+-- the site's place in the indexes: requeued entries are backlog again; a site with
+-- leases left is looked at again one lease from now, one without leaves the index
+local streams = { KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }
+local backlog, pending = site_backlog(streams, group, false)
+for t = 1, 2 do
+  if backlog[t] > 0 then
+    mark_ready({ KEYS[9], KEYS[10] }, t, ARGV[8], now)
+  end
+end
+if pending > 0 then
+  redis.call('ZADD', KEYS[11], now, ARGV[8])
+else
+  redis.call('ZREM', KEYS[11], ARGV[8])
 end
 local reply = { taken, dead }
 for _, v in ipairs(out) do

@@ -1,12 +1,21 @@
--- enqueue.lua: dedupe and add a batch of requests of ONE site, atomically,
--- so a fingerprint is never recorded without its request.
+-- enqueue.lua: dedupe and add requests of SEVERAL sites of one shard, atomically,
+-- so a fingerprint is never recorded without its request, and a site with work is
+-- never missing from its shard's indexes (lib: shard indexes).
+-- A site with no stream keeps up to INBOX_MAX requests in the shard's inbox: a site
+-- with one queued URL costs a hash field, not a stream and its consumer group.
 --
--- KEYS[1]      delayed      ZSET of waiting requests, score = due time in ms
--- KEYS[2]      stats        HASH of counters
--- KEYS[3]      policy       HASH of the site's policy (task_type routes requests)
--- KEYS[4..9]   streams      http:high http:default http:low browser:high browser:default browser:low
--- KEYS[10..]   pairs of Bloom filter keys (filter, its meta): the current filter first
---              (new fingerprints go there), then older revisit buckets (only looked at)
+-- KEYS[1]      ready:http     ZSET of the shard's sites with http work
+-- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
+-- KEYS[3]      inbox          HASH of the shard's small sites' queued requests
+-- KEYS[4]      shard stats    HASH of the shard's counters (enqueued)
+-- KEYS[5]      sites          SET, the shard's site registry
+-- KEYS[6..]    per site, 9 + 2 * ARGV[8] keys:
+--              delayed        ZSET of waiting requests, score = due time in ms
+--              stats          HASH of counters
+--              policy         HASH of the site's policy (task_type routes requests)
+--              streams (6)    http:high http:default http:low browser:high browser:default browser:low
+--              filters        pairs of Bloom filter keys (filter, its meta): the current filter
+--                             first (new fingerprints go there), then older revisit buckets
 -- ARGV[1]      consumer group name
 -- ARGV[2]      dedupe back-end: 'bf' or 'bitmap'
 -- ARGV[3]      Bloom error rate
@@ -14,114 +23,180 @@
 -- ARGV[5]      Bloom expansion factor
 -- ARGV[6]      seconds the current filter lives (revisit buckets; 0 = forever)
 -- ARGV[7]      default task type of the crawl ('http' or 'browser')
--- ARGV[8..]    groups of 4 per request: fingerprint ('' = dont_filter), stream code
---              (1-6; or 11-13 = band 1-3 with the task type from the site's policy;
---              see _codes.lua),
---              delay in ms ('0' = now; due = Redis TIME + delay), payload
--- Returns {added, duplicates, delayed, flags, over_cap}; flags has one char per request:
--- '1' added, '0' duplicate, 'c' dropped over the site's page cap.
+-- ARGV[8]      filter pairs per site
+-- ARGV[9..]    per site: site name, n, then n groups of 4: fingerprint ('' = dont_filter),
+--              stream code (1-6; or 11-13 = band 1-3 with the task type from the site's
+--              policy; see _codes.lua), delay in ms ('0' = now; due = Redis TIME + delay),
+--              payload
+-- Returns per site {added, duplicates, delayed, flags, over_cap}; flags has one char per
+-- request: '1' added, '0' duplicate, 'c' dropped over the site's page cap.
 
 local group, mode = ARGV[1], ARGV[2]
 local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ttl = tonumber(ARGV[6])
-local streams = { KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9] }
-local filters = {}
-for i = 10, #KEYS, 2 do
-  filters[#filters + 1] = { KEYS[i], KEYS[i + 1] }
-end
+local n_filters = tonumber(ARGV[8])
+local ready = { KEYS[1], KEYS[2] }
+local inbox, sites_ix = KEYS[3], KEYS[5]
+local now = nil -- Redis TIME, read once, when something needs it
+local total_added = 0
 
--- the site's policy fields enqueue reads: task_type (routes site-task codes), max_pages
-local pol = redis.call('HMGET', KEYS[3], 'task_type', 'max_pages')
-local site_task = pol[1] or ARGV[7]
-local fps, fp_at = {}, {}
-for i = 8, #ARGV, 4 do
-  if ARGV[i] ~= '' then
-    fps[#fps + 1] = ARGV[i]
-    fp_at[i] = #fps
+local function enqueue_site(k, site, filters, first, last)
+  local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2] }
+  local streams = { KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8] }
+  -- the site's policy fields enqueue reads: task_type (routes site-task codes), max_pages
+  local pol = redis.call('HMGET', K[3], 'task_type', 'max_pages', 'ready_at')
+  local site_task = pol[1] or ARGV[7]
+  local fps, fp_at = {}, {}
+  for i = first, last, 4 do
+    if ARGV[i] ~= '' then
+      fps[#fps + 1] = ARGV[i]
+      fp_at[i] = #fps
+    end
   end
-end
 
-local fresh = dedupe(mode, filters, fps, err, cap, expansion)
-if fresh.err then
-  return fresh
-end
-if ttl > 0 and #fps > 0 then
-  redis.call('EXPIRE', filters[1][1], ttl, 'NX')
-  redis.call('EXPIRE', filters[1][2], ttl, 'NX')
-end
+  local fresh = dedupe(mode, filters, fps, err, cap, expansion)
+  if fresh.err then
+    return fresh
+  end
+  if ttl > 0 and #fps > 0 then
+    redis.call('EXPIRE', filters[1][1], ttl, 'NX')
+    redis.call('EXPIRE', filters[1][2], ttl, 'NX')
+  end
 
--- Page cap (policy max_pages, 0 = none): once that many requests with a fingerprint were
--- accepted (stats field pages), new ones are dropped and counted (over_cap).
--- Requests without a fingerprint (dont_filter: retries) are neither counted nor dropped.
-local over = {}
-local over_cap, pages_in = 0, 0
-local max_pages = tonumber(pol[2] or '')
-if max_pages and max_pages > 0 then
-  local left = max_pages - tonumber(redis.call('HGET', KEYS[2], 'pages') or '0')
-  for i = 8, #ARGV, 4 do
+  -- Page cap (policy max_pages, 0 = none): once that many requests with a fingerprint were
+  -- accepted (stats field pages), new ones are dropped and counted (over_cap).
+  -- Requests without a fingerprint (dont_filter: retries) are neither counted nor dropped.
+  local over = {}
+  local over_cap, pages_in = 0, 0
+  local max_pages = tonumber(pol[2] or '')
+  if max_pages and max_pages > 0 then
+    local left = max_pages - tonumber(redis.call('HGET', K[2], 'pages') or '0')
+    for i = first, last, 4 do
+      local n = fp_at[i]
+      if n and fresh[n] ~= 0 then
+        if left <= 0 then
+          over[i] = true
+          over_cap = over_cap + 1
+        else
+          left = left - 1
+          pages_in = pages_in + 1
+        end
+      end
+    end
+  end
+
+  local added, dups, delayed = 0, 0, 0
+  local flags = {}
+  local fresh_now = {}
+  for i = first, last, 4 do
     local n = fp_at[i]
-    if n and fresh[n] ~= 0 then
-      if left <= 0 then
-        over[i] = true
-        over_cap = over_cap + 1
-      else
-        left = left - 1
-        pages_in = pages_in + 1
-      end
-    end
-  end
-end
-
-local now = nil -- Redis TIME, read only for a delayed request
-local added, dups, delayed = 0, 0, 0
-local flags = {}
-local ready = {}
-for i = 8, #ARGV, 4 do
-  local n = fp_at[i]
-  if n and fresh[n] == 0 then
-    dups = dups + 1
-    flags[#flags + 1] = '0'
-  elseif over[i] then
-    flags[#flags + 1] = 'c'
-  else
-    local idx, delay, payload = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
-    if idx > SITE_TASK then
-      idx = idx - SITE_TASK + (site_task == 'browser' and BANDS or 0)
-    end
-    local stream = streams[idx]
-    if not stream then
-      return redis.error_reply('STREAMSARG stream index ' .. tostring(ARGV[i + 1]) .. ' out of range')
-    end
-    if delay and delay > 0 then
-      local seq = redis.call('HINCRBY', KEYS[2], 'delay_seq', 1)
-      now = now or now_ms()
-      redis.call('ZADD', KEYS[1], now + delay, idx .. ':' .. seq .. ':' .. payload)
-      delayed = delayed + 1
+    if n and fresh[n] == 0 then
+      dups = dups + 1
+      flags[#flags + 1] = '0'
+    elseif over[i] then
+      flags[#flags + 1] = 'c'
     else
-      if not ready[idx] then
-        ensure_group(stream, group)
-        ready[idx] = true
+      local idx, delay, payload = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
+      if idx > SITE_TASK then
+        idx = idx - SITE_TASK + (site_task == 'browser' and BANDS or 0)
       end
-      redis.call('XADD', stream, '*', 'r', payload)
+      local stream = streams[idx]
+      if not stream then
+        return redis.error_reply('STREAMSARG stream index ' .. tostring(ARGV[i + 1]) .. ' out of range')
+      end
+      if delay and delay > 0 then
+        local seq = redis.call('HINCRBY', K[2], 'delay_seq', 1)
+        now = now or now_ms()
+        redis.call('ZADD', K[1], now + delay, idx .. ':' .. seq .. ':' .. payload)
+        delayed = delayed + 1
+        for t = 1, 2 do
+          mark_ready(ready, t, site, now + delay)
+        end
+      else
+        fresh_now[#fresh_now + 1] = idx
+        fresh_now[#fresh_now + 1] = payload
+      end
+      added = added + 1
+      flags[#flags + 1] = '1'
     end
-    added = added + 1
-    flags[#flags + 1] = '1'
   end
+
+  if added > 0 then
+    redis.call('HINCRBY', K[2], 'enqueued', added)
+  end
+  if dups > 0 then
+    redis.call('HINCRBY', K[2], 'duplicates', dups)
+  end
+  if delayed > 0 then
+    redis.call('HINCRBY', K[2], 'delayed_in', delayed)
+  end
+  if pages_in > 0 then
+    redis.call('HINCRBY', K[2], 'pages', pages_in)
+  end
+  if over_cap > 0 then
+    redis.call('HINCRBY', K[2], 'over_cap', over_cap)
+  end
+
+  if #fresh_now > 0 then
+    -- a site with no stream keeps a few requests in the shard's inbox (lib: INBOX_MAX)
+    local list = false
+    if redis.call('EXISTS', unpack(streams)) == 0 then
+      list = inbox_list(inbox, site)
+      if #list + #fresh_now > 2 * INBOX_MAX then
+        inbox_flush(inbox, site, streams, group)
+        list = false
+      end
+    end
+    if list then
+      for _, v in ipairs(fresh_now) do
+        list[#list + 1] = v
+      end
+      redis.call('HSET', inbox, site, cmsgpack.pack(list))
+    else
+      local made = {}
+      for j = 1, #fresh_now, 2 do
+        local stream = streams[fresh_now[j]]
+        if not made[stream] then
+          ensure_group(stream, group)
+          made[stream] = true
+        end
+        redis.call('XADD', stream, '*', 'r', fresh_now[j + 1])
+      end
+    end
+    now = now or now_ms()
+    local at = math.max(now, tonumber(pol[3]) or 0)
+    local typed = {}
+    for j = 1, #fresh_now, 2 do
+      typed[fresh_now[j] > BANDS and 2 or 1] = true
+    end
+    for t = 1, 2 do
+      if typed[t] then
+        mark_ready(ready, t, site, at)
+      end
+    end
+  end
+  redis.call('SADD', sites_ix, site)
+  total_added = total_added + added
+  return { added, dups, delayed, table.concat(flags), over_cap }
 end
 
-if added > 0 then
-  redis.call('HINCRBY', KEYS[2], 'enqueued', added)
+local replies = {}
+local k, i = 6, 9
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 1])
+  local filters = {}
+  for f = 0, n_filters - 1 do
+    filters[#filters + 1] = { KEYS[k + 9 + 2 * f], KEYS[k + 10 + 2 * f] }
+  end
+  local reply = enqueue_site(k, ARGV[i], filters, i + 2, i + 1 + 4 * n)
+  if reply.err then
+    return reply
+  end
+  replies[#replies + 1] = reply
+  k = k + 9 + 2 * n_filters
+  i = i + 2 + 4 * n
 end
-if dups > 0 then
-  redis.call('HINCRBY', KEYS[2], 'duplicates', dups)
+if total_added > 0 then
+  redis.call('HINCRBY', KEYS[4], 'enqueued', total_added)
 end
-if delayed > 0 then
-  redis.call('HINCRBY', KEYS[2], 'delayed_in', delayed)
-end
-if pages_in > 0 then
-  redis.call('HINCRBY', KEYS[2], 'pages', pages_in)
-end
-if over_cap > 0 then
-  redis.call('HINCRBY', KEYS[2], 'over_cap', over_cap)
-end
-return { added, dups, delayed, table.concat(flags), over_cap }
+return replies

@@ -1,238 +1,317 @@
--- lease.lua: lease up to N requests of ONE site for one consumer.
--- First moves due delayed requests into their streams, then takes a token per
--- request from the site's global token bucket (time from Redis, shared by all
--- workers), then reads each priority band in proportion to the band weights
--- (smooth weighted round robin, state kept in stats, so low never starves).
--- Entries that failed before (requeued after a lease expired) are handed out one
--- at a time (ARGV[10]), so a poison request cannot take innocent ones down with it.
+-- lease.lua: lease requests of SEVERAL sites of one shard for one consumer, and
+-- name the shard's next ready sites, in one call.
+-- For each site: moves its inbox requests and its due delayed requests into its
+-- streams, takes a token per request from the site's global token bucket (time from
+-- Redis, shared by all workers), then reads each priority band in proportion to the
+-- band weights (smooth weighted round robin, state kept in stats, so low never starves),
+-- and puts the site back in the shard's indexes as it is left (lib: reindex).
+-- Entries that failed before (requeued after a lease expired) are handed out one at a
+-- time over the whole call (ARGV[7]), so a poison request cannot take innocent ones
+-- down with it.
+-- Then it names up to ARGV[14] sites per task type the worker leases whose time has
+-- come in the shard's ready index, for the worker to lease in its next call: a run of
+-- them at a random place (ARGV[15]) among the oldest 8 x ARGV[14], so workers that
+-- call at the same moment are mostly named different sites, while the oldest sites
+-- still come first.
 --
--- KEYS[1]      delayed   ZSET of waiting requests
--- KEYS[2]      dlq       dead-letter stream (for malformed delayed members)
--- KEYS[3]      stats     HASH of counters and band-rotation state
--- KEYS[4]      policy    HASH: paused, rate (req/s, 0 = none), burst, weight, max_browser,
---                        and the bucket state: tokens, tokens_ts
--- KEYS[5..10]  streams   http:high http:default http:low browser:high browser:default browser:low
+-- KEYS[1]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
+-- KEYS[3]      leased         ZSET of the shard's sites with leased entries
+-- KEYS[4]      inbox          HASH of the shard's small sites' queued requests
+-- KEYS[5..]    per site, 10 keys:
+--              delayed        ZSET of waiting requests
+--              dlq            dead-letter stream (for malformed delayed members)
+--              stats          HASH of counters and band-rotation state
+--              policy         HASH: paused, rate (req/s, 0 = none), burst, weight, max_browser,
+--                             and the bucket state: tokens, tokens_ts
+--              streams (6)    http:high http:default http:low browser:high browser:default browser:low
 -- ARGV[1]      consumer group
 -- ARGV[2]      consumer (node id)
--- ARGV[3]      max entries to lease in all
--- ARGV[4]      max http entries (0 if this worker does not do http)
--- ARGV[5]      max browser entries (0 without the browser capability or room)
--- ARGV[6..8]   band weights: high, default, low
--- ARGV[9]      max delayed entries to promote
--- ARGV[10]     max entries with earlier failed deliveries (field d > 0) to hand out;
---              extra ones go back to the end of their stream, so one worker never
+-- ARGV[3..5]   band weights: high, default, low
+-- ARGV[6]      max delayed entries to promote per site
+-- ARGV[7]      max entries with earlier failed deliveries (field d > 0) to hand out in this
+--              call; extra ones go back to the end of their stream, so one worker never
 --              holds two requests that may have crashed a worker before
--- ARGV[11..15] the crawl's defaults for fields the site's policy does not set:
+-- ARGV[8..12]  the crawl's defaults for fields the site's policy does not set:
 --              rate, burst, paused ('1'/'0'), weight, max_browser ('' = none)
--- ARGV[16]     politeness flags: 'a' adaptive back-off on (STREAMS_ADAPTIVE), 'r' robots.txt
+-- ARGV[13]     politeness flags: 'a' adaptive back-off on (STREAMS_ADAPTIVE), 'r' robots.txt
 --              obeyed (ROBOTSTXT_OBEY); '' neither. The effective rate is the policy rate,
 --              else 1 / robots Crawl-delay, lowered by the adaptive rate (a_rate); a
 --              Retry-After pause (a_until, ms) holds the site (see feedback.lua). With 'r' and no
 --              policy rate, a site whose robots.txt nobody has read yet gets one probe request
 --              (robots_probe) every 10 s until a worker reports its Crawl-delay.
--- Returns {backlog_http, backlog_browser, pending (both 0 for a task type asked for 0), delayed, ms until the next delayed
---          request is due (-1 none),
---          wait_ms (0 ok, >0 rate-limited for that long, -1 paused),
---          entries put back because of ARGV[10], the site's weight (string),
+-- ARGV[14]     ready sites to name per task type (0: none)
+-- ARGV[15]     a random whole number (where the named run starts)
+-- ARGV[16]     task types this worker leases: 'h' http, 'b' browser, 'hb' both
+-- ARGV[17]     ms a paused site waits before it is looked at again
+-- ARGV[18]     max entries this call leases in all; a site reached when it is spent is
+--              not looked at (its reply is empty)
+-- ARGV[19..]   per site, 4 values: site name, max entries in all, max http entries,
+--              max browser entries
+-- Returns {per site: {} if not looked at, else {backlog_http, backlog_browser, pending, delayed, ms until the next
+--          delayed request is due (-1 none), wait_ms (0 ok, >0 rate-limited for that long,
+--          -1 paused), entries put back because of ARGV[7], the site's weight (string),
 --          the site's max_browser (-1 none), the site's effective rate (string, '0' none),
---          then per entry: stream index, id, payload (false if missing), prior deliveries}
+--          then per entry: stream index, id, payload (false if missing), prior deliveries},
+--          then {named ready sites}, then ms until the shard's next not-yet-ready site
+--          is due (-1 none)}
 
 local group, consumer = ARGV[1], ARGV[2]
-local want = { tonumber(ARGV[4]), tonumber(ARGV[5]) }
-local weights = { tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]) }
-local streams = { KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10] }
-local suspects_left = tonumber(ARGV[10]) or 1
--- Redis TIME, read only when something needs it (delayed requests, a rate, a pause,
--- robots.txt): a site crawled without limits is leased without it
-local now = false
+local weights = { tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]) }
+local promote_limit = tonumber(ARGV[6])
+local suspects_left = tonumber(ARGV[7]) or 1
+local ready = { KEYS[1], KEYS[2] }
+local leased_ix, inbox = KEYS[3], KEYS[4]
+local paused_wait = tonumber(ARGV[17])
+-- Redis TIME, read once per call
+local now = now_ms()
 local function clock()
-  if not now then
-    now = now_ms()
-  end
   return now
 end
 
-local delayed = redis.call('ZCARD', KEYS[1])
-if delayed > 0 then
-  promote_due(KEYS[1], KEYS[2], KEYS[3], streams, group, clock(), tonumber(ARGV[9]))
-  delayed = redis.call('ZCARD', KEYS[1])
-end
+local function lease_site(k, site, total, max_http, max_browser)
+  local want = { max_http, max_browser }
+  local streams = { KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8], KEYS[k + 9] }
+  local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3] }
+  inbox_flush(inbox, site, streams, group)
+  local delayed = redis.call('ZCARD', K[1])
+  if delayed > 0 then
+    promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit)
+    delayed = redis.call('ZCARD', K[1])
+  end
 
-local pol = redis.call('HMGET', KEYS[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts', 'weight', 'max_browser',
-  'robots_delay', 'a_rate', 'a_until', 'robots_probe')
-local paused = pol[1] or ARGV[13]
-local rate = tonumber(pol[2]) or tonumber(ARGV[11]) or 0
-local burst_setting = tonumber(pol[3]) or tonumber(ARGV[12])
-local site_weight = pol[6] or ARGV[14]
-local max_browser = tonumber(pol[7]) or tonumber(ARGV[15]) or -1
-local wait_ms = 0
-local budget = tonumber(ARGV[3])
-local tokens, burst
--- politeness (issue 11): robots Crawl-delay, adaptive back-off, Retry-After pause
-local flags = ARGV[16] or ''
-local adaptive, robots_obey = string.find(flags, 'a', 1, true), string.find(flags, 'r', 1, true)
-local probe = false
-local paused_until = adaptive and tonumber(pol[10]) or 0
-if rate <= 0 and robots_obey then
-  local delay = tonumber(pol[8])
-  if delay and delay > 0 then
-    rate = 1 / delay
-    burst_setting = 1
-  elseif delay == nil then
-    local last = tonumber(pol[11])
-    if last and clock() - last < 10000 then
-      paused_until = math.max(paused_until, now + 200)
+  local pol = redis.call('HMGET', K[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts', 'weight', 'max_browser',
+    'robots_delay', 'a_rate', 'a_until', 'robots_probe')
+  local paused = pol[1] or ARGV[10]
+  local rate = tonumber(pol[2]) or tonumber(ARGV[8]) or 0
+  local burst_setting = tonumber(pol[3]) or tonumber(ARGV[9])
+  local site_weight = pol[6] or ARGV[11]
+  local max_browser = tonumber(pol[7]) or tonumber(ARGV[12]) or -1
+  local wait_ms = 0
+  local budget = total
+  local tokens, burst
+  -- politeness: robots Crawl-delay, adaptive back-off, Retry-After pause
+  local flags = ARGV[13] or ''
+  local adaptive, robots_obey = string.find(flags, 'a', 1, true), string.find(flags, 'r', 1, true)
+  local probe = false
+  local paused_until = adaptive and tonumber(pol[10]) or 0
+  if rate <= 0 and robots_obey then
+    local delay = tonumber(pol[8])
+    if delay and delay > 0 then
+      rate = 1 / delay
+      burst_setting = 1
+    elseif delay == nil then
+      local last = tonumber(pol[11])
+      if last and clock() - last < 10000 then
+        paused_until = math.max(paused_until, now + 200)
+      else
+        probe = true
+        budget = math.min(budget, 1)
+      end
+    end
+  end
+  local a_rate = adaptive and tonumber(pol[9])
+  if a_rate and (rate <= 0 or a_rate < rate) then
+    rate = a_rate
+    burst_setting = math.max(1, a_rate / 10)
+  end
+  if paused ~= '1' and paused_until > 0 and paused_until > clock() then
+    budget = 0
+    wait_ms = paused_until - now
+  elseif paused == '1' then
+    budget = 0
+    wait_ms = -1
+  elseif rate > 0 then
+    burst = math.max(burst_setting or rate, 1)
+    tokens = tonumber(pol[4])
+    local ts = tonumber(pol[5])
+    if tokens == nil or ts == nil then
+      tokens = burst
     else
-      probe = true
-      budget = math.min(budget, 1)
+      tokens = math.min(burst, tokens + math.max(clock() - ts, 0) * rate / 1000)
     end
+    budget = math.min(budget, math.floor(tokens))
   end
-end
-local a_rate = adaptive and tonumber(pol[9])
-if a_rate and (rate <= 0 or a_rate < rate) then
-  rate = a_rate
-  burst_setting = math.max(1, a_rate / 10)
-end
-if paused ~= '1' and paused_until > 0 and paused_until > clock() then
-  budget = 0
-  wait_ms = paused_until - now
-elseif paused == '1' then
-  budget = 0
-  wait_ms = -1
-elseif rate > 0 then
-  burst = math.max(burst_setting or rate, 1)
-  tokens = tonumber(pol[4])
-  local ts = tonumber(pol[5])
-  if tokens == nil or ts == nil then
-    tokens = burst
-  else
-    tokens = math.min(burst, tokens + math.max(clock() - ts, 0) * rate / 1000)
-  end
-  budget = math.min(budget, math.floor(tokens))
-end
 
-local backlog = { 0, 0 }
-local per_band = { {}, {} }
-local pending = 0
-local out = {}
-local leased = 0
-local deferred = 0
-for t = 1, 2 do
-  for b = 1, 3 do
-    -- a task type this worker does not lease is not even looked at
-    local n, p = 0, 0
-    if want[t] > 0 then
-      n, p = backlog_of(streams[(t - 1) * BANDS + b], group)
-    end
-    per_band[t][b] = n
-    pending = pending + p
-    backlog[t] = backlog[t] + n
-  end
-end
--- browser first: its capacity per node is the scarcer one
-for _, t in ipairs({ 2, 1 }) do
-  local bl = per_band[t]
-  local n = math.min(want[t], budget - leased)
-  if n > 0 and backlog[t] > 0 then
-    local state_field = 'swrr' .. t
-    local cur = { 0, 0, 0 }
-    -- with one band backlogged the rotation state cannot change: not read, not written
-    local bands = 0
+  local backlog = { 0, 0 }
+  local per_band = { {}, {} }
+  local pending = 0
+  local out = {}
+  local leased = 0
+  local deferred = 0
+  for t = 1, 2 do
     for b = 1, 3 do
-      if bl[b] > 0 then
-        bands = bands + 1
-      end
+          -- both task types, even one this worker does not lease: the indexes need them
+      local n, p = backlog_of(streams[(t - 1) * BANDS + b], group)
+      per_band[t][b] = n
+      pending = pending + p
+      backlog[t] = backlog[t] + n
     end
-    local saved = bands > 1 and redis.call('HGET', KEYS[3], state_field)
-    if saved then
-      local i = 1
-      for v in string.gmatch(saved, '[^,]+') do
-        cur[i] = tonumber(v) or 0
-        i = i + 1
-      end
-    end
-    local take = { 0, 0, 0 }
-    for _ = 1, n do
-      local total, best = 0, nil
+  end
+  -- browser first: its capacity per node is the scarcer one
+  for _, t in ipairs({ 2, 1 }) do
+    local bl = per_band[t]
+    local n = math.min(want[t], budget - leased)
+    if n > 0 and backlog[t] > 0 then
+      local state_field = 'swrr' .. t
+      local cur = { 0, 0, 0 }
+      -- with one band backlogged the rotation state cannot change: not read, not written
+      local bands = 0
       for b = 1, 3 do
-        if bl[b] - take[b] > 0 then
-          cur[b] = cur[b] + weights[b]
-          total = total + weights[b]
-          if best == nil or cur[b] > cur[best] then
-            best = b
-          end
+        if bl[b] > 0 then
+          bands = bands + 1
         end
       end
-      if best == nil then
-        break
+      local saved = bands > 1 and redis.call('HGET', K[3], state_field)
+      if saved then
+        local i = 1
+        for v in string.gmatch(saved, '[^,]+') do
+          cur[i] = tonumber(v) or 0
+          i = i + 1
+        end
       end
-      cur[best] = cur[best] - total
-      take[best] = take[best] + 1
-    end
-    if bands < 2 then
-      -- unchanged (see above)
-    elseif cur[1] == 0 and cur[2] == 0 and cur[3] == 0 then
-      redis.call('HDEL', KEYS[3], state_field) -- absent = all zero: a drained site keeps no state
-    else
-      redis.call('HSET', KEYS[3], state_field, table.concat(cur, ','))
-    end
-    for b = 1, 3 do
-      if take[b] > 0 then
-        local s = (t - 1) * BANDS + b
-        local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', take[b],
-          'STREAMS', streams[s], '>')
-        if res then
-          for _, e in ipairs(res[1][2]) do
-            local payload, d = entry_fields(e[2])
-            if d > 0 and payload then
-              suspects_left = suspects_left - 1
-            end
-            if suspects_left < 0 and d > 0 and payload then
-              -- not now: back to the end of the stream, delivery count unchanged
-              redis.call('XADD', streams[s], '*', 'r', payload, 'd', d)
-              redis.call('XACK', streams[s], group, e[1])
-              redis.call('XDEL', streams[s], e[1])
-              deferred = deferred + 1
-            else
-              out[#out + 1] = s
-              out[#out + 1] = e[1]
-              out[#out + 1] = payload
-              out[#out + 1] = d
-              leased = leased + 1
-              backlog[t] = backlog[t] - 1
-              pending = pending + 1
+      local take = { 0, 0, 0 }
+      for _ = 1, n do
+        local total, best = 0, nil
+        for b = 1, 3 do
+          if bl[b] - take[b] > 0 then
+            cur[b] = cur[b] + weights[b]
+            total = total + weights[b]
+            if best == nil or cur[b] > cur[best] then
+              best = b
             end
           end
         end
+        if best == nil then
+          break
+        end
+        cur[best] = cur[best] - total
+        take[best] = take[best] + 1
+      end
+      if bands < 2 then
+        -- unchanged (see above)
+      elseif cur[1] == 0 and cur[2] == 0 and cur[3] == 0 then
+        redis.call('HDEL', K[3], state_field) -- absent = all zero: a drained site keeps no state
+      else
+        redis.call('HSET', K[3], state_field, table.concat(cur, ','))
+      end
+      for b = 1, 3 do
+        if take[b] > 0 then
+          local s = (t - 1) * BANDS + b
+          local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', take[b],
+            'STREAMS', streams[s], '>')
+          if res then
+            for _, e in ipairs(res[1][2]) do
+              local payload, d = entry_fields(e[2])
+              if d > 0 and payload then
+                suspects_left = suspects_left - 1
+              end
+              if suspects_left < 0 and d > 0 and payload then
+                -- not now: back to the end of the stream, delivery count unchanged
+                redis.call('XADD', streams[s], '*', 'r', payload, 'd', d)
+                redis.call('XACK', streams[s], group, e[1])
+                redis.call('XDEL', streams[s], e[1])
+                deferred = deferred + 1
+              else
+                out[#out + 1] = s
+                out[#out + 1] = e[1]
+                out[#out + 1] = payload
+                out[#out + 1] = d
+                leased = leased + 1
+                backlog[t] = backlog[t] - 1
+                pending = pending + 1
+              end
+            end
+          end
+        end
+      end
+    end
+  end
+
+  if tokens ~= nil then
+    tokens = tokens - leased
+    redis.call('HSET', K[4], 'tokens', tostring(tokens), 'tokens_ts', clock())
+    if leased < total and (backlog[1] + backlog[2]) > 0 and tokens < 1 then
+      wait_ms = math.ceil((1 - tokens) * 1000 / rate)
+    end
+  end
+  if leased > 0 then
+    redis.call('HINCRBY', K[3], 'leased', leased)
+    if probe then
+      -- the robots.txt probe: the bucket starts empty at this request, so the first
+      -- request after the Crawl-delay is known comes a full delay after it
+      local t = clock()
+      redis.call('HSET', K[4], 'robots_probe', t, 'tokens', '0', 'tokens_ts', t)
+    end
+  end
+
+  local next_due_at, next_due = -1, -1
+  if delayed > 0 then
+    next_due_at = next_due_of(K[1])
+    next_due = math.max(0, next_due_at - now)
+  end
+  -- back in the indexes: from now while it has backlog, from when its bucket or pause
+  -- lets it go on otherwise (kept in the policy, so an enqueue does not bring it forward)
+  local at = now
+  if wait_ms > 0 then
+    at = now + wait_ms
+  elseif wait_ms == -1 then
+    at = now + paused_wait
+  end
+  if at > now then
+    redis.call('HSET', K[4], 'ready_at', at)
+  end
+  reindex(ready, leased_ix, site, backlog, pending, next_due_at, at, now)
+  local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred,
+    tostring(site_weight or '1'), max_browser, tostring(rate) }
+  for _, v in ipairs(out) do
+    reply[#reply + 1] = v
+  end
+  return reply
+end
+
+local replies = {}
+local k = 5
+local budget_left = tonumber(ARGV[18])
+for i = 19, #ARGV, 4 do
+  local total = math.min(tonumber(ARGV[i + 1]), budget_left)
+  if total > 0 then
+    local reply = lease_site(k, ARGV[i], total, math.min(tonumber(ARGV[i + 2]), total),
+      math.min(tonumber(ARGV[i + 3]), total))
+    budget_left = budget_left - (#reply - 10) / 4
+    replies[#replies + 1] = reply
+  else
+    replies[#replies + 1] = {}
+  end
+  k = k + 10
+end
+
+-- the shard's next ready sites, for this worker's next call
+local named, seen = {}, {}
+local wanted = tonumber(ARGV[14])
+local spread = tonumber(ARGV[15])
+local next_in = -1
+for t, letter in ipairs({ 'h', 'b' }) do
+  if string.find(ARGV[16], letter, 1, true) then
+    local count = wanted > 0 and redis.call('ZCOUNT', ready[t], '-inf', now) or 0
+    if count > 0 then
+      local start = spread % (math.max(0, math.min(count, 8 * wanted) - wanted) + 1)
+      for _, site in ipairs(redis.call('ZRANGE', ready[t], start, start + wanted - 1)) do
+        if not seen[site] then
+          seen[site] = true
+          named[#named + 1] = site
+        end
+      end
+    end
+    local first = redis.call('ZRANGEBYSCORE', ready[t], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if first[2] then
+      local d = tonumber(first[2]) - now
+      if next_in < 0 or d < next_in then
+        next_in = d
       end
     end
   end
 end
-
-if tokens ~= nil then
-  tokens = tokens - leased
-  redis.call('HSET', KEYS[4], 'tokens', tostring(tokens), 'tokens_ts', clock())
-  if leased < tonumber(ARGV[3]) and (backlog[1] + backlog[2]) > 0 and tokens < 1 then
-    wait_ms = math.ceil((1 - tokens) * 1000 / rate)
-  end
-end
-if leased > 0 then
-  redis.call('HINCRBY', KEYS[3], 'leased', leased)
-  if probe then
-    -- the robots.txt probe: the bucket starts empty at this request, so the first
-    -- request after the Crawl-delay is known comes a full delay after it
-    local t = clock()
-    redis.call('HSET', KEYS[4], 'robots_probe', t, 'tokens', '0', 'tokens_ts', t)
-  end
-end
-
-local next_due = -1
-if delayed > 0 then
-  next_due = math.max(0, tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2]) - clock())
-end
-local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred,
-  tostring(site_weight or '1'), max_browser, tostring(rate) }
-for _, v in ipairs(out) do
-  reply[#reply + 1] = v
-end
-return reply
+replies[#replies + 1] = named
+replies[#replies + 1] = next_in
+return replies

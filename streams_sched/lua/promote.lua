@@ -5,9 +5,22 @@
 -- KEYS[2]      dlq       dead-letter stream (for malformed members)
 -- KEYS[3]      stats     HASH of counters
 -- KEYS[4..9]   streams   http:high http:default http:low browser:high browser:default browser:low
+-- KEYS[10]     ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[11]     ready:browser  ZSET of the shard's sites with browser work
 -- ARGV[1]      consumer group
 -- ARGV[2]      max members to move
+-- ARGV[3]      the site's name (its member in the shard's indexes)
 -- Returns the number moved.
 
 local streams = { KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9] }
-return promote_due(KEYS[1], KEYS[2], KEYS[3], streams, ARGV[1], now_ms(), tonumber(ARGV[2]))
+local now = now_ms()
+local moved = promote_due(KEYS[1], KEYS[2], KEYS[3], streams, ARGV[1], now, tonumber(ARGV[2]))
+if moved > 0 then
+  local backlog = site_backlog(streams, ARGV[1], false)
+  for t = 1, 2 do
+    if backlog[t] > 0 then
+      mark_ready({ KEYS[10], KEYS[11] }, t, ARGV[3], now)
+    end
+  end
+end
+return moved

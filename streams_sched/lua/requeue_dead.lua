@@ -9,13 +9,17 @@
 -- KEYS[1]      dlq       dead-letter stream
 -- KEYS[2]      stats     HASH of counters
 -- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
+-- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
 -- ARGV[1]      consumer group
--- ARGV[2..]    dead-letter ids
+-- ARGV[2]      the site's name (its member in the shard's indexes)
+-- ARGV[3..]    dead-letter ids
 -- Returns {requeued, kept (no payload or unknown stream), missing (already gone)}
 
 local group = ARGV[1]
 local requeued, kept, missing = 0, 0, 0
-for i = 2, #ARGV do
+local now = now_ms()
+for i = 3, #ARGV do
   local found = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
   if #found == 0 then
     missing = missing + 1
@@ -30,14 +34,17 @@ for i = 2, #ARGV do
       end
     end
     local target = false
+    local typed = 1
     for s = 3, 2 + STREAM_COUNT do
       if KEYS[s] == origin then
         target = KEYS[s]
+        typed = (s - 2) > BANDS and 2 or 1
       end
     end
     if target and payload and payload ~= '' then
       ensure_group(target, group)
       redis.call('XADD', target, '*', 'r', payload)
+      mark_ready({ KEYS[9], KEYS[10] }, typed, ARGV[2], now)
       redis.call('XDEL', KEYS[1], ARGV[i])
       requeued = requeued + 1
     else

@@ -6,13 +6,22 @@
 -- KEYS[3]      stats     HASH of counters
 -- KEYS[4]      policy    HASH of the site's policy
 -- KEYS[5..10]  streams   http:high http:default http:low browser:high browser:default browser:low
+-- KEYS[11]     inbox     HASH of the shard's small sites' queued requests (lib: shard indexes)
 -- ARGV[1]      consumer group
+-- ARGV[2]      the site's name (its field in the inbox)
 -- Returns {now_ms, then per stream: backlog, pending, idle ms of the oldest pending
 --          entry (-1 none), then delayed, next due ms (-1 none), dead letters,
 --          stats as a flat field/value list, policy as a flat field/value list}
 
 local group = ARGV[1]
 local reply = { now_ms() }
+-- requests still in the inbox count as backlog of their streams
+local waiting = {}
+local list = inbox_list(KEYS[11], ARGV[2])
+for i = 1, #list, 2 do
+  local code = tonumber(list[i])
+  waiting[code] = (waiting[code] or 0) + 1
+end
 for s = 5, 4 + STREAM_COUNT do
   local backlog, pending = backlog_of(KEYS[s], group, true)
   local oldest = -1
@@ -22,7 +31,7 @@ for s = 5, 4 + STREAM_COUNT do
       oldest = tonumber(p[1][3])
     end
   end
-  reply[#reply + 1] = backlog
+  reply[#reply + 1] = backlog + (waiting[s - 4] or 0)
   reply[#reply + 1] = pending
   reply[#reply + 1] = oldest
 end
