@@ -83,7 +83,7 @@ class OnePageSpider(scrapy.Spider):
     name = "sites"
 
     async def start(self) -> AsyncIterator[Any]:
-        # the other schedulers get their seeds in Redis before the crawl
+        # the other schedulers find their seeds in Redis when the crawl starts
         if self.settings.getbool("SYNTH_SEED", False):
             for i in range(self.settings.getint("SYNTH_SITES", 10)):
                 yield Request(site_url(i))

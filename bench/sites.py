@@ -302,7 +302,7 @@ def summarize(kind: str, workers: int, n: int, window_s: float, results: list[di
     for r in results:
         for url in r["urls"]:
             counts[url] = counts.get(url, 0) + 1
-    # all crawled before the window ended: the window ends at the last item
+    # every page crawled inside the window: the window ends at the last item
     complete = len(counts) == n and times[-1] <= t0 + window_s
     length = (times[-1] - t0) if complete else window_s
     pages = sum(1 for t in times if t <= t0 + length)

@@ -18,7 +18,7 @@ def test_a_single_page_site_costs_at_most_1000_bytes(redis_url: str, crawl: str,
     client = redis.Redis.from_url(redis_url)
     urls = [f"http://s{i}.test/" for i in range(SITES)]
     # the Seeder loads its scripts and records the crawl's dedupe parameters when it is made:
-    # a cost per crawl, not per site, so it is taken before the first reading
+    # a cost per crawl, not per site, so the first reading comes after it
     with Seeder(redis_url, crawl) as seeder:
         before = int(client.info("memory")["used_memory"])
         result = seeder.seed(urls)
