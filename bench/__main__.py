@@ -11,6 +11,8 @@
 ``python -m bench broad`` runs the broad-crawl benchmark on its own (bench/broad.py:
 many small sites; ``--quick``, ``--sites``). ``python -m bench replicas`` measures
 what holding acks until a replica has the follow-ups costs (bench/replicas.py).
+``python -m bench sites`` crawls N sites of one page each for a time window, CPU-bound,
+and measures the push and the Redis memory per queued site (bench/sites.py).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -138,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         from .replicas import main as replicas_main
 
         return replicas_main(rest[1:])
+    if rest[:1] == ["sites"]:  # python -m bench sites: one-page sites, CPU-bound (bench/sites.py)
+        from .sites import main as sites_main
+
+        return sites_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 

@@ -26,7 +26,7 @@ from streams_sched.demo.web import SyntheticWeb
 
 from .revision import checkout, split_kind
 
-__all__ = ["CrawlSpec", "KINDS", "run_crawl"]
+__all__ = ["CrawlSpec", "KINDS", "python_for", "run_crawl"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,13 +166,19 @@ def _redis_counters(clients: list[redis.Redis]) -> dict[str, Any]:
     return out
 
 
-def _launch(spec: CrawlSpec, settings: dict[str, Any], log: Path, n: int) -> subprocess.Popen[bytes]:
+def python_for(kind: str) -> tuple[Path, dict[str, str]]:
+    """The working directory and environment of a ``python -m`` process for ``kind``:
+    with ``KIND@REV``, streams_sched from that revision, ahead of today's (bench/revision.py)."""
     env = dict(os.environ)
-    rev = split_kind(spec.kind)[1]
-    # KIND@REV: streams_sched from that revision, ahead of today's (bench/revision.py); the
-    # working directory comes first on sys.path with -m, so the worker starts in it
+    rev = split_kind(kind)[1]
+    # the working directory comes first on sys.path with -m, so the process starts in it
     cwd = checkout(rev) if rev else ROOT
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(cwd), str(ROOT), env.get("PYTHONPATH", "")]))
+    return cwd, env
+
+
+def _launch(spec: CrawlSpec, settings: dict[str, Any], log: Path, n: int) -> subprocess.Popen[bytes]:
+    cwd, env = python_for(spec.kind)
     profile = spec.profile
     cmd = [sys.executable, "-m", "bench.worker", json.dumps(settings)]
     if profile:

@@ -8,6 +8,9 @@
   so several workers (and the harness's Redis counters) start together;
 - times the crawl from the gate to the last item, counts items and pages
   crawled twice, and the process CPU time;
+- with ``BENCH_FIRST_FILE``, writes the time of the first item there as soon as it
+  comes, and with ``BENCH_ITEM_TIMES``, keeps the time of every item: the harness
+  of a crawl cut after a time window (bench/sites.py) needs both;
 - writes all of it as JSON to ``BENCH_RESULT_FILE`` when the spider closes.
 
 Not part of streams-sched: imported only by ``bench/worker.py``.
@@ -21,6 +24,7 @@ import resource
 import sys
 import threading
 import time
+from array import array
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -101,6 +105,10 @@ class BenchProbe:
         self.ready_file = s.get("BENCH_READY_FILE")
         self.gate_file = s.get("BENCH_GATE_FILE")
         self.gate_timeout_s = s.getfloat("BENCH_GATE_TIMEOUT_SECONDS", 120.0)
+        self.first_file = s.get("BENCH_FIRST_FILE")
+        #: time of every item, when the harness wants them (8 bytes each)
+        self.item_times: array[float] | None = array("d") if s.getbool("BENCH_ITEM_TIMES") else None
+        self.t_first = 0.0
         self.items = 0
         self.urls: Counter[str] = Counter()
         self.t_go = 0.0
@@ -139,9 +147,19 @@ class BenchProbe:
         self.threads_go = self.threads_last = thread_cpu()
 
     def item_scraped(self, item: Any, response: Any, spider: Any) -> None:
+        now = time.time()
+        if not self.items:
+            self.t_first = now
+            if self.first_file:
+                # renamed into place, so the harness never reads a half-written time
+                tmp = f"{self.first_file}.tmp"
+                Path(tmp).write_text(repr(now))
+                os.replace(tmp, self.first_file)
+        if self.item_times is not None:
+            self.item_times.append(now)
         self.items += 1
         self.urls[item["url"]] += 1
-        self.t_last = time.time()
+        self.t_last = now
         # cheap enough per item (two syscalls-free reads); keeps the tail (drain, close) out
         self.cpu_last = _cpu_seconds()
         self.rt_last = round_trips()
@@ -162,6 +180,7 @@ class BenchProbe:
             "repeats": sum(n - 1 for n in self.urls.values()),
             "urls": sorted(self.urls),
             "t_go": self.t_go,
+            "t_first_item": self.t_first,
             "t_last_item": self.t_last,
             "t_closed": t_closed,
             "cpu_s": self.cpu_last - self.cpu_go,
@@ -180,6 +199,9 @@ class BenchProbe:
             # where the worker's streams_sched came from (a KIND@REV run: that revision's copy)
             "streams_sched_from": getattr(sys.modules.get("streams_sched"), "__file__", None),
         }
+        if self.item_times is not None:
+            # milliseconds after the gate: a third of the JSON of full timestamps
+            result["item_ms"] = [round((t - self.t_go) * 1000, 1) for t in self.item_times]
         if self.result_file:
             Path(self.result_file).write_text(json.dumps(result))
 

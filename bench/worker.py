@@ -1,12 +1,13 @@
 """One benchmark worker process: ``python -m bench.worker SETTINGS_JSON``.
 
 Counts Redis round trips (see :mod:`bench.probe`) and runs the synthetic
-spider with the given Scrapy settings in a fresh interpreter, so every
-scheduler starts from the same state.
+spider (or the one ``BENCH_SPIDER`` names, ``module:Class``) with the given Scrapy
+settings in a fresh interpreter, so every scheduler starts from the same state.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -27,8 +28,12 @@ def main() -> None:
         from bench.probe import install_call_counters
 
         install_call_counters()
+    spider: type = SyntheticSpider
+    if settings.get("BENCH_SPIDER"):
+        module, _, name = settings["BENCH_SPIDER"].partition(":")
+        spider = getattr(importlib.import_module(module), name)
     process = CrawlerProcess(settings)
-    process.crawl(SyntheticSpider)
+    process.crawl(spider)
     process.start()
 
 
