@@ -50,8 +50,8 @@ def dead(k: SiteKeys) -> list[str]:
 
 
 def requeue_dead(k: SiteKeys) -> list[str]:
-    """dlq, stats, streams, the shard's ready indexes."""
-    return [k.dlq, k.stats, *k.streams, *k.index.readies]
+    """dlq, stats, streams, the shard's ready indexes and inbox."""
+    return [k.dlq, k.stats, *k.streams, *k.index.readies, k.index.inbox]
 
 
 def ack(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
@@ -68,8 +68,8 @@ def release(k: SiteKeys) -> list[str]:
 
 
 def promote(k: SiteKeys) -> list[str]:
-    """delayed, dlq, stats, streams, the shard's ready indexes."""
-    return [k.delayed, k.dlq, k.stats, *k.streams, *k.index.readies]
+    """delayed, dlq, stats, streams, the shard's ready indexes and inbox."""
+    return [k.delayed, k.dlq, k.stats, *k.streams, *k.index.readies, k.index.inbox]
 
 
 def prune(k: SiteKeys) -> list[str]:

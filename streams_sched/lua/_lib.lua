@@ -651,23 +651,29 @@ local function inbox_list(inbox, site)
   return cmsgpack.unpack(packed)
 end
 
--- Move a site's inbox requests into its streams, in their order. Returns how many.
+-- Move a site's inbox requests into its streams, in their order. A site keeps requests
+-- in the inbox only while it has no stream: enqueue writes the inbox only then, and
+-- everything else that adds to a stream (a lease, promote.lua, requeue_dead.lua)
+-- flushes the inbox first. Returns false if the inbox was empty, else the count moved
+-- per stream index: the site's whole backlog, nothing pending.
 local function inbox_flush(inbox, site, streams, group)
-  local list = inbox_list(inbox, site)
-  if #list == 0 then
-    return 0
+  local packed = redis.call('HGET', inbox, site)
+  if not packed then
+    return false
   end
-  local made = {}
+  local list = cmsgpack.unpack(packed)
+  local moved = {}
   for i = 1, #list, 2 do
-    local stream = streams[tonumber(list[i])]
-    if not made[stream] then
-      ensure_group(stream, group)
-      made[stream] = true
+    local idx = tonumber(list[i])
+    if not moved[idx] then
+      redis.call('XGROUP', 'CREATE', streams[idx], group, '0', 'MKSTREAM')
+      moved[idx] = 0
     end
-    redis.call('XADD', stream, '*', 'r', list[i + 1])
+    redis.call('XADD', streams[idx], '*', 'r', list[i + 1])
+    moved[idx] = moved[idx] + 1
   end
   redis.call('HDEL', inbox, site)
-  return #list / 2
+  return moved
 end
 
 -- Backlog per task type {http, browser}, pending, over a site's streams (inbox not

@@ -16,7 +16,8 @@
 -- Returns per site the number of entries acked now (an entry another worker already
 -- acked, after taking over an expired lease, counts 0).
 --
--- Besides the total (field acked), acks are counted in six 10-second buckets
+-- Besides the total (field acked), acks of a site that still has work are counted in six
+-- 10-second buckets
 -- (fields ack0..ack5, slot = bucket % 6, absent = 0; ack_b = the newest bucket written),
 -- so status can tell the rate over the last minute (streams_sched/rates.py).
 
@@ -46,10 +47,27 @@ local function ack_site(k, site, a, n_answers, first, last)
   for s, ids in pairs(by_stream) do
     local stream = streams[s]
     if stream then
-      acked = acked + redis.call('XACK', stream, group, unpack(ids))
-      redis.call('XDEL', stream, unpack(ids))
-      retire_if_empty(stream)
+      local n = redis.call('XACK', stream, group, unpack(ids))
+      acked = acked + n
+      if n == #ids and redis.call('XLEN', stream) == n then
+        -- the stream holds just these entries (all were pending, and every script acks
+        -- an entry before it deletes it): delete it with its group in one command
+        redis.call('DEL', stream)
+      else
+        redis.call('XDEL', stream, unpack(ids))
+        retire_if_empty(stream)
+      end
     end
+  end
+  if redis.call('EXISTS', unpack(streams)) == 0 then
+    -- the site is done for now: it leaves the leased index, and its counters take one
+    -- HINCRBY (a per-site rate over the last minute means nothing for it)
+    redis.call('ZREM', leased_ix, site)
+    if acked > 0 then
+      count(counts, 'acked', acked)
+    end
+    add_counts(K[1], counts)
+    return acked
   end
   if has_pending(streams, group) == 0 then
     redis.call('ZREM', leased_ix, site)

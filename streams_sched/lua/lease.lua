@@ -73,7 +73,9 @@ local function lease_site(k, site, total, max_http, max_browser)
   local want = { max_http, max_browser }
   local streams = { KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8], KEYS[k + 9] }
   local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3] }
-  inbox_flush(inbox, site, streams, group)
+  -- a site with requests in the inbox has no stream (lib: inbox_flush): what it
+  -- flushes is all its backlog, so its streams need not be read
+  local known = inbox_flush(inbox, site, streams, group)
   local delayed = redis.call('ZCARD', K[1])
   if delayed > 0 then
     promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit)
@@ -139,10 +141,18 @@ local function lease_site(k, site, total, max_http, max_browser)
   local out = {}
   local leased = 0
   local deferred = 0
+  if delayed > 0 then
+    known = false -- promote_due may have added to the streams
+  end
   for t = 1, 2 do
     for b = 1, 3 do
-          -- both task types, even one this worker does not lease: the indexes need them
-      local n, p = backlog_of(streams[(t - 1) * BANDS + b], group)
+      -- both task types, even one this worker does not lease: the indexes need them
+      local n, p = 0, 0
+      if known then
+        n = known[(t - 1) * BANDS + b] or 0
+      else
+        n, p = backlog_of(streams[(t - 1) * BANDS + b], group)
+      end
       per_band[t][b] = n
       pending = pending + p
       backlog[t] = backlog[t] + n

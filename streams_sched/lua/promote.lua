@@ -7,6 +7,7 @@
 -- KEYS[4..9]   streams   http:high http:default http:low browser:high browser:default browser:low
 -- KEYS[10]     ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
 -- KEYS[11]     ready:browser  ZSET of the shard's sites with browser work
+-- KEYS[12]     inbox          HASH of the shard's small sites' queued requests (flushed first)
 -- ARGV[1]      consumer group
 -- ARGV[2]      max members to move
 -- ARGV[3]      the site's name (its member in the shard's indexes)
@@ -14,6 +15,9 @@
 
 local streams = { KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9] }
 local now = now_ms()
+if redis.call('ZCARD', KEYS[1]) > 0 then
+  inbox_flush(KEYS[12], ARGV[3], streams, ARGV[1])
+end
 local moved = promote_due(KEYS[1], KEYS[2], KEYS[3], streams, ARGV[1], now, tonumber(ARGV[2]))
 if moved > 0 then
   local backlog = site_backlog(streams, ARGV[1], false)

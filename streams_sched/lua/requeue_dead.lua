@@ -11,6 +11,7 @@
 -- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
 -- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
 -- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
+-- KEYS[11]     inbox          HASH of the shard's small sites' queued requests (flushed first)
 -- ARGV[1]      consumer group
 -- ARGV[2]      the site's name (its member in the shard's indexes)
 -- ARGV[3..]    dead-letter ids
@@ -19,6 +20,7 @@
 local group = ARGV[1]
 local requeued, kept, missing = 0, 0, 0
 local now = now_ms()
+inbox_flush(KEYS[11], ARGV[2], { KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }, group)
 for i = 3, #ARGV do
   local found = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
   if #found == 0 then
