@@ -11,6 +11,8 @@
 ``python -m bench broad`` runs the broad-crawl benchmark on its own (bench/broad.py:
 many small sites; ``--quick``, ``--sites``). ``python -m bench replicas`` measures
 what holding acks until a replica has the follow-ups costs (bench/replicas.py).
+``python -m bench pick`` times the reactor thread per request against the number of
+ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revision).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -138,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         from .replicas import main as replicas_main
 
         return replicas_main(rest[1:])
+    if rest[:1] == ["pick"]:  # python -m bench pick: reactor cost per request vs ready sites (bench/pick.py)
+        from .pick import main as pick_main
+
+        return pick_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 
