@@ -61,7 +61,7 @@ class _Group:
 class ReadySites:
     """The ready sites by level and downloader slot; see the module."""
 
-    __slots__ = ("_all", "_groups", "_next", "_open", "_parked", "_sites")
+    __slots__ = ("_all", "_groups", "_next", "_open", "_parked", "_sites", "parked")
 
     def __init__(self) -> None:
         self._sites: dict[str, _Site] = {}
@@ -69,6 +69,8 @@ class ReadySites:
         self._open: list[_GroupEntry] = []
         self._all: list[_GroupEntry] = []
         self._parked: dict[Hashable, _Group] = {}
+        #: the slot keys of the groups parked because their slot was full (read only)
+        self.parked: Mapping[Hashable, object] = self._parked
         #: orders and stamps: one counter, so a later order is a later add
         self._next = itertools.count(1).__next__
 
@@ -77,11 +79,6 @@ class ReadySites:
 
     def __contains__(self, site: object) -> bool:
         return site in self._sites
-
-    @property
-    def parked(self) -> Mapping[Hashable, object]:
-        """The slot keys of the groups parked because their slot was full."""
-        return self._parked
 
     def add(self, site: str, level: float, slot: Hashable) -> None:
         """``site`` became ready: served after every ready site of the same level."""

@@ -657,20 +657,18 @@ class StreamsScheduler(BaseScheduler):
         """``site`` has a request ready again (``item``), and none before."""
         x = self._x
         fair = self._fair
-        weight = 1.0
+        level = 0.0
         if x is not None:
             if x.weights.changed:
                 self._reweigh(x)
             weight = x.weight(site)
             served = x.served
-            level = served.get(site, 0.0) / weight
+            count = served.get(site, 0.0)
             least = fair.least_level()
             if least is not None:
                 # a site coming back starts level with the least served, not far behind
-                credit = served[site] = credit_at_level(served.get(site, 0.0), weight, least)
-                level = credit / weight
-        else:
-            level = 0.0
+                count = served[site] = credit_at_level(count, weight, least)
+            level = count / weight
         self._ready[site] = deque((item,))
         fair.add(site, level, item[2])
 
