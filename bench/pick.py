@@ -173,18 +173,19 @@ def run_one(n_ready: int, rev: str | None, seconds: float, max_steps: int) -> di
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench pick", description=__doc__.splitlines()[0])
-    p.add_argument("--sizes", default="10,1000,100000", help="ready sites, comma-separated (default 10,1000,100000)")
+    p.add_argument("--sizes", help="ready sites, comma-separated (default 10,1000,100000; quick 10,1000)")
     p.add_argument("--rev", action="append", default=[], help="also measure streams_sched at this git revision (repeatable)")
-    p.add_argument("--repeat", type=int, default=3, help="measurements per size and version (default 3; the median is shown)")
-    p.add_argument("--seconds", type=float, default=2.0, help="time each measurement for about this long (default 2)")
+    p.add_argument("--repeat", type=int, help="measurements per size and version (default 3, quick 1; the median is shown)")
+    p.add_argument("--seconds", type=float, help="time each measurement for about this long (default 2, quick 0.3)")
     p.add_argument("--max-steps", type=int, default=200_000, help="most requests per measurement (default 200,000)")
-    p.add_argument("--quick", action="store_true", help="sizes 10,1000, one run of 0.3 s each")
+    p.add_argument("--quick", action="store_true", help="small sizes, one short run each")
     p.add_argument("--out", type=Path, default=RESULTS, help="where to write results (default bench/results/)")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.quick:
-        args.sizes, args.repeat, args.seconds = "10,1000", 1, 0.3
-    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
+    q = args.quick
+    args.repeat = args.repeat or (1 if q else 3)
+    args.seconds = args.seconds or (0.3 if q else 2.0)
+    args.sizes = [int(float(s)) for s in (args.sizes or ("10,1000" if q else "10,1000,100000")).split(",")]
     return args
 
 
@@ -206,14 +207,14 @@ def main(argv: list[str] | None = None) -> int:
                     f" entries after {r['sites_crawled']:,} sites")
     names = [rev or "today" for rev in versions]
     header = ["ready sites", *[f"{n} us/request" for n in names]]
-    header += [f"today vs {n}" for n in names[1:]]
+    header += [f"{n} time / today's" for n in names[1:]]
     header += [f"{n} served/weights entries" for n in names]
     rows = []
     summary: dict[str, Any] = {}
     for size in args.sizes:
         med = {n: statistics.median(r["us_per_request"] for r in runs[(size, n)]) for n in names}
         row = [f"{size:,}", *[f"{med[n]:.2f}" for n in names]]
-        row += [f"{med[names[0]] / med[n]:.3f}x" for n in names[1:]]
+        row += [f"{med[n] / med[names[0]]:,.2f}x" for n in names[1:]]
         row += [f"{runs[(size, n)][-1]['served_entries']:,} / {runs[(size, n)][-1]['weights_entries']:,}" for n in names]
         rows.append(row)
         summary[str(size)] = {n: {"median_us_per_request": med[n], "runs": runs[(size, n)]} for n in names}
