@@ -13,6 +13,8 @@ many small sites; ``--quick``, ``--sites``). ``python -m bench replicas`` measur
 what holding acks until a replica has the follow-ups costs (bench/replicas.py).
 ``python -m bench sites`` crawls N sites of one page each for a time window, CPU-bound,
 and measures the push and the Redis memory per queued site (bench/sites.py).
+``python -m bench pick`` times the reactor thread per request against the number of
+ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revision).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -144,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         from .sites import main as sites_main
 
         return sites_main(rest[1:])
+    if rest[:1] == ["pick"]:  # python -m bench pick: reactor cost per request vs ready sites (bench/pick.py)
+        from .pick import main as pick_main
+
+        return pick_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 

@@ -57,6 +57,7 @@ from .config import StreamsConfig
 from .connection import connect_ready, redact
 from .errors import SerializationError
 from .exchange import Exchange
+from .fairness import ReadySites
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
 from .keys import TASK_TYPES, stream_for, validate_site_name
 from .legacy import legacy_fingerprint
@@ -67,7 +68,7 @@ from .recovery import release_orphans
 from .retry_after import retry_after_seconds
 from .rights import check_rights
 from .seen import SeenCache
-from .selection import band_for, returning_credit
+from .selection import band_for, credit_at_level
 from .server_checks import check_eviction
 from .sitekey import site_keyer
 from .startup import fail_clearly
@@ -147,6 +148,16 @@ class StreamsScheduler(BaseScheduler):
         self._hooks: EngineHooks | None = None
         #: requests ready per site: (request, lease or None for a local request, downloader slot key)
         self._ready: dict[str, deque[tuple[Request, LeasedEntry | None, str | None]]] = {}
+        #: the sites of _ready in the order fairness serves them (fairness.py)
+        self._fair = ReadySites()
+        #: requests handed to the engine and not finished, per site (leased and local): with
+        #: _ready, the sites whose served count and weight this worker keeps
+        self._held: dict[str, int] = {}
+        #: slot keys of full downloader slots a request is leaving: parked sites behind
+        #: them compete again once the slot has room
+        self._recheck: set[Any] = set()
+        #: sites gone (nothing ready, nothing held) whose weight the Exchange still stores
+        self._unweigh: set[str] = set()
         self._downloader: Any = None
         self._nready = 0
         self._leases: dict[Request, LeasedEntry] = {}
@@ -157,7 +168,7 @@ class StreamsScheduler(BaseScheduler):
         #: requests that cannot travel (see unserializable.py): kept in _ready with no lease
         self.unserializable = UnserializablePolicy(config.unserializable, config.crawl)
         self._nlocal = 0  # local requests waiting in _ready
-        self._local_busy: set[Request] = set()  # local requests the engine has not finished
+        self._local_busy: dict[Request, str] = {}  # local requests the engine has not finished -> site
         self._n_local_in = self._n_local_out = 0
         self._applied: dict[str, int] = {}
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
@@ -337,6 +348,7 @@ class StreamsScheduler(BaseScheduler):
         pump.begin_close()
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         self._local_busy.clear()
+        self._held.clear()
         flushed = pump.finish(timeout=30.0)
         self._apply_stats()
         self._pump = self._x = None
@@ -370,8 +382,14 @@ class StreamsScheduler(BaseScheduler):
                 " through the shared queue (see the warnings above), so no other worker will crawl them",
                 self._nlocal, extra={"spider": self.spider},
             )
+        sites = list(self._ready)
         self._ready.clear()
+        self._fair.clear()
+        self._recheck.clear()
         self._nready = self._nlocal = 0
+        for site in sites:
+            if site not in self._held:
+                self._site_gone(site)
         if self._x is not None:
             self._x.kick()
         return n
@@ -381,6 +399,7 @@ class StreamsScheduler(BaseScheduler):
         n = len(self._leases)
         for entry in self._leases.values():
             self._put(Release(entry))
+            self._release_site(entry.site)
         self._leases.clear()
         if self._x is not None:
             self._x.inflight = 0
@@ -493,23 +512,32 @@ class StreamsScheduler(BaseScheduler):
             # Tell the I/O thread to wake the engine when requests arrive. Set before
             # looking at the arrivals: the thread appends first and reads this after.
             x.starved = True
+        if x.weights.changed:
+            self._reweigh(x)
+        if self._unweigh:
+            self._forget_weights(x)
         if x.arrivals:
             self._absorb()
         if not self._ready:
             x.kick()
             return None
-        site = self._pick_site(x)
+        site = self._pick_site()
         if site is None:
             return None  # every site with requests has a full downloader slot
         queue = self._ready[site]
         request, entry, _slot = queue.popleft()
-        if not queue:
-            del self._ready[site]
         served = x.served
-        served[site] = served.get(site, 0.0) + 1.0
+        n = served[site] = served.get(site, 0.0) + 1.0
+        held = self._held
+        held[site] = held.get(site, 0) + 1
+        if queue:
+            self._fair.update(site, n / x.weight(site), queue[0][2])
+        else:
+            del self._ready[site]
+            self._fair.remove(site)
         self._nready -= 1
         if entry is None:
-            return self._local_out(request)
+            return self._local_out(request, site)
         self._leases[request] = entry
         x.inflight = len(self._leases)
         if self._nready - self._nlocal <= x.low_water:
@@ -519,28 +547,47 @@ class StreamsScheduler(BaseScheduler):
             self._apply_stats()
         return request
 
-    def _pick_site(self, x: Exchange) -> str | None:
+    def _pick_site(self) -> str | None:
         """The site to serve next: the least served relative to its weight among the
         sites whose downloader slot can take a request now (so one slow site never
-        fills the downloader, and weights hold when the worker is the bottleneck)."""
-        ready = self._ready
-        if len(ready) == 1 and self._downloader is None:
-            return next(iter(ready))
-        weights = x.weights
-        served = x.served
-        slots = self._downloader.slots if self._downloader is not None else None
-        best: str | None = None
-        best_key = 0.0
-        for site, queue in ready.items():
-            if slots:
-                slot = slots.get(queue[0][2])
-                if slot is not None and len(slot.active) >= slot.concurrency:
-                    continue
-            weight = weights.get(site, 1.0)  # inline Exchange.weight: this loop runs once per request
-            key = served.get(site, 0.0) / (weight if weight > 0 else 1.0)
-            if best is None or key < best_key:
-                best, best_key = site, key
-        return best
+        fills the downloader, and weights hold when the worker is the bottleneck);
+        between equals, the one ready first. O(log ready sites): see fairness.py."""
+        fair = self._fair
+        if self._downloader is None:
+            return fair.pick()
+        if self._recheck:
+            self._unpark_freed()
+        site = fair.pick(self._slot_full)
+        if site is None and fair.parked:
+            # Every ready site waits behind a full slot. Look at each of them again: a
+            # downloader that frees a slot without the signals this scheduler watches
+            # must not leave its sites waiting for ever.
+            for key in list(fair.parked):
+                if not self._slot_full(key):
+                    fair.unpark(key)
+            site = fair.pick(self._slot_full)
+        return site
+
+    def _slot_full(self, key: Any) -> bool:
+        slot = self._downloader.slots.get(key)
+        return slot is not None and len(slot.active) >= slot.concurrency
+
+    def _unpark_freed(self) -> None:
+        """Unpark the sites behind the slots a request left, once those have room."""
+        recheck = self._recheck
+        for key in list(recheck):
+            if not self._slot_full(key):
+                recheck.discard(key)
+                self._fair.unpark(key)
+
+    def _slot_leaving(self, request: Request) -> None:
+        """``request`` is leaving (or left) its downloader slot: a full slot is looked at
+        again at the next pick, and again until the request is out of it."""
+        if self._downloader is None:
+            return
+        key = request.meta.get("download_slot")
+        if key is not None and (key in self._fair.parked or self._slot_full(key)):
+            self._recheck.add(key)
 
     def __len__(self) -> int:
         return self._nready + len(self._x.arrivals if self._x else ())
@@ -553,10 +600,15 @@ class StreamsScheduler(BaseScheduler):
         Called by the engine hook; call it yourself only when running the
         scheduler without a crawler.
         """
+        if self._fair.parked:
+            self._slot_leaving(request)
         entry = self._leases.pop(request, None)
         if entry is None:
-            self._local_busy.discard(request)
+            site = self._local_busy.pop(request, None)
+            if site is not None:
+                self._release_site(site)
             return
+        self._release_site(entry.site)
         self._put(Ack(entry))
         if self.ack_listeners:
             latency = time.monotonic() - entry.leased_at
@@ -595,25 +647,87 @@ class StreamsScheduler(BaseScheduler):
         n = 0
         while arrivals:
             request, entry = arrivals.popleft()
+            item = (request, entry, slot_key(request) if slot_key is not None else None)
             queue = ready.get(entry.site)
             if queue is None:
-                queue = self._new_queue(entry.site)
-            queue.append((request, entry, slot_key(request) if slot_key is not None else None))
+                self._make_ready(entry.site, item)
+            else:
+                queue.append(item)
             n += 1
         self._nready += n
 
-    def _new_queue(self, site: str) -> deque[tuple[Request, LeasedEntry | None, str | None]]:
-        ready = self._ready
-        queue = ready[site] = deque()
+    def _make_ready(self, site: str, item: tuple[Request, LeasedEntry | None, str | None]) -> None:
+        """``site`` has a request ready again (``item``), and none before."""
         x = self._x
-        if len(ready) > 1 and x is not None:
-            # a site coming back starts level with the least served, not far behind
+        fair = self._fair
+        level = 0.0
+        if x is not None:
+            if x.weights.changed:
+                self._reweigh(x)
+            weight = x.weight(site)
             served = x.served
-            served[site] = returning_credit(
-                served.get(site, 0.0), x.weight(site),
-                [(served.get(s, 0.0), x.weight(s)) for s in ready if s != site],
-            )
-        return queue
+            count = served.get(site, 0.0)
+            least = fair.least_level()
+            if least is not None:
+                # a site coming back starts level with the least served, not far behind
+                count = served[site] = credit_at_level(count, weight, least)
+            level = count / weight
+        self._ready[site] = deque((item,))
+        fair.add(site, level, item[2])
+
+    # -- per-site state: only for the sites ready or in progress ------------------
+
+    def _release_site(self, site: str) -> None:
+        """A request of ``site`` handed to the engine is finished (or handed back)."""
+        held = self._held
+        n = held.get(site, 0) - 1
+        if n > 0:
+            held[site] = n
+            return
+        held.pop(site, None)
+        if site not in self._ready:
+            self._site_gone(site)
+
+    def _site_gone(self, site: str) -> None:
+        """``site`` has nothing ready and holds nothing: forget what fairness kept of it
+        (if it comes back, it starts level with the others: credit_at_level)."""
+        x = self._x
+        if x is None:
+            return
+        x.served.pop(site, None)
+        if x.weights.holds(site):
+            self._unweigh.add(site)
+
+    def _is_gone(self, site: str) -> bool:
+        return site not in self._ready and site not in self._held
+
+    def _reweigh(self, x: Exchange) -> None:
+        """The I/O thread changed weights: re-rank the ready sites among them."""
+        changed = x.weights.changed
+        ready = self._ready
+        served = x.served
+        while changed:
+            site = changed.popleft()
+            queue = ready.get(site)
+            if queue is not None:
+                self._fair.update(site, served.get(site, 0.0) / x.weight(site), queue[0][2])
+            elif site not in self._held and x.weights.holds(site):
+                self._unweigh.add(site)  # e.g. a lease reply without requests
+
+    def _forget_weights(self, x: Exchange) -> None:
+        """Drop the stored weights of the sites gone (SiteWeights: in two steps around
+        taking in the arrivals, so that a weight for requests on their way stays)."""
+        weights = x.weights
+        sites = self._unweigh
+        self._unweigh = set()
+        marked = weights.begin_forget(sites)
+        if x.arrivals:
+            self._absorb()
+        again = weights.end_forget(marked, self._is_gone)
+        if len(marked) < len(sites):
+            kept = sites.difference(marked)
+            again.extend(site for site in kept if self._is_gone(site))
+        self._unweigh.update(again)
 
     # -- requests that cannot travel (unserializable.py) --------------------------
 
@@ -631,11 +745,12 @@ class StreamsScheduler(BaseScheduler):
             site = self._site_of(request, request.meta)
         except SerializationError:
             site = urlparse_cached(request).hostname or "_nohost"
+        slot = self._downloader.get_slot_key(request) if self._downloader is not None else None
         queue = self._ready.get(site)
         if queue is None:
-            queue = self._new_queue(site)
-        slot = self._downloader.get_slot_key(request) if self._downloader is not None else None
-        queue.append((request, None, slot))
+            self._make_ready(site, (request, None, slot))
+        else:
+            queue.append((request, None, slot))
         self._nready += 1
         self._nlocal += 1
         self._n_local_in += 1
@@ -647,9 +762,9 @@ class StreamsScheduler(BaseScheduler):
                 self.seen_urls.add(url_key)
         return True
 
-    def _local_out(self, request: Request) -> Request:
+    def _local_out(self, request: Request, site: str) -> Request:
         self._nlocal -= 1
-        self._local_busy.add(request)
+        self._local_busy[request] = site
         self._n_local_out += 1
         return request
 
@@ -741,6 +856,7 @@ class StreamsScheduler(BaseScheduler):
     def _on_response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         """Every answer goes to the site's shared politeness state (I/O thread -> feedback.lua);
         a 429 / 503 with Retry-After also delays the retry of this request."""
+        self._slot_leaving(request)
         x = self._x
         status = response.status
         if self._robots_from_body and _is_robots_request(request):
@@ -767,6 +883,7 @@ class StreamsScheduler(BaseScheduler):
     def _on_download_error(self, request: Request, exc: BaseException) -> None:
         """A download failed: a timeout is a congestion signal; a robots.txt that could
         not be fetched means no Crawl-delay (as Scrapy then allows everything)."""
+        self._slot_leaving(request)
         x = self._x
         if x is None:
             return

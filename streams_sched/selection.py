@@ -277,6 +277,13 @@ def returning_credit(served: float, weight: float, others: Iterable[tuple[float,
     and never below its own count.
     """
     levels = [s / w for s, w in others if w > 0]
-    if not levels or weight <= 0:
+    return credit_at_level(served, weight, min(levels) if levels else None)
+
+
+def credit_at_level(served: float, weight: float, least: float | None) -> float:
+    """:func:`returning_credit` given ``least``, the least served per weight of the sites
+    already ready (None: no other site is ready), for a caller that keeps it at hand
+    instead of looking at every ready site."""
+    if least is None or weight <= 0:
         return served
-    return max(served, min(levels) * weight)
+    return max(served, least * weight)

@@ -110,3 +110,20 @@ def test_bench_sites_quick_mode_reports_every_figure(tmp_path: Path) -> None:
     assert "bench-rev-" not in runs[("streams-sched", 1)]["streams_sched_from"]
     assert "| sites | Scrapy in-memory pages/s | streams-sched pages/s | ratio | 2 workers / 1 |" in proc.stdout
     assert f"{n:,} sites, streams-sched today against streams-sched@HEAD: pages/s x1" in proc.stdout
+def test_bench_pick_quick_mode_compares_with_a_revision(tmp_path: Path) -> None:
+    """`python -m bench pick` (no Redis) times today's scheduler and streams_sched@HEAD per request and reports the sizes of Exchange.served / weights."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "pick", "--quick", "--sizes", "10,300", "--seconds", "0.1", "--rev", "HEAD",
+         "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "HEAD time / today's" in proc.stdout
+    [result] = tmp_path.glob("pick-*.json")
+    res = json.loads(result.read_text())
+    for size in ("10", "300"):
+        today, then = res[size]["today"], res[size]["HEAD"]
+        assert today["median_us_per_request"] > 0 and then["median_us_per_request"] > 0
+        assert "bench-rev-HEAD-" in then["runs"][0]["streams_sched_from"]
+        assert today["runs"][0]["served_entries"] <= int(size) + 256

@@ -127,6 +127,30 @@ def test_has_pending_requests_until_the_crawl_is_drained(sched: StreamsScheduler
     wait_for(lambda: not sched.has_pending_requests(), timeout=10, what="drain")
 
 
+def test_served_and_weights_follow_the_sites_held(sched: StreamsScheduler) -> None:
+    """With the real I/O thread, a site's policy weight is there while the worker holds its request, and Exchange.served / weights keep nothing of the sites once they are done."""
+    from streams_sched.policy import set_policy
+
+    assert sched.frontier is not None and sched._x is not None
+    sites = [f"w{i}.test" for i in range(30)]
+    for site in sites[::2]:
+        set_policy(sched.frontier, site, {"weight": 2})
+    for site in sites:
+        assert sched.enqueue_request(scrapy.Request(f"http://{site}/"))
+    weights: dict[str, float] = {}
+    while len(weights) < len(sites):
+        request = next_request(sched)
+        entry = sched.lease_of(request)
+        assert entry is not None
+        weights[entry.site] = sched._x.weight(entry.site)
+        sched.request_done(request)
+    assert weights == {site: 2.0 if i % 2 == 0 else 1.0 for i, site in enumerate(sites)}
+    x = sched._x
+    wait_for(lambda: sched.next_request() is None and not x.served and len(x.weights) <= 1, timeout=10,
+             what="served and weights to let go of the sites done")
+    assert not sched._held and len(sched._fair) == 0
+
+
 def pump_cycles(s: StreamsScheduler, n: int) -> None:
     """Wait until the scheduler's I/O thread has run ``n`` more cycles."""
     assert s._pump is not None
