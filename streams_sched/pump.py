@@ -695,6 +695,7 @@ class Pump(threading.Thread):
             start=self.shard_cursor,
         )
         self.shard_cursor = (self.shard_cursor + 1) % len(self.named)
+        self._drop_unleasable(now, {p.shard for p in plans})
         weights = self.config.band_ratio
         suspects_ok = 1 if book.suspects == 0 else 0
         tasks = ("h" if self.http else "") + ("b" if browser_room > 0 else "")
@@ -803,6 +804,17 @@ class Pump(threading.Thread):
         n = plan.shard
         self.shard_streak[n] += 1
         self.shard_due[n] = time.monotonic() + empty_lease_backoff(self.shard_streak[n], self.config.idle_poll_seconds)
+
+    def _drop_unleasable(self, now: float, asked: set[int]) -> None:
+        """Forget named sites this worker cannot lease now (it holds its cap of them, or
+        must wait), in shards it is not asking: they stay in Redis's ready index and come
+        back named later, and a shard's list never fills with sites it skips."""
+        held, cap, hints = self.leases.by_site, self.per_site_cap, self.hints
+        for n, named in enumerate(self.named):
+            if n in asked or not named:
+                continue
+            for site in [s for s in named if held.get(s, 0) >= cap or (s in hints and hints[s].not_before > now)]:
+                del named[site]
 
     def _poke(self, site: str) -> None:
         """``site`` got work: ask its shard for ready sites at once."""
