@@ -79,7 +79,8 @@ class Progress:
 
 def progress_line(t: dict[str, Any], rate: float, width: int = 24) -> str:
     """One line: a bar of finished / enqueued, what is left, the rate and an ETA."""
-    done = t["done"]
+    # "done" from report.totals (enqueued less what is left); else acked + dead letters
+    done = t.get("done", t["acked"] + t["dead"])
     total = max(t["enqueued"], done)
     left = t["backlog"] + t["pending"] + t["delayed"]
     frac = done / total if total else 1.0
