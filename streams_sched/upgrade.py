@@ -14,10 +14,11 @@ What an upgrade does, in this order:
    put it. The field ``shards`` itself is written only at the end: a Frontier refuses
    a crawl (LayoutError) only while the old registry exists *and* meta has no
    ``shards``, so writing it first would let workers start on a half-moved crawl.
-3. For each site of the old registry (SSCAN, ``batch`` sites per round trip): every
-   key of the site that exists (its streams, delayed requests, seen filter with its
-   revisit buckets, dead letters, stats, policy, observed window) is DUMPed and
-   RESTOREd under its new name with its remaining TTL. DUMP/RESTORE keeps a stream's
+3. For each site of the old registry (SSCAN, ``batch`` sites per round trip): one
+   read-only script call counts what its old keys hold and DUMPs every one that exists
+   (its streams, delayed requests, seen filter with its revisit buckets, dead letters,
+   stats, policy, observed window), which is RESTOREd under its new name with its
+   remaining TTL. DUMP/RESTORE keeps a stream's
    consumer group and pending entries with their delivery counts and idle times, so
    a leased entry stays leased and is taken over once its lease expires. Then
    ``reindex.lua`` puts the site in its shard's indexes (its leased-index score is 0:
@@ -39,8 +40,9 @@ or none:
   since (a revisit filter that expired, a stream that an old worker emptied) is
   deleted rather than kept stale.
 
-On Redis Cluster nothing changes: DUMP and RESTORE are single-key commands, so a key
-can move between slots of different masters; the old registry and the meta hash live
+On Redis Cluster nothing changes: a site's old keys share one slot (the read script
+touches only them), RESTORE is a single-key command, so a key can move to a slot of
+another master; the old registry and the meta hash live
 on the crawl's slot. Pure planning (which keys, which counts) is apart from the thin
 Redis I/O of :class:`Upgrade`.
 """
@@ -56,7 +58,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from .errors import StreamsSchedError
 from .frontier import BloomParams, Frontier
-from .keys import DEFAULT_SHARDS, GROUP, MAX_SHARDS, CrawlKeys, SiteKeys
+from .keys import DEFAULT_SHARDS, GROUP, MAX_SHARDS, STREAMS, CrawlKeys, SiteKeys
 from .liveness import ALIVE, node_states
 from .replies import text
 
@@ -77,6 +79,40 @@ UPGRADE_FIELD = "upgrade_shards"
 #: revisit buckets come on top); the old per-site ``sync`` key is not moved: it only
 #: marks a replica barrier and expires by itself
 SITE_KEY_FIELDS = ("delayed", "seen", "seen_meta", "dlq", "stats", "policy", "obs", "obs_v1")
+
+# What an old site holds, in one call (its old keys share a slot): per stream XLEN and
+# pending entries (0 without the group), delayed and dead-letter counts, the enqueued
+# counter, then {position, DUMP, PTTL} of each of KEYS that exists.
+# KEYS: the old keys (streams first); ARGV: group, streams, position of delayed, dlq, stats
+_READ_SITE = """
+local group, streams = ARGV[1], tonumber(ARGV[2])
+local out = {}
+for s = 1, streams do
+  local len = redis.call('XLEN', KEYS[s])
+  local pending = 0
+  if len > 0 then
+    local info = redis.pcall('XPENDING', KEYS[s], group)
+    if type(info) == 'table' and not info.err then
+      pending = tonumber(info[1])
+    end
+  end
+  out[#out + 1] = len
+  out[#out + 1] = pending
+end
+out[#out + 1] = redis.call('ZCARD', KEYS[tonumber(ARGV[3])])
+out[#out + 1] = redis.call('XLEN', KEYS[tonumber(ARGV[4])])
+out[#out + 1] = redis.call('HGET', KEYS[tonumber(ARGV[5])], 'enqueued') or ''
+for i, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 1 then
+    out[#out + 1] = i
+    out[#out + 1] = redis.call('DUMP', key)
+    out[#out + 1] = redis.call('PTTL', key)
+  end
+end
+return out
+"""
+#: 1-based positions in key_pairs' old keys of what _READ_SITE counts
+_DELAYED_AT, _DLQ_AT, _STATS_AT = (len(STREAMS) + 1 + SITE_KEY_FIELDS.index(n) for n in ("delayed", "dlq", "stats"))
 
 # Raise a shard's enqueued counter to at least ARGV[1] (never lower it: a worker may have
 # counted more since). One key: fine on a cluster.
@@ -185,18 +221,6 @@ def key_pairs(old: SiteKeys, new: SiteKeys, buckets: Iterable[int] = ()) -> list
     return pairs
 
 
-def stream_counts(lengths: Sequence[int], pending: Sequence[Any]) -> tuple[int, int]:
-    """(queued, pending) of a site's streams from XLEN and XPENDING summaries (an error or
-    None: a stream without the group, nothing pending): acked entries are deleted, so
-    an entry is either queued or pending."""
-    queued = held = 0
-    for length, summary in zip(lengths, pending, strict=True):
-        n = int(summary["pending"]) if isinstance(summary, dict) else 0
-        queued += max(0, int(length) - n)
-        held += n
-    return queued, held
-
-
 # -- Redis I/O ----------------------------------------------------------------------------
 
 
@@ -208,8 +232,6 @@ class _Site:
     pairs: list[tuple[str, str]]
     #: DUMP and PTTL of each old key (None: no such key)
     dumps: list[tuple[bytes, int] | None]
-    #: XLEN of each old stream
-    lengths: list[int]
     before: Counts
     #: the site's enqueued counter (old stats if it has old keys, else new)
     enqueued: int
@@ -240,6 +262,7 @@ class Upgrade:
         self.keys = CrawlKeys(crawl)
         self.wanted_shards = shards
         self.batch = batch
+        self._read_sha = ""
 
     def check_nodes(self) -> list[str]:
         """The crawl's online nodes (by Redis time)."""
@@ -265,6 +288,7 @@ class Upgrade:
         result = UpgradeResult(self.crawl, shards)
         frontier = Frontier(client, self.crawl, shards=shards)
         frontier.load_scripts()
+        self._read_sha = client.script_load(_READ_SITE)
         enqueued: dict[int, int] = {}
         total = int(client.scard(k.sites)) if has_registry else 0
         chunk: list[str] = []
@@ -335,47 +359,48 @@ class Upgrade:
             enqueued[shard] = enqueued.get(shard, 0) + s.enqueued
 
     def _read(self, f: Frontier, meta: Mapping[str, str], names: Sequence[str]) -> list[_Site]:
-        """One round trip: DUMP and PTTL of every old key the sites may have, and what the
-        old keys hold (XLEN of the streams, delayed, dead letters, enqueued)."""
+        """One round trip: for each site one read-only script call (what its old keys hold,
+        and the DUMP and PTTL of those that exist), and its new enqueued counter."""
         buckets = bucket_window(meta, time.time())
-        plans = []
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            old, new = SiteKeys(self.crawl, name), f.site(name)
-            pairs = key_pairs(old, new, buckets)
-            plans.append((name, pairs))
-            for key, _ in pairs:
-                pipe.dump(key)
-                pipe.pttl(key)
-            for stream in old.streams:
-                pipe.xlen(stream)
-            pipe.zcard(old.delayed)
-            pipe.xlen(old.dlq)
-            pipe.hget(old.stats, "enqueued")
-            pipe.hget(new.stats, "enqueued")
-        replies = iter(pipe.execute())
+        plans = [(name, key_pairs(SiteKeys(self.crawl, name), f.site(name), buckets)) for name in names]
+
+        def send() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for name, pairs in plans:
+                keys = [old for old, _ in pairs]
+                # EVALSHA, not EVALSHA_RO: a cluster pipeline routes it by its first key
+                pipe.execute_command("EVALSHA", self._read_sha, len(keys), *keys,
+                                     GROUP, len(STREAMS), _DELAYED_AT, _DLQ_AT, _STATS_AT)
+                pipe.hget(f.site(name).stats, "enqueued")
+            return list(pipe.execute(raise_on_error=False))
+
+        replies = send()
+        if any(isinstance(r, NoScriptError) for r in replies):  # a server restarted, a failover
+            self._read_sha = self.client.script_load(_READ_SITE)
+            replies = send()
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         out = []
-        for name, pairs in plans:
-            dumps: list[tuple[bytes, int] | None] = []
-            for _ in pairs:
-                dumped, ttl = next(replies), int(next(replies))
-                dumps.append(None if dumped is None else (dumped, ttl))
-            lengths = [int(next(replies)) for _ in range(len(SiteKeys(self.crawl, name).streams))]
-            delayed, dead, old_enq, new_enq = (next(replies) for _ in range(4))
-            site = _Site(name, pairs, dumps, lengths, Counts(0, 0, int(delayed), int(dead)), 0)
+        for (name, pairs), read, new_enq in zip(plans, replies[::2], replies[1::2], strict=True):
+            n = len(STREAMS)
+            queued = sum(max(0, int(read[2 * i]) - int(read[2 * i + 1])) for i in range(n))
+            pending = sum(int(read[2 * i + 1]) for i in range(n))
+            delayed, dead, old_enq = int(read[2 * n]), int(read[2 * n + 1]), read[2 * n + 2]
+            dumps: list[tuple[bytes, int] | None] = [None] * len(pairs)
+            rest = read[2 * n + 3 :]
+            for i in range(0, len(rest), 3):
+                dumps[int(rest[i]) - 1] = (rest[i + 1], int(rest[i + 2]))
+            site = _Site(name, pairs, dumps, Counts(queued, pending, delayed, dead), 0)
             site.enqueued = int((old_enq if site.has_old else new_enq) or 0)
             out.append(site)
         return out
 
     def _write(self, f: Frontier, sites: Sequence[_Site], movers: Sequence[_Site], result: UpgradeResult) -> list[_Site]:
-        """One round trip: the pending counts of the old streams, every RESTORE, the deletion
-        of new keys without an old one, the reindex of each moved site and the registration
+        """One round trip: every RESTORE, the deletion of new keys without an old one, the reindex of each moved site and the registration
         of the skipped ones. -> the sites whose every write succeeded."""
         pipe = self.client.pipeline(transaction=False)
         for s in movers:
-            for stream, length in zip(SiteKeys(self.crawl, s.name).streams, s.lengths, strict=True):
-                if length > 0:
-                    pipe.xpending(stream, GROUP)
             for (_, new), dumped in zip(s.pairs, s.dumps, strict=True):
                 if dumped is not None:
                     payload, ttl = dumped
@@ -389,8 +414,6 @@ class Upgrade:
         replies = iter(pipe.execute(raise_on_error=False))
         ok = []
         for s in movers:
-            summaries = [next(replies) if length > 0 else None for length in s.lengths]
-            s.before.queued, s.before.pending = stream_counts(s.lengths, summaries)
             errors = [r for r in (next(replies) for d in s.dumps if d is not None) if isinstance(r, Exception)]
             if s.stale:
                 dropped = next(replies)

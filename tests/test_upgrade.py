@@ -24,7 +24,6 @@ from streams_sched.upgrade import (
     bucket_window,
     key_pairs,
     online_nodes,
-    stream_counts,
 )
 
 from helpers import wait_for
@@ -265,8 +264,3 @@ def test_online_nodes_are_the_recently_heard_ones_that_did_not_say_goodbye() -> 
     records = {"a": {"state": "online", "last_seen": 99, "heartbeat_s": 1}, "b": {"state": "online", "last_seen": 90, "heartbeat_s": 1},
                "c": {"state": "offline", "last_seen": 100, "heartbeat_s": 1}}
     assert online_nodes(records, 100.0) == ["a"]
-
-
-def test_stream_counts_split_length_into_queued_and_pending() -> None:
-    """XLEN counts queued and pending entries; a stream without the group has nothing pending."""
-    assert stream_counts([5, 3, 0], [{"pending": 1}, None, None]) == (7, 1)
