@@ -31,6 +31,8 @@ PROG = "streams-monitor"
 @click.option("--interval", type=float, default=10.0, show_default=True, help="Seconds between alert evaluations.")
 @click.option("--cache-seconds", type=float, default=2.0, show_default=True, help="Scrapes within this long of the last read reuse it.")
 @click.option("--max-sites", type=int, default=100, show_default=True, help="Sites per crawl with their own site label; the rest are summed as site=\"_other\".")
+@click.option("--index-sites", type=int, default=500, show_default=True, help="Sites read per shard from each of its indexes (leased, ready): every site with work while there are fewer.")
+@click.option("--sweep-sites", type=int, default=2000, show_default=True, help="Registered sites also read per pass, in turn, so crawl-wide sums catch up with idle sites.")
 @click.option("--dlq-quiet-seconds", type=float, default=600.0, show_default=True, help="A dead-letters-growing alert clears after this long without growth.")
 @click.option("--send-resolved/--no-send-resolved", default=True, show_default=True, help="Also POST when an alert clears.")
 @click.option("--events/--no-events", default=True, show_default=True, help="Listen to node events (pub/sub) besides the nodes hash.")
@@ -52,6 +54,8 @@ def main(
     interval: float,
     cache_seconds: float,
     max_sites: int,
+    index_sites: int,
+    sweep_sites: int,
     dlq_quiet_seconds: float,
     send_resolved: bool,
     events: bool,
@@ -78,6 +82,8 @@ def main(
             interval_s=interval,
             cache_s=cache_seconds,
             max_sites=max_sites,
+            index_sites=index_sites,
+            sweep_sites=sweep_sites,
             dlq_quiet_s=dlq_quiet_seconds,
             send_resolved=send_resolved,
             events=events,

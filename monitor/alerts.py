@@ -3,7 +3,8 @@
 Conditions, evaluated on every monitor pass:
 
 - ``backlog``: a site's backlog (all bands and task types) is above
-  ``--backlog-threshold`` (0 = off);
+  ``--backlog-threshold`` (0 = off), for the sites a read looked at: every site with
+  backlog while the shards' ready indexes are no longer than ``--index-sites``;
 - ``node_dead``: a worker node is dead (silent for three heartbeats without
   saying goodbye);
 - ``dead_letters``: a crawl's dead-letter count grew; the condition holds until
@@ -93,7 +94,7 @@ class AlertRules:
         INFO said of each Redis server, none when the monitor may not run INFO)."""
         active: dict[tuple[str, str, str], Alert] = {}
         if any(ns.state == ALIVE for nodes in states.values() for ns in nodes.values()) or any(
-            st.pending > 0 for snap in snaps for st in snap.sites
+            snap.leased for snap in snaps
         ):
             self._running_at = now_s
         running = self._running_at is not None and now_s - self._running_at < RUNNING_WINDOW_S

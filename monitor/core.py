@@ -6,6 +6,13 @@ It only reads (a read-only ACL user is enough: ``+@read +evalsha_ro +eval_ro
 master gives the ``streams_sched_redis_*`` metrics (evictions, memory) and their alerts. Reads happen on scrape, or
 reuse the last one within ``--cache-seconds``, and every ``--interval``
 seconds for the alerts, which are POSTed to ``--webhook-url``.
+
+What one read costs is in snapshot.py: per crawl, a few commands per shard, then the
+sites the shards' indexes name (at most ``--index-sites`` per shard and index), the
+labelled sites and a ``--sweep-sites`` slice of the registries; it does not grow with
+the number of idle sites. The monitor keeps a :class:`~monitor.snapshot.SiteBook` per
+crawl for the crawl-wide sums. A crawl still in the layout before shards is skipped,
+with one warning, until ``streams-sched upgrade`` moves it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from streams_sched.daemon import (
     connect_at_start,
     run_passes,
 )
+from streams_sched.errors import LayoutError
 from streams_sched.frontier import Frontier
 from streams_sched.liveness import ALIVE, DEAD, NodeState, node_states
 from streams_sched.server_checks import ServerMemory, read_memory
@@ -36,7 +44,7 @@ from .alerts import FIRING, AlertRules, Debouncer
 from .events import EventListener
 from .exporter import FrontierCollector, SiteLabeller
 from .settings import MonitorSettings
-from .snapshot import CrawlSnapshot, read_crawl
+from .snapshot import CrawlSnapshot, SiteBook, read_crawl
 from .state import AlertState
 from .webhook import WebhookSender, render
 
@@ -86,6 +94,8 @@ class Monitor:
         self._lock = threading.Lock()
         self._view = View(ok=False, error="not read yet")
         self._frontiers: dict[str, Frontier] = {}
+        self._books: dict[str, SiteBook] = {}
+        self._layout_warned: set[str] = set()
         self._seen_off: set[str] = set()
         self._info_off = False
         self._crawls: list[str] = list(settings.crawls)
@@ -146,7 +156,7 @@ class Monitor:
             try:
                 crawls = self.crawls()
                 self._crawls = crawls
-                snaps = [self._read_crawl(c) for c in crawls]
+                snaps = [snap for snap in (self._read_crawl(c) for c in crawls) if snap is not None]
                 servers = self._read_servers()
             except TRANSIENT + (ResponseError,) as exc:
                 self._view = View(ok=False, read_s=time.monotonic() - started, at=started, error=str(exc))
@@ -171,20 +181,35 @@ class Monitor:
             with self._lock:
                 return self._view
 
-    def _read_crawl(self, crawl: str) -> CrawlSnapshot:
+    def _read_crawl(self, crawl: str) -> CrawlSnapshot | None:
+        """One crawl's snapshot; None for a crawl written before shards (one warning)."""
         f = self._frontiers.get(crawl)
         if f is None:
             f = self._frontiers[crawl] = Frontier(self.client, crawl)
-        want_seen = crawl not in self._seen_off
+        book = self._books.setdefault(crawl, SiteBook())
+        s = self.settings
+
+        def read(seen: bool) -> CrawlSnapshot:
+            return read_crawl(f, seen=seen, book=book, labelled=sorted(self.labeller.labelled.get(crawl, ())),
+                              index_per_shard=s.index_sites, sweep=s.sweep_sites)
+
         try:
-            return read_crawl(f, seen=want_seen)
-        except PermissionError as exc:
-            self._seen_off.add(crawl)
-            log.warning(
-                "seen_estimate_off", crawl=crawl, error=str(exc),
-                hint="allow +bf.card for streams_sched_seen_estimate with RedisBloom",
-            )
-            return read_crawl(f, seen=False)
+            try:
+                return read(crawl not in self._seen_off)
+            except PermissionError as exc:
+                self._seen_off.add(crawl)
+                log.warning(
+                    "seen_estimate_off", crawl=crawl, error=str(exc),
+                    hint="allow +bf.card for streams_sched_seen_estimate with RedisBloom",
+                )
+                return read(False)
+        except LayoutError as exc:
+            self._frontiers.pop(crawl, None)
+            self._books.pop(crawl, None)
+            if crawl not in self._layout_warned:
+                self._layout_warned.add(crawl)
+                log.warning("crawl_needs_upgrade", crawl=crawl, error=str(exc))
+            return None
 
     def _read_servers(self) -> list[ServerMemory]:
         """INFO memory stats of every master; none (said once) where INFO is refused: the
@@ -232,7 +257,8 @@ class Monitor:
         log.info(
             "pass",
             crawls=len(view.snaps),
-            sites=sum(len(s.sites) for s in view.snaps),
+            sites=sum(s.site_count for s in view.snaps),
+            sites_read=sum(len(s.sites) for s in view.snaps),
             backlog=sum(st.backlog for s in view.snaps for st in s.sites),
             pending=sum(st.pending for s in view.snaps for st in s.sites),
             dead_letters=sum(s.dead_letters for s in view.snaps),

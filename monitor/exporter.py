@@ -3,10 +3,14 @@
 Label cardinality is bounded: per crawl, at most ``max_sites`` sites get their
 own ``site`` label (:class:`SiteLabeller`); every other site is summed into
 ``site="_other"`` (``oldest_pending_seconds`` takes the maximum). A site keeps
-its label for the monitor's lifetime once it has one; when there is room, new
-sites get labels in order of backlog + pending, largest first. Crawl totals are
-exact either way. ``_other``'s counters can go down when a labelled site is
-purged; Prometheus' ``rate()`` treats that as a counter reset.
+its label for the monitor's lifetime once it has one (the monitor reads a labelled
+site every time); when there is room, new sites get labels in order of backlog +
+pending, largest first. ``_other``'s gauges (backlog, pending, delayed) sum the sites
+the shards' indexes name, which are all the sites with such work unless an index
+is longer than the monitor reads (``--index-sites``); ``_other``'s counters are the
+crawl-wide sums (snapshot.SiteBook) less the labelled sites'. ``_other``'s counters
+can go down when a site is purged; Prometheus' ``rate()`` treats that as a counter
+reset.
 
 The ``streams_sched_redis_*`` families describe the Redis servers (every master of
 a cluster, labelled ``server`` host:port): evictions, memory, maxmemory and policy.
@@ -51,6 +55,11 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "streams_sched_sites": ("gauge", ("crawl", "state"), "Registered sites by state: active or paused."),
     "streams_sched_sites_unlabelled": ("gauge", ("crawl",), "Sites summed into site=\"_other\" (over --max-sites)."),
+    "streams_sched_indexed_sites": (
+        "gauge", ("crawl", "index"),
+        "Sites the shards' indexes name: ready_http, ready_browser (backlog or delayed requests), leased.",
+    ),
+    "streams_sched_monitor_sites_read": ("gauge", ("crawl",), "Sites the monitor's last read looked at (indexed, labelled, a slice of the registry)."),
     "streams_sched_seen_estimate": ("gauge", ("crawl",), "Fingerprints in the seen filters (where the back-end and ACL can tell)."),
     "streams_sched_site_rate_limit": ("gauge", ("crawl", "site", "reason"), "Requests per second a site is held to now, all workers together (0 = unlimited or paused), and why: policy, robots, backoff, retry-after, paused, unlimited. Labelled sites only."),
     "streams_sched_site_paused_until_seconds": ("gauge", ("crawl", "site"), "Epoch seconds until which a Retry-After pauses the site (0 = not paused). Labelled sites only."),
@@ -115,6 +124,8 @@ class SiteLabeller:
 
     def unlabelled(self, snap: CrawlSnapshot) -> int:
         mine = self.labelled.get(snap.crawl, set())
+        if snap.shards is not None:
+            return max(0, snap.site_count - len(mine))
         return sum(1 for s in snap.sites if s.site not in mine)
 
 
@@ -129,16 +140,9 @@ def build_families(
     for snap in snaps:
         c = snap.crawl
         per: dict[str, dict[str, Any]] = {}
-        paused = 0
         for st in snap.sites:
-            if st.policy.get("paused") == "1":
-                paused += 1
             label = labeller.label(c, st.site)
-            row = per.setdefault(
-                label,
-                {"bands": dict.fromkeys(BANDS, 0), "pending": 0, "oldest": 0.0, "delayed": 0, "enqueued": 0, "acked": 0,
-                 "throttled": 0, "over_cap": 0},
-            )
+            row = per.setdefault(label, _blank_row())
             if label != OTHER:
                 eff = effective_rate(st.policy, st.now_ms, default_rate=snap.default_rate)
                 fam["streams_sched_site_rate_limit"].add_metric([c, label, eff.reason], eff.rate)
@@ -152,6 +156,13 @@ def build_families(
             row["delayed"] += st.delayed
             row["enqueued"] += st.stats.get("enqueued", 0)
             row["acked"] += st.stats.get("acked", 0)
+        if snap.totals is not None:
+            # the counters of site="_other": every site's (the book's sums) less the labelled ones'
+            labelled = [r for label, r in per.items() if label != OTHER]
+            if snap.site_count > len(labelled) or OTHER in per:
+                other = per.setdefault(OTHER, _blank_row())
+                for name in ("enqueued", "acked", "throttled", "over_cap"):
+                    other[name] = max(0, snap.stat(name) - sum(r[name] for r in labelled))
         for label in sorted(per):
             row = per[label]
             for band in BANDS:
@@ -175,12 +186,23 @@ def build_families(
             fam["streams_sched_local_requests"].add_metric(
                 [c, state], sum(_count(n.info.get("local")) for n in crawl_states.values() if n.state == state)
             )
-        fam["streams_sched_sites"].add_metric([c, "active"], len(snap.sites) - paused)
+        paused = snap.paused_count
+        fam["streams_sched_sites"].add_metric([c, "active"], max(0, snap.site_count - paused))
         fam["streams_sched_sites"].add_metric([c, "paused"], paused)
         fam["streams_sched_sites_unlabelled"].add_metric([c], labeller.unlabelled(snap))
+        fam["streams_sched_monitor_sites_read"].add_metric([c], len(snap.sites))
+        if snap.shards is not None:
+            for index, n in (("ready_http", snap.shards.ready_http), ("ready_browser", snap.shards.ready_browser),
+                             ("leased", snap.shards.leased)):
+                fam["streams_sched_indexed_sites"].add_metric([c, index], n)
         if snap.seen_estimate is not None:
             fam["streams_sched_seen_estimate"].add_metric([c], snap.seen_estimate)
     return list(fam.values())
+
+
+def _blank_row() -> dict[str, Any]:
+    return {"bands": dict.fromkeys(BANDS, 0), "pending": 0, "oldest": 0.0, "delayed": 0, "enqueued": 0, "acked": 0,
+            "throttled": 0, "over_cap": 0}
 
 
 def build_server_families(servers: Sequence[ServerMemory]) -> list[Metric]:

@@ -44,6 +44,12 @@ class MonitorSettings:
     #: --max-sites: sites per crawl with their own `site` label; the rest are summed
     #: into site="_other" (label cardinality stays bounded). 0 = only "_other".
     max_sites: int = 100
+    #: --index-sites: sites a read takes from each shard's leased and ready indexes (every
+    #: site with work while they are shorter); a read costs no more whatever the crawl's size.
+    index_sites: int = 500
+    #: --sweep-sites: registered sites a read also looks at, in turn, so that the crawl-wide
+    #: sums catch up with sites that went through their work between two reads.
+    sweep_sites: int = 2000
     #: a node silent for this many of its heartbeat intervals is dead.
     dead_after_heartbeats: float = 3.0
     #: --dlq-quiet-seconds: a "dead letters growing" alert clears after this long without growth.
@@ -83,6 +89,9 @@ class MonitorSettings:
                 raise ConfigError("--state-file", self.state_file, f"directory {directory} does not exist or is not writable")
         if self.max_sites < 0:
             raise ConfigError("--max-sites", self.max_sites, "must be 0 or more")
+        for option, count in (("--index-sites", self.index_sites), ("--sweep-sites", self.sweep_sites)):
+            if count < 1:
+                raise ConfigError(option, count, "must be at least 1")
         for option, value, zero_ok in (
             ("--interval", self.interval_s, False),
             ("--cache-seconds", self.cache_s, True),

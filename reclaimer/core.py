@@ -1,21 +1,36 @@
 """The reclaimer loop: keeps every crawl's frontier healthy without a worker's help.
 
-Every pass, for every crawl (``ss:crawls``, or the ``--prefix`` ones) and every
-site in its registry:
+Every pass, for every crawl (``ss:crawls``, or the ``--prefix`` ones), it looks only
+at the sites its shards' indexes name (keys.py), never at the whole site registry:
 
-1. expired leases go back to the end of their stream (``claim.lua`` in
-   ``requeue`` mode: XAUTOCLAIM, then XADD + XACK + XDEL in one atomic call),
-   and entries past the delivery limit go to the dead-letter stream with the
-   reason;
-2. due delay-queue entries move into their streams (``promote.lua``);
-3. every ``--prune-interval``: consumers that own no pending entries and whose
-   node is gone are removed (``prune.lua`` checks "owns nothing" atomically),
-   and records of nodes dead or offline for ``--node-retention`` are deleted.
+1. expired leases: the sites of each shard's ``#leased`` index whose oldest lease is
+   older than the lease time (``Frontier.expired_sites``) go through ``claim.lua`` in
+   ``requeue`` mode (XAUTOCLAIM, then XADD + XACK + XDEL in one atomic call); entries
+   past the delivery limit go to the dead-letter stream with the reason;
+2. due delayed requests: the sites of each ``#ready:<task>`` index whose score has come
+   (a site with delayed requests is scored by its next due time) and that have a due
+   delayed request get ``promote.lua``. Workers promote a site's due requests
+   themselves when they lease it, so this only keeps the backlog in view for sites no
+   worker leases yet; a site that is rate-limited or paused (scored later) waits for
+   its lease;
+3. every ``--prune-interval``: consumers that own no pending entries and whose node is
+   gone are removed (``prune.lua`` checks "owns nothing" atomically) from the streams
+   of the sites in the leased index and the first ``sites_per_shard`` of each ready
+   index (an idle site has no stream left: an empty stream is deleted with its group),
+   and records of nodes dead or offline for ``--node-retention`` are deleted, unless a
+   leased index was too long to read whole (then who owns leases is not known).
 
-Each site's work is one script call on that site's keys, batched many sites
-per round trip. Several reclaimers can run at once: every move is one atomic
-script, so an entry is never moved twice or lost (an entry requeued by one is
-no longer pending for the others).
+What a pass costs, per crawl: TIME, HGETALL of the nodes, one pipeline of one
+ZRANGEBYSCORE per shard and index (at most ``sites_per_shard`` sites each), one
+ZRANGEBYSCORE per ready site found to see whether a delayed request is due, then one
+script call per site with expired leases or due requests, ``sites_per_round_trip``
+sites per round trip; a prune pass adds EXISTS of the six streams of each site it looks
+at and XINFO CONSUMERS of those that exist. None of it grows with the number of idle sites.
+
+Several reclaimers can run at once: every move is one atomic script, so an entry is
+never moved twice or lost (an entry requeued by one is no longer pending for the
+others). A crawl still in the layout before shards is skipped with a warning until
+``streams-sched upgrade`` moves it.
 
 Implementation detail: the reclaimer writes ``ss:health:reclaimer:<name>``
 (JSON of its last pass) with a TTL of three intervals after each pass, which
@@ -41,7 +56,9 @@ from streams_sched.daemon import (
     connect_at_start,
     run_passes,
 )
+from streams_sched.errors import LayoutError
 from streams_sched.frontier import NO_MASK, Frontier, parse_claim
+from streams_sched.indexes import due_delays, ready_sites, server_ms
 from streams_sched.keys import GROUP, STREAMS, health_key
 from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
 from streams_sched.replies import text
@@ -57,6 +74,7 @@ log = structlog.get_logger("reclaimer")
 @dataclass
 class CrawlPass:
     crawl: str
+    #: sites looked at (expired leases, due delayed requests): not the crawl's number of sites
     sites: int = 0
     requeued: int = 0
     dead_lettered: int = 0
@@ -152,6 +170,7 @@ class Reclaimer:
         self._frontiers: dict[str, Frontier] = {}
         self._next_prune = 0.0
         self._warned_missing: set[str] = set()
+        self._warned_layout: set[str] = set()
         self.passes = 0
 
     # -- lifecycle ------------------------------------------------------------
@@ -251,7 +270,14 @@ class Reclaimer:
         prune = started >= self._next_prune
         result = PassResult(pruned=prune)
         for crawl in self.crawls():
-            result.crawls.append(self._crawl_pass(crawl, prune))
+            try:
+                result.crawls.append(self._crawl_pass(crawl, prune))
+            except LayoutError as exc:
+                # one crawl written before shards must not stop the others being looked after
+                self._frontiers.pop(crawl, None)
+                if crawl not in self._warned_layout:
+                    self._warned_layout.add(crawl)
+                    log.warning("crawl_needs_upgrade", crawl=crawl, error=str(exc))
         if prune:
             self._next_prune = started + self.settings.prune_interval_s
         result.duration_s = time.monotonic() - started
@@ -267,68 +293,103 @@ class Reclaimer:
             alive=[n for n, st in states.items() if st.state == ALIVE],
         )
         out = CrawlPass(crawl, lease_s=lease_s, max_deliveries=max_deliveries)
-        sites = f.sites()
-        out.sites = len(sites)
         lease_ms = int(lease_s * 1000)
-        for i in range(0, len(sites), s.sites_per_round_trip):
-            self._reclaim(f, sites[i : i + s.sites_per_round_trip], lease_ms, max_deliveries, out)
-        if prune and sites:
-            self._prune(f, sites, states, out)
+        expired = f.expired_sites(lease_ms, s.sites_per_shard)
+        now_ms = server_ms(f.client)
+        due = due_delays(f, ready_sites(f, s.sites_per_shard, until_ms=now_ms), now_ms)
+        out.sites = len(set(expired) | set(due))
+        for i in range(0, len(expired), s.sites_per_round_trip):
+            self._reclaim(f, expired[i : i + s.sites_per_round_trip], lease_ms, max_deliveries, out)
+        for i in range(0, len(due), s.sites_per_round_trip):
+            self._promote(f, due[i : i + s.sites_per_round_trip], out)
+        if prune:
+            self._prune(f, states, out)
         return out
 
     def _reclaim(self, f: Frontier, sites: list[str], lease_ms: int, max_deliveries: int, out: CrawlPass) -> None:
+        """Requeue the expired leases of these sites (again while a call fills its batch)."""
         s = self.settings
+
+        def queue(site: str, pipe: Any) -> None:
+            f.claim(site, s.consumer, lease_ms, s.batch, max_deliveries, "requeue", NO_MASK, pipe=pipe)
+
+        def done(site: str, reply: Any) -> bool:
+            taken, dead, _ = parse_claim(site, reply)
+            out.requeued += taken
+            out.dead_lettered += dead
+            if taken or dead:
+                log.info(
+                    "reclaimed", crawl=f.crawl, site=site, requeued=taken, dead_lettered=dead,
+                    lease_s=lease_ms / 1000, max_deliveries=max_deliveries,
+                )
+            return taken + dead >= s.batch
+
+        self._calls(f, sites, queue, done)
+
+    def _promote(self, f: Frontier, sites: list[str], out: CrawlPass) -> None:
+        """Move the due delayed requests of these sites into their streams."""
+        s = self.settings
+
+        def done(site: str, reply: Any) -> bool:
+            out.promoted += int(reply)
+            return int(reply) >= s.batch
+
+        self._calls(f, sites, lambda site, pipe: f.promote(site, s.batch, pipe=pipe), done)
+
+    def _calls(self, f: Frontier, sites: list[str], queue: Any, done: Any) -> None:
+        """One script call per site in one pipeline; again for the sites whose call filled
+        its batch (``done`` says so), at most ``max_calls_per_site`` times."""
         todo = sites
         calls = 0
         reloaded = False
-        while todo and calls < s.max_calls_per_site:
+        while todo and calls < self.settings.max_calls_per_site:
             pipe = f.client.pipeline(transaction=False)
             for site in todo:
-                f.claim(site, s.consumer, lease_ms, s.batch, max_deliveries, "requeue", NO_MASK, pipe=pipe)
-                f.promote(site, s.batch, pipe=pipe)
+                queue(site, pipe)
             replies = pipe.execute(raise_on_error=False)
             if any(isinstance(r, NoScriptError) for r in replies) and not reloaded:
                 f.load_scripts()
                 reloaded = True
                 continue
-            again = []
-            for n, site in enumerate(todo):
-                claim_reply, promote_reply = replies[2 * n], replies[2 * n + 1]
-                for reply in (claim_reply, promote_reply):
-                    if isinstance(reply, Exception):
-                        raise reply
-                taken, dead, _ = parse_claim(site, claim_reply)
-                promoted = int(promote_reply)
-                out.requeued += taken
-                out.dead_lettered += dead
-                out.promoted += promoted
-                if taken or dead:
-                    log.info(
-                        "reclaimed", crawl=f.crawl, site=site, requeued=taken, dead_lettered=dead,
-                        lease_s=lease_ms / 1000, max_deliveries=max_deliveries,
-                    )
-                if taken + dead >= s.batch or promoted >= s.batch:
-                    again.append(site)
-            todo = again
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            todo = [site for site, reply in zip(todo, replies, strict=True) if done(site, reply)]
             calls += 1
 
-    def _prune(self, f: Frontier, sites: list[str], states: dict[str, NodeState], out: CrawlPass) -> None:
+    def _prune(self, f: Frontier, states: dict[str, NodeState], out: CrawlPass) -> None:
         s = self.settings
+        # sites with pending entries (all of them, so that the owners of leases are known)
+        # and with backlog; an idle site has no stream, hence no consumer
+        leased = f.leased_sites(LEASED_PER_SHARD)
+        sites = list(dict.fromkeys([*leased, *ready_sites(f, s.sites_per_shard)]))
+        owners_known = not any(len(part) >= LEASED_PER_SHARD for part in _per_shard(f, leased))
         heartbeat_s = max((st.heartbeat_s for st in states.values()), default=DEFAULT_HEARTBEAT_S)
         gone_after_ms = int(s.dead_after_heartbeats * heartbeat_s * 1000)
         owners: set[str] = set()
         for i in range(0, len(sites), s.sites_per_round_trip):
             chunk = sites[i : i + s.sites_per_round_trip]
+            # only streams that exist: XINFO of a missing one is an error reply, and
+            # operators watch INFO errorstats
             pipe = f.client.pipeline(transaction=False)
             for site in chunk:
                 for stream in f.site(site).streams:
-                    pipe.xinfo_consumers(stream, GROUP)
-            replies = pipe.execute(raise_on_error=False)
+                    pipe.exists(stream)
+            exists = iter(pipe.execute())
+            asked = [[bool(next(exists)) for _ in STREAMS] for _ in chunk]
+            pipe = f.client.pipeline(transaction=False)
+            for site, there in zip(chunk, asked, strict=True):
+                for stream, wanted in zip(f.site(site).streams, there, strict=True):
+                    if wanted:
+                        pipe.xinfo_consumers(stream, GROUP)
+            answers = iter(pipe.execute(raise_on_error=False))
             plans: list[tuple[str, list[tuple[int, str]]]] = []
-            for n, site in enumerate(chunk):
+            for site, there in zip(chunk, asked, strict=True):
                 rows = []
                 for idx in range(len(STREAMS)):
-                    reply = replies[len(STREAMS) * n + idx]
+                    if not there[idx]:
+                        continue
+                    reply = next(answers)
                     if isinstance(reply, Exception):
                         if isinstance(reply, ResponseError):
                             continue  # no such stream or group: nothing to prune
@@ -358,11 +419,27 @@ class Reclaimer:
                             consumers=sorted({name for _, name in victims}),
                         )
                     out.consumers_removed += int(reply)
+        if not owners_known:
+            log.warning("nodes_kept", crawl=f.crawl, why=f"a shard has {LEASED_PER_SHARD} or more sites with leases:"
+                        " the owners of leases are not all known, so no node record is forgotten this time")
+            return
         forget = nodes_to_forget(states, owners, s.node_retention_s)
         if forget:
             f.client.hdel(f.keys.nodes, *forget)
             out.nodes_forgotten = len(forget)
             log.info("nodes_forgotten", crawl=f.crawl, nodes=forget, retention_s=s.node_retention_s)
+
+
+#: sites of one shard's leased index a prune pass reads (they are bounded by the leases
+#: in flight, not by the number of sites)
+LEASED_PER_SHARD = 10_000
+
+
+def _per_shard(f: Frontier, sites: Any) -> list[list[str]]:
+    by: dict[int, list[str]] = {}
+    for site in sites:
+        by.setdefault(f.site(site).shard or 0, []).append(site)
+    return list(by.values())
 
 
 def _server_time(client: Any) -> float:

@@ -44,6 +44,10 @@ class ReclaimerSettings:
     max_calls_per_site: int = 20
     #: sites per pipeline (one round trip).
     sites_per_round_trip: int = 200
+    #: sites a pass takes from each shard's leased index (expired leases) and each ready
+    #: index (due delayed requests, prune): a pass costs no more whatever the crawl's size;
+    #: the rest wait for the next pass.
+    sites_per_shard: int = 1000
     #: --consumer: consumer name the requeues run under.
     consumer: str = "streams-reclaimer"
     #: a node silent for this many of its heartbeat intervals is dead.
@@ -79,6 +83,7 @@ class ReclaimerSettings:
             ("--batch", self.batch),
             ("max_calls_per_site", self.max_calls_per_site),
             ("sites_per_round_trip", self.sites_per_round_trip),
+            ("sites_per_shard", self.sites_per_shard),
         ):
             if value < 1:
                 raise ConfigError(option, value, "must be at least 1")

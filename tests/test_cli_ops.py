@@ -172,3 +172,58 @@ def test_nodes_lists_alive_dead_and_offline(plain_redis_url: str, crawl: str, cl
     assert "1 alive, 1 dead, 1 offline" in cli("nodes", "-c", crawl).output
     out = json.loads(cli("crawls", "--json").output)
     assert [c["crawl"] for c in out] == [crawl] and out[0]["backlog"] == 9
+
+
+def test_status_reads_rows_only_for_sites_with_work_unless_all(plain_redis_url: str, crawl: str, cli) -> None:
+    """With 500 idle sites besides 3 with work, status runs the status script on the 3
+    only and takes the crawl's totals from the shards; --top bounds the rows, --all reads all."""
+    f = seeded(plain_redis_url, crawl)
+    f.register_sites([f"idle{i}.test" for i in range(500)])
+    f.lease("a0.test", "w1", 1, (1, 1, 1))
+    calls = lambda: int(f.client.info("commandstats").get("cmdstat_evalsha_ro", {}).get("calls", 0))  # noqa: E731
+    before = calls()
+    data = json.loads(cli("status", "-c", crawl, "--json").output)
+    assert calls() - before == 3
+    t = data["totals"]
+    assert [r["site"] for r in data["sites"]] == ["a0.test", "a1.test", "a2.test"]
+    assert (t["sites"], t["ready_http"], t["leased_sites"], t["enqueued"], t["backlog"], t["pending"]) == (503, 3, 1, 9, 8, 1)
+    assert t["complete"] and t["done"] == 0
+    res = cli("status", "-c", crawl, "--top", "1")
+    assert res.exit_code == 0 and "a0.test" in res.output and "a1.test" not in res.output
+    assert "503 site(s), 3 with work ready" in res.output and "figures are partial" in res.output
+    data = json.loads(cli("status", "-c", crawl, "--json", "--all").output)
+    assert len(data["sites"]) == 503 and data["totals"]["sites"] == 503
+
+
+def test_commands_on_a_crawl_written_before_shards_say_run_upgrade(plain_redis_url: str, crawl: str, cli) -> None:
+    """status, nodes' crawls and pause on a crawl of the old layout name the upgrade; after it they work."""
+    from streams_sched.keys import CrawlKeys
+
+    client = __import__("redis").Redis.from_url(plain_redis_url)
+    client.sadd(CrawlKeys.registry(), crawl)
+    client.sadd(CrawlKeys(crawl).sites, "a.test")
+    res = cli("status", "-c", crawl)
+    assert res.exit_code == 1 and res.output.startswith("error: crawl") and f"streams-sched upgrade --crawl {crawl}" in res.output
+    assert json.loads(cli("crawls", "--json").output) == [{"crawl": crawl, "layout": "before shards: run streams-sched upgrade"}]
+    assert "upgrade" in cli("crawls").output
+    assert cli("pause", "-c", crawl, "a.test").exit_code == 1
+    assert cli("upgrade", "-c", crawl).exit_code == 0
+    assert cli("pause", "-c", crawl, "a.test").exit_code == 0
+    assert json.loads(cli("status", "-c", crawl, "--json").output)["totals"]["sites"] == 1
+
+
+def test_push_site_show_and_purge_on_the_sharded_layout(plain_redis_url: str, crawl: str, cli) -> None:
+    """push adds requests, site show lists every site's policy, purge --site removes one site
+    from its shard's registry and indexes, purge the whole crawl."""
+    res = cli("push", "-c", crawl, "http://x.test/1", "http://x.test/2", "http://y.test/1")
+    assert res.exit_code == 0 and "pushed 3 request(s)" in res.output
+    assert cli("site", "set", "-c", crawl, "y.test", "--rate", "2").exit_code == 0
+    shown = json.loads(cli("site", "show", "-c", crawl, "--json").output)
+    assert shown["y.test"] == {"rate": "2.0"} and shown["x.test"] == {} and "*" in shown
+    f = frontier(plain_redis_url, crawl)
+    assert f.sites() == ["x.test", "y.test"]
+    assert cli("purge", "-c", crawl, "--site", "x.test", "--yes").exit_code == 0
+    assert f.sites() == ["y.test"] and not any(f.client.zscore(k, "x.test") for k in f.site("x.test").index.readies)
+    assert json.loads(cli("status", "-c", crawl, "--json").output)["totals"]["backlog"] == 1
+    res = cli("purge", "-c", crawl, "--yes")
+    assert res.exit_code == 0 and f.client.keys(f"ss:{{{crawl}*") == []

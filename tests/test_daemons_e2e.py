@@ -100,7 +100,9 @@ def test_reclaimer_hands_a_killed_workers_leases_to_another(plain_redis_url: str
     f = frontier(plain_redis_url, crawl)
     stream = f.site("site0.test").stream("http", "default")
     try:
-        held = wait_for(lambda: (p := client.xpending(stream, GROUP))["pending"] == 6 and p, timeout=60, what="A to lease all 6")
+        # six seeds wait in the shard's inbox: the stream exists from A's first lease on
+        held = wait_for(lambda: client.exists(stream) and (p := client.xpending(stream, GROUP))["pending"] == 6 and p,
+                        timeout=60, what="A to lease all 6")
         a_node = held["consumers"][0]["name"].decode()
         idle_ms = max(e["time_since_delivered"] for e in client.xpending_range(stream, GROUP, "-", "+", 10))
         leased_at = time.time() - idle_ms / 1000

@@ -259,3 +259,100 @@ def test_seen_estimate_counts_exact_sets_and_converted_filters_and_fails_no_call
     estimate = read_crawl(Frontier(f.client, crawl)).seen_estimate
     assert estimate is not None and 3 + 1490 <= estimate <= 3 + 1510  # a Bloom count is an estimate
     assert error_replies(f.client) == before
+
+
+def commands(client: object) -> int:
+    """Commands the server has run since it started (INFO commandstats; those in scripts too)."""
+    return sum(int(v["calls"]) for v in client.info("commandstats").values())  # type: ignore[attr-defined]
+
+
+def idle_sites(f, first: int, n: int) -> None:
+    """``n`` sites that were crawled out: registered, with counters, no work left."""
+    names = [f"idle{i}.test" for i in range(first, first + n)]
+    f.register_sites(names)
+    pipe = f.client.pipeline(transaction=False)
+    for name in names:
+        pipe.hset(f.site(name).stats, mapping={"enqueued": 2, "acked": 2})
+    pipe.execute()
+
+
+def test_a_read_costs_the_same_whatever_the_number_of_idle_sites(plain_redis_url: str, crawl: str, measured) -> None:
+    """With 3 busy sites, a read with 3,000 idle sites besides costs as much as with 6,000:
+    it reads the indexes, the labelled sites and a bounded slice of the registry."""
+    from monitor.snapshot import SiteBook, read_crawl
+    from streams_sched.frontier import Frontier
+
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    f.enqueue("a.test", [out(i) for i in range(5)])
+    f.lease("a.test", "w1", 2, (1, 1, 1))
+    f.enqueue("b.test", [out("later", delay_ms=60_000)])
+    f.enqueue("c.test", [out(i) for i in range(3)])
+    f.load_scripts()
+    reader = Frontier(f.client, crawl)
+
+    def cost(book: SiteBook) -> tuple[int, int]:
+        before = commands(f.client)
+        snap = read_crawl(reader, seen=False, book=book, sweep=160)
+        return commands(f.client) - before, len(snap.sites)
+
+    idle_sites(f, 0, 3000)
+    book = SiteBook()
+    cost(book)
+    three_k = [cost(book) for _ in range(3)]
+    idle_sites(f, 3000, 3000)
+    six_k = [cost(book) for _ in range(3)]
+    assert all(read <= 3 + 2 * 160 for _, read in three_k + six_k)  # busy + about one sweep slice
+    assert max(c for c, _ in six_k) <= 1.3 * max(c for c, _ in three_k), (three_k, six_k)
+    measured(f"commands per read (3 busy sites, sweep 160): {[c for c, _ in three_k]} with 3,000 idle sites,"
+             f" {[c for c, _ in six_k]} with 6,000")
+
+
+def test_crawl_totals_catch_up_with_sites_read_in_turn_and_forget_purged_ones(plain_redis_url: str, crawl: str) -> None:
+    """Crawl-wide sums cover every site once the registry sweep went round, include a site
+    that went through all its work between two reads, and drop purged sites."""
+    from monitor.snapshot import SiteBook, read_crawl
+    from streams_sched.frontier import Frontier
+
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    idle_sites(f, 0, 400)
+    f.client.xadd(f.site("idle7.test").dlq, {"r": b"x", "reason": "boom"})
+    reader, book = Frontier(f.client, crawl), SiteBook()
+
+    def reads_until(acked: int, dead: int = 1) -> int:
+        for n in range(1, 30):
+            snap = read_crawl(reader, seen=False, book=book, sweep=32)
+            assert snap.site_count == len(f.sites())
+            if snap.stat("acked") == acked and snap.dead_letters == dead:
+                return n
+        raise AssertionError(f"the sums never reached acked={acked}: {book.totals}")
+
+    assert reads_until(800) <= 4  # 400 sites, about 160 per read
+    f.enqueue("quick.test", [out("q")])
+    e = f.lease("quick.test", "w1", 1, (1, 1, 1)).entries
+    f.ack("quick.test", [(x.stream, x.id) for x in e])  # in and out of the indexes between two reads
+    assert reads_until(801) <= 4
+    for i in range(10):
+        f.purge_site(f"idle{i}.test")
+    # a purged site is forgotten when a sweep round ends without finding it: at most two
+    # rounds (of about three reads here: 25 sites a shard, 10 per step)
+    assert reads_until(781, dead=0) <= 8  # idle7 held the dead letter
+
+
+def test_a_crawl_written_before_shards_is_skipped_with_a_warning(plain_redis_url: str, crawl: str) -> None:
+    """The monitor reads the other crawls when one is still in the old layout."""
+    from streams_sched.keys import CrawlKeys
+
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    f.enqueue("a.test", [out(1)])
+    f.client.sadd(CrawlKeys.registry(), "oldcrawl")
+    f.client.sadd(CrawlKeys("oldcrawl").sites, "x.test")
+    mon = Monitor(MonitorSettings(redis_url=plain_redis_url, metrics_port=0))
+    mon.connect()
+    try:
+        assert [s.crawl for s in mon.read().snaps] == [crawl]
+        assert [s.crawl for s in mon.read().snaps] == [crawl]
+    finally:
+        mon.close()

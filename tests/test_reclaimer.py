@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from reclaimer import Reclaimer, ReclaimerSettings
 from streams_sched.frontier import Frontier, Outgoing
@@ -226,3 +227,71 @@ def test_burst_runs_one_pass_and_exits(plain_redis_url: str, tmp_path: Path) -> 
     finally:
         d.close()
     assert len(d.named("pass")) == 1
+
+
+def commands(client: object) -> int:
+    """Commands the server has run since it started (INFO commandstats)."""
+    return sum(int(v["calls"]) for v in client.info("commandstats").values())  # type: ignore[attr-defined]
+
+
+def test_a_pass_costs_the_same_with_thousands_of_idle_sites(plain_redis_url: str, crawl: str, measured: Any) -> None:
+    """A pass (with pruning) over a crawl of 3 busy and 3,000 idle sites runs as many
+    commands as over the 3 busy sites alone: it reads the shards' indexes, not the registry."""
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    busy = ["a.test", "b.test", "c.test"]
+    f.enqueue("a.test", [out(i) for i in range(3)])
+    f.lease("a.test", "gone", 3, (1, 1, 1))
+    f.enqueue("b.test", [out("later", delay_ms=1)])
+    f.enqueue("c.test", [out(i) for i in range(5)])
+    node(f, "gone", time.time() - 100, lease_s=0.05)
+    f.load_scripts()  # so that neither pass counts a script load
+    r = reclaimer(plain_redis_url, prune_interval_s=0.001)
+
+    def pass_cost() -> tuple[int, int]:
+        before = commands(f.client)
+        result = r.run_pass()
+        return commands(f.client) - before, result.crawls[0].sites
+
+    try:
+        wait_for(lambda: f.expired_sites(50, 10), timeout=10, what="a.test's leases to be older than lease_s")
+        cost, looked_at = pass_cost()
+        assert looked_at == 2 and r.run_pass().total("requeued") == 0  # a.test and b.test; then nothing left
+        f.enqueue("a.test", [out(i) for i in range(10, 13)])
+        f.lease("a.test", "gone", 3, (1, 1, 1))
+        f.enqueue("b.test", [out("later2", delay_ms=1)])
+        for i in range(0, 3000, 500):
+            f.register_sites([f"idle{j}.test" for j in range(i, i + 500)])
+        wait_for(lambda: f.expired_sites(50, 10), timeout=10, what="a.test's new leases to expire")
+        cost_with_idle, looked_at = pass_cost()
+    finally:
+        r.close()
+    assert looked_at == 2 and len(f.sites()) == 3003
+    assert cost_with_idle <= cost, (cost, cost_with_idle)  # not one command per idle site
+    assert cost <= 10 * f.shards + 40, cost  # index reads per shard, the busy sites' work (commands in scripts count)
+    measured(f"a pass with pruning ran {cost} commands over 3 busy sites, {cost_with_idle} with 3,000 idle"
+             f" sites besides ({f.shards} shards)")
+    for site in busy:
+        st = f.status(site)
+        assert st.pending == 0 and st.delayed == 0
+
+
+def test_a_crawl_written_before_shards_is_skipped_not_fatal(plain_redis_url: str, crawl: str) -> None:
+    """A crawl still in the old layout is left alone (one warning) while the others are reclaimed."""
+    from streams_sched.keys import CrawlKeys
+
+    f = frontier(plain_redis_url, crawl)
+    f.register()
+    f.enqueue("a.test", [out(1)])
+    f.lease("a.test", "gone", 1, (1, 1, 1))
+    node(f, "gone", time.time() - 100, lease_s=0.05)
+    f.client.sadd(CrawlKeys.registry(), "oldcrawl")
+    f.client.sadd(CrawlKeys("oldcrawl").sites, "x.test")
+    wait_for(lambda: f.expired_sites(50, 10), timeout=10, what="the lease to expire")
+    r = reclaimer(plain_redis_url)
+    try:
+        result = r.run_pass()
+        assert r.run_pass().crawls[0].crawl == crawl
+    finally:
+        r.close()
+    assert [c.crawl for c in result.crawls] == [crawl] and result.total("requeued") == 1

@@ -15,7 +15,8 @@ Layout: ``options`` (the shared connection options, errors as exit codes),
 ``formatting`` (tables, ages, rates), ``report`` (the per-site status rows), and one
 module per topic of commands, none importing another: ``seed`` (push), ``status``
 (status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq),
-``nodes`` (nodes, crawls), ``purge`` and ``scrapy_redis`` (migrate-scrapy-redis).
+``nodes`` (nodes, crawls), ``purge``, ``scrapy_redis`` (migrate-scrapy-redis) and
+``upgrade`` (a crawl written before shards to the sharded layout).
 Scrapy is imported only by the commands that need it (push, migrate-scrapy-redis),
 when they run.
 """
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import click
 
-from . import dead_letters, nodes, purge, scrapy_redis, seed, sites, status
+from . import dead_letters, nodes, purge, scrapy_redis, seed, sites, status, upgrade
 
 __all__ = ["main"]
 
@@ -47,5 +48,6 @@ for _command in (
     nodes.nodes,
     nodes.crawls,
     scrapy_redis.migrate_scrapy_redis,
+    upgrade.upgrade,
 ):
     main.add_command(_command)

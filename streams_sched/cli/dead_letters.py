@@ -14,13 +14,22 @@ from .options import CliError, allow_eviction_option, connect, connect_for_write
 __all__ = ["dlq"]
 
 
-def _sites(frontier: Frontier, site: str | None) -> list[str]:
+def _sites(frontier: Frontier, site: str | None, chunk: int = 1000) -> list[str]:
+    """``site`` if it is registered, else every registered site that has dead letters (the
+    registry is read whole, then one XLEN per site, ``chunk`` per round trip)."""
+    if site is not None:
+        if not frontier.client.sismember(frontier.site(site).index.sites, site):
+            raise CliError(f"site {site!r} is not registered in crawl {frontier.crawl!r}")
+        return [site]
     sites = frontier.sites()
-    if site is None:
-        return sites
-    if site not in sites:
-        raise CliError(f"site {site!r} is not registered in crawl {frontier.crawl!r}")
-    return [site]
+    out = []
+    for i in range(0, len(sites), chunk):
+        part = sites[i : i + chunk]
+        pipe = frontier.client.pipeline(transaction=False)
+        for s in part:
+            pipe.xlen(frontier.site(s).dlq)
+        out += [s for s, n in zip(part, pipe.execute(), strict=True) if int(n)]
+    return out
 
 
 def _matches(letter: DeadLetter, text: str | None) -> bool:

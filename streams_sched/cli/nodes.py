@@ -6,11 +6,12 @@ import json
 
 import click
 
+from ..errors import LayoutError
 from ..frontier import Frontier
 from ..liveness import node_states
 from .formatting import Column, format_age, format_rate, render_table
 from .options import connect, known_crawl, redis_option, shared_options
-from .report import read_rows, totals
+from .report import DEFAULT_TOP, read_report, totals
 
 __all__ = ["crawls", "nodes"]
 
@@ -62,19 +63,30 @@ def nodes(redis_url: str, crawl: str, as_json: bool) -> None:
 @click.command()
 @redis_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def crawls(redis_url: str, as_json: bool) -> None:
-    """Every registered crawl with its totals."""
+@click.option("--top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True,
+              help="Sites with work read per crawl (the totals of backlog, pending and delayed are over them).")
+@click.option("--all", "all_sites", is_flag=True, help="Read every site of every crawl (acked and dead letters of all sites).")
+def crawls(redis_url: str, as_json: bool, top: int, all_sites: bool) -> None:
+    """Every registered crawl with its totals (a crawl written before shards: "upgrade")."""
     client = connect(redis_url)
     out = []
     for name in Frontier.crawls(client):
-        t = totals(read_rows(Frontier(client, name)))
-        out.append({"crawl": name, **t})
+        try:
+            report = read_report(Frontier(client, name), top, all_sites)
+        except LayoutError:
+            out.append({"crawl": name, "layout": "before shards: run streams-sched upgrade"})
+            continue
+        t = totals(report.rows, report)
+        out.append({"crawl": name, "layout": "sharded", **t})
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
     columns: list[Column] = [
         ("crawl", "CRAWL", str), ("sites", "SITES", str), ("backlog", "BACKLOG", str),
         ("pending", "PENDING", str), ("delayed", "DELAYED", str), ("dead", "DEAD", str),
-        ("acked", "ACKED", str), ("enqueued", "ENQUEUED", str), ("rate_per_s", "RATE 1M", format_rate),
+        ("done", "FINISHED", str), ("enqueued", "ENQUEUED", str), ("rate_per_s", "RATE 1M", format_rate),
     ]
-    click.echo(render_table(out, columns) if out else "no crawls")
+    table = [c if "sites" in c else {**{key: "-" for key, _, _ in columns}, "crawl": c["crawl"], "sites": "upgrade",
+                                     "rate_per_s": 0.0}
+             for c in out]
+    click.echo(render_table(table, columns) if out else "no crawls")

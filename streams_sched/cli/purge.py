@@ -23,8 +23,7 @@ def purge(redis_url: str, crawl: str, site: str | None, yes: bool) -> None:
     if not yes:
         click.confirm(f"delete {what} from {redact(redis_url)}?", abort=True)
     if site:
-        deleted = int(frontier.purge_site(site))
-        client.srem(frontier.keys.sites, site)
+        deleted = int(frontier.purge_site(site))  # its keys, and its place in the shard's indexes and registry
     else:
         deleted = frontier.purge()
     click.echo(f"purged {what} ({deleted} key(s) deleted)")

@@ -1,17 +1,34 @@
-"""The status report of a crawl, one row per site, shared by ``status``, ``watch``,
-``crawls`` and the demo: reading the rows, sorting them, totals and the summary line."""
+"""The status report of a crawl, shared by ``status``, ``watch``, ``crawls`` and the demo:
+reading it, sorting the rows, totals and the summary line.
+
+A crawl may have a million sites, most of them idle, so a report does not run the status
+script on every site. It reads the shards' figures (registered sites, sites with work
+ready, sites with leases, requests ever enqueued: a few commands per shard) and one row
+for each site the shards' indexes name, the ``top`` first of them (leased sites by their
+oldest lease, then ready sites by when they may be leased). While the indexes name no
+more than ``top`` sites the rows hold every site with backlog, leases or delayed
+requests, so backlog, pending and delayed are the crawl's, and what is finished is what
+was enqueued less what is left. ``all_sites`` reads a row for every registered site
+instead (the crawl-wide acked, dead letter and rate figures need that).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..frontier import Frontier, SiteStatus
+from ..indexes import ShardSizes, indexed_sites, shard_sizes
 from ..keys import BANDS
 from ..politeness import effective_rate
 from ..rates import ack_rate_per_s
 from .formatting import Column, format_age, format_rate, format_until
 
-__all__ = ["SORT_KEYS", "STATUS_COLUMNS", "read_rows", "sort_rows", "status_rows", "summary_line", "totals"]
+__all__ = ["DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "read_report", "sort_rows",
+           "status_rows", "summary_line", "totals"]
+
+#: sites with work a report reads a row for, unless told otherwise (--top)
+DEFAULT_TOP = 1000
 
 
 def status_rows(statuses: list[SiteStatus], default_rate: float = 0.0) -> list[dict[str, Any]]:
@@ -79,8 +96,10 @@ def sort_rows(rows: list[dict[str, Any]], key: str, limit: int) -> list[dict[str
     return rows[:limit] if limit > 0 else rows
 
 
-def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The crawl's totals over every row (the oldest lease is the maximum)."""
+def totals(rows: list[dict[str, Any]], report: Report | None = None) -> dict[str, Any]:
+    """The crawl's totals: sums over the rows (the oldest lease is the maximum), and with
+    ``report`` the shards' figures: registered sites, sites in the indexes, enqueued, and
+    ``done`` = enqueued less what is left (when the rows are not every site's)."""
     keys = ("high", "default", "low", "browser", "backlog", "pending", "delayed", "dead", "enqueued", "acked",
             "throttled", "over_cap")
     out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
@@ -88,27 +107,81 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["oldest_lease_ms"] = max((r["oldest_lease_ms"] for r in rows), default=-1)
     out["paused"] = sum(1 for r in rows if r["paused"])
     out["sites"] = len(rows)
+    out["done"] = out["acked"] + out["dead"]
+    if report is not None:
+        sh = report.shards
+        out["sites"] = sh.sites
+        out["rows"] = len(rows)
+        out["ready_http"], out["ready_browser"], out["leased_sites"] = sh.ready_http, sh.ready_browser, sh.leased
+        out["complete"] = report.complete
+        out["all_sites"] = report.all_sites
+        if not report.all_sites:
+            out["enqueued"] = sh.enqueued
+            out["done"] = max(0, sh.enqueued - (out["backlog"] + out["pending"] + out["delayed"]))
     return out
 
 
 def summary_line(t: dict[str, Any]) -> str:
     """One line of the totals, under the table."""
     paused = f" ({t['paused']} paused)" if t["paused"] else ""
-    return (
+    line = (
         f"{t['sites']} site(s){paused}; backlog {t['backlog']}, pending {t['pending']}"
         f" (oldest {format_age(t['oldest_lease_ms'])}), delayed {t['delayed']}, dead letters {t['dead']},"
         f" acked {t['acked']}/{t['enqueued']}, rate {format_rate(t['rate_per_s'])} over the last minute"
     )
+    if "rows" not in t or t["all_sites"]:
+        return line
+    line = (
+        f"{t['sites']} site(s), {t['ready_http'] + t['ready_browser']} with work ready (http {t['ready_http']},"
+        f" browser {t['ready_browser']}), {t['leased_sites']} with leases; backlog {t['backlog']}, pending"
+        f" {t['pending']} (oldest {format_age(t['oldest_lease_ms'])}), delayed {t['delayed']};"
+        f" finished {t['done']}/{t['enqueued']}"
+    )
+    if not t["complete"]:
+        line += f" (the {t['rows']} site(s) read of more with work: figures are partial; --top or --all)"
+    return line + "; dead letters, acks and rate of these sites only (--all: every site)"
 
 
-def read_rows(frontier: Frontier) -> list[dict[str, Any]]:
-    """The rows of every site of the crawl, 500 sites per round trip."""
-    sites = frontier.sites()
-    rows: list[dict[str, Any]] = []
+@dataclass
+class Report:
+    """What a report read: one row per site read, and the shards' figures summed."""
+
+    rows: list[dict[str, Any]]
+    shards: ShardSizes = field(default_factory=ShardSizes)
+    #: the rows hold every site with work (or every site, with ``all_sites``)
+    complete: bool = True
+    all_sites: bool = False
+
+    @property
+    def drained(self) -> bool:
+        """Nothing left: no backlog, lease or delayed request on any site."""
+        return self.complete and not any(r["backlog"] or r["pending"] or r["delayed"] for r in self.rows)
+
+
+def _default_rate(frontier: Frontier) -> float:
     try:
-        default_rate = float(frontier.client.hget(frontier.keys.meta, "default_rate") or 0)
+        return float(frontier.client.hget(frontier.keys.meta, "default_rate") or 0)
     except ValueError:
-        default_rate = 0.0
+        return 0.0
+
+
+def _rows_of(frontier: Frontier, sites: list[str], default_rate: float) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
     for i in range(0, len(sites), 500):
         rows += status_rows(frontier.status_many(sites[i : i + 500]), default_rate)
     return rows
+
+
+def read_report(frontier: Frontier, top: int = DEFAULT_TOP, all_sites: bool = False) -> Report:
+    """The shards' figures and the rows of the ``top`` first sites the indexes name (every
+    registered site with ``all_sites``), 500 sites per round trip."""
+    sizes = ShardSizes()
+    for part in shard_sizes(frontier):
+        sizes.add(part)
+    rate = _default_rate(frontier)
+    if all_sites:
+        return Report(_rows_of(frontier, frontier.sites(), rate), sizes, True, True)
+    indexed = indexed_sites(frontier, top)
+    named = indexed.sites
+    rows = _rows_of(frontier, named[:top], rate)
+    return Report(rows, sizes, complete=not indexed.truncated and len(named) <= top)

@@ -9,6 +9,7 @@ import click
 from ..frontier import Frontier
 from ..keys import validate_site_name
 from ..policy import POLICY_FIELDS, get_policy, pause_site, resume_site, set_policy
+from ..replies import text
 from .formatting import Column, render_table
 from .options import CliError, connect, known_crawl, shared_options
 
@@ -58,14 +59,35 @@ def site_set(redis_url: str, crawl: str, name: str, rate: float | None, burst: f
 def site_show(redis_url: str, crawl: str, name: str | None, as_json: bool) -> None:
     """Show the policy of one site, or of every site with one, and the default ("*")."""
     frontier = Frontier(connect(redis_url), crawl)
-    names = [name] if name else ["*", *frontier.sites()]
-    policies = {n: get_policy(frontier, n) for n in names}
+    policies = {name: get_policy(frontier, name)} if name else {"*": get_policy(frontier, "*"), **_policies(frontier)}
     if as_json:
         click.echo(json.dumps(policies, indent=2, sort_keys=True))
         return
     columns: list[Column] = [("site", "SITE", str), *((f, f.upper(), str) for f in POLICY_FIELDS)]
     rows = [{"site": n, **{f: p.get(f, "-") for f in POLICY_FIELDS}} for n, p in policies.items() if p or n == "*" or name]
     click.echo(render_table(rows, columns))
+
+
+def _policies(frontier: Frontier, chunk: int = 1000) -> dict[str, dict[str, str]]:
+    """The policy of every registered site, ``chunk`` sites per round trip."""
+    sites = frontier.sites()
+    out: dict[str, dict[str, str]] = {}
+    for i in range(0, len(sites), chunk):
+        part = sites[i : i + chunk]
+        pipe = frontier.client.pipeline(transaction=False)
+        for s in part:
+            pipe.hgetall(frontier.site(s).policy)
+        for s, raw in zip(part, pipe.execute(), strict=True):
+            out[s] = {text(k): text(v) for k, v in raw.items() if text(k) in POLICY_FIELDS}
+    return out
+
+
+def _registered(frontier: Frontier, sites: tuple[str, ...]) -> list[bool]:
+    """Whether each site is in its shard's registry (one SISMEMBER each, not a listing)."""
+    pipe = frontier.client.pipeline(transaction=False)
+    for s in sites:
+        pipe.sismember(frontier.site(s).index.sites, s)
+    return [bool(v) for v in pipe.execute()]
 
 
 def _set_paused(redis_url: str, crawl: str, sites: tuple[str, ...], force: bool, paused: bool) -> None:
@@ -76,8 +98,7 @@ def _set_paused(redis_url: str, crawl: str, sites: tuple[str, ...], force: bool,
             raise click.BadParameter(str(exc), param_hint="SITE") from None
     client = connect(redis_url)
     frontier = known_crawl(client, crawl, redis_url)
-    registered = set(frontier.sites())
-    unknown = [s for s in sites if s not in registered]
+    unknown = [s for s, known in zip(sites, _registered(frontier, sites), strict=True) if not known]
     if unknown and not force:
         raise CliError(
             f"site(s) {', '.join(unknown)} not registered in crawl {crawl!r}; check the name,"

@@ -1,5 +1,9 @@
 """``streams-sched status`` and ``watch``: the per-site table, once or refreshed live
-with a progress line (finished / enqueued, rate and ETA) for a draining crawl."""
+with a progress line (finished / enqueued, rate and ETA) for a draining crawl.
+
+Both read the shards' figures and a row per site with work, at most ``--top`` of them
+(report.py), so they cost the same on a crawl of a million mostly idle sites; ``--all``
+reads a row for every registered site."""
 
 from __future__ import annotations
 
@@ -14,26 +18,37 @@ import click
 from ..exit_codes import EXIT_INTERRUPTED, EXIT_TIMEOUT
 from .formatting import format_duration, format_rate, render_table
 from .options import connect, known_crawl, shared_options
-from .report import SORT_KEYS, STATUS_COLUMNS, read_rows, sort_rows, summary_line, totals
+from .report import DEFAULT_TOP, SORT_KEYS, STATUS_COLUMNS, read_report, sort_rows, summary_line, totals
 
-__all__ = ["Progress", "progress_line", "status", "watch"]
+__all__ = ["Progress", "progress_line", "status", "top_options", "watch"]
+
+
+def top_options(func: Any) -> Any:
+    """--top and --all: how many sites a report reads a row for."""
+    func = click.option("--all", "all_sites", is_flag=True,
+                        help="A row for every registered site (reads each one: slow on a crawl of many sites).")(func)
+    return click.option("--top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True,
+                        help="Rows for at most this many sites with work (leases first, then ready sites).")(func)
 
 
 @click.command()
 @shared_options
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--sort", "sort_key", type=click.Choice(SORT_KEYS), default="site", show_default=True, help="Order of the rows (largest first, except site).")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=0, help="Show only the first N sites (0 = all); totals cover every site.")
-def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int) -> None:
-    """Per site: backlog by band, pending leases, oldest lease age, delayed,
-    dead letters, the ack rate over the last minute, the rate limit in force and
-    why (policy, robots, backoff, retry-after, paused, unlimited), until when a
-    Retry-After pauses it, 429/503 answers and requests dropped over its page cap."""
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=0, help="Show only the first N rows (0 = all); totals cover every row read.")
+@top_options
+def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int, top: int, all_sites: bool) -> None:
+    """The crawl's totals (sites, sites with work, enqueued, finished) and, per site with
+    work: backlog by band, pending leases, oldest lease age, delayed, dead letters, the ack
+    rate over the last minute, the rate limit in force and why (policy, robots, backoff,
+    retry-after, paused, unlimited), until when a Retry-After pauses it, 429/503 answers
+    and requests dropped over its page cap."""
     client = connect(redis_url)
     frontier = known_crawl(client, crawl, redis_url)
-    rows = read_rows(frontier)
+    report = read_report(frontier, top, all_sites)
+    rows = report.rows
     shown = sort_rows(rows, sort_key, limit)
-    t = totals(rows)
+    t = totals(rows, report)
     if as_json:
         click.echo(json.dumps({"crawl": crawl, "totals": t, "sites": shown}, indent=2))
         return
@@ -64,7 +79,8 @@ class Progress:
 
 def progress_line(t: dict[str, Any], rate: float, width: int = 24) -> str:
     """One line: a bar of finished / enqueued, what is left, the rate and an ETA."""
-    done = t["acked"] + t["dead"]
+    # "done" from report.totals (enqueued less what is left); else acked + dead letters
+    done = t.get("done", t["acked"] + t["dead"])
     total = max(t["enqueued"], done)
     left = t["backlog"] + t["pending"] + t["delayed"]
     frac = done / total if total else 1.0
@@ -91,7 +107,9 @@ def progress_line(t: dict[str, Any], rate: float, width: int = 24) -> str:
 @click.option("--until-drained", is_flag=True, help="Exit 0 once nothing is left (no backlog, lease or delayed request).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=0, help="With --until-drained: give up after this many seconds (exit 4).")
 @click.option("--progress-only", is_flag=True, help="Print only the progress line, one per refresh (for logs).")
-def watch(redis_url: str, crawl: str, interval: float, sort_key: str, limit: int, until_drained: bool, timeout: float, progress_only: bool) -> None:
+@top_options
+def watch(redis_url: str, crawl: str, interval: float, sort_key: str, limit: int, until_drained: bool, timeout: float,
+          progress_only: bool, top: int, all_sites: bool) -> None:
     """The status table, refreshed live, with a progress line for a draining crawl."""
     client = connect(redis_url)
     frontier = known_crawl(client, crawl, redis_url)
@@ -100,10 +118,11 @@ def watch(redis_url: str, crawl: str, interval: float, sort_key: str, limit: int
     started = time.monotonic()
     try:
         while True:
-            rows = read_rows(frontier)
-            t = totals(rows)
+            report = read_report(frontier, top, all_sites)
+            rows = report.rows
+            t = totals(rows, report)
             now = time.monotonic()
-            progress.add(now, t["acked"] + t["dead"])
+            progress.add(now, t["done"])
             rate = progress.rate()
             line = progress_line(t, t["rate_per_s"] if rate is None else rate)
             if progress_only:
@@ -116,7 +135,7 @@ def watch(redis_url: str, crawl: str, interval: float, sort_key: str, limit: int
                 )
                 click.echo(("\x1b[H\x1b[2J" if tty else "\n") + frame)
             left = t["backlog"] + t["pending"] + t["delayed"]
-            if until_drained and left == 0:
+            if until_drained and report.drained:
                 click.echo(f"crawl {crawl} is drained")
                 return
             if until_drained and timeout and now - started >= timeout:
