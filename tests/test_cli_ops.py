@@ -51,12 +51,25 @@ def test_status_shows_bands_pending_and_rate_over_the_last_minute(plain_redis_ur
     assert data["sites"][0]["rate_per_s"] == pytest.approx(2 / 50, rel=0.25)
 
 
+def test_ack_of_a_finished_site_costs_one_counter(plain_redis_url: str, crawl: str) -> None:
+    """An ack that leaves a site with no stream counts it in acked alone: no rate buckets, no stream, no lease left."""
+    f = frontier(plain_redis_url, crawl)
+    k = f.site("a.test")
+    f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x")])
+    entries = f.lease("a.test", "w", 1, (1, 1, 1)).entries
+    assert f.ack("a.test", [(e.stream, e.id) for e in entries]) == 1
+    stats = {n.decode(): int(v) for n, v in f.client.hgetall(k.stats).items()}
+    assert stats["acked"] == 1 and not any(n.startswith("ack") and n != "acked" for n in stats)
+    assert not f.client.exists(*k.streams) and f.client.zscore(k.index.leased, "a.test") is None
+
+
 def test_ack_buckets_count_acks_of_the_last_minute(plain_redis_url: str, crawl: str) -> None:
-    """ack.lua keeps per-10-second counts, so the rate reflects recent acks only."""
+    """ack.lua keeps per-10-second counts of a site with work left, so its rate reflects recent acks only."""
     from streams_sched.rates import acks_last_minute
 
     f = frontier(plain_redis_url, crawl)
-    f.enqueue("a.test", [Outgoing(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"x") for i in range(5)])
+    # six queued, five leased: the site still has work after the acks
+    f.enqueue("a.test", [Outgoing(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"x") for i in range(6)])
     entries = f.lease("a.test", "w", 5, (1, 1, 1)).entries
     f.ack("a.test", [(e.stream, e.id) for e in entries[:3]])
     f.ack("a.test", [(e.stream, e.id) for e in entries[3:]])
@@ -72,7 +85,8 @@ def test_ack_in_a_new_bucket_deletes_the_skipped_slots(plain_redis_url: str, cra
     k = f.site("a.test")
     for _attempt in range(3):  # a bucket boundary between the two TIME reads: once more
         f.client.delete(k.stats)
-        f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x"), Outgoing(b"", 1, 0, b"y")])
+        # one more than leased: the site still has work after the ack
+        f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x"), Outgoing(b"", 1, 0, b"y"), Outgoing(b"", 1, 0, b"z")])
         entries = f.lease("a.test", "w", 2, (1, 1, 1)).entries
         sec, _ = f.client.time()
         b = int(sec) // 10
@@ -90,7 +104,7 @@ def test_ack_after_the_clock_went_back_still_counts(plain_redis_url: str, crawl:
     slower clock) succeeds and counts in its own bucket."""
     f = frontier(plain_redis_url, crawl)
     k = f.site("a.test")
-    f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x")])
+    f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x"), Outgoing(b"", 1, 0, b"y")])
     entries = f.lease("a.test", "w", 1, (1, 1, 1)).entries
     b = int(f.client.time()[0]) // 10
     f.client.hset(k.stats, mapping={"acked": 3, "ack_b": b + 2, f"ack{(b + 2) % 6}": 3})
