@@ -650,7 +650,12 @@ class Pump(threading.Thread):
         answered = []
         group: list[LeaseOp] = []
         for site, ops in by_site.items():
-            ok = self.answers.take_healthy(site, now, site not in self.leases.by_site)
+            last = site not in self.leases.by_site
+            ok = self.answers.take_healthy(site, now, last)
+            if ok and last and self._finished(site):
+                # healthy answers of a site with nothing left and no rate feed nothing but
+                # its answer window, which expires unread: not worth three commands a page
+                ok = 0
             calls.append((site, [(a.entry.stream, a.entry.id) for a in ops], (ok, self.feedback_params) if ok else None))
             if ok:
                 answered.append((site, ok))
@@ -804,6 +809,14 @@ class Pump(threading.Thread):
         n = plan.shard
         self.shard_streak[n] += 1
         self.shard_due[n] = time.monotonic() + empty_lease_backoff(self.shard_streak[n], self.config.idle_poll_seconds)
+
+    def _finished(self, site: str) -> bool:
+        """The site's last lease reply showed no backlog, no delayed request and no rate."""
+        hint = self.hints.get(site)
+        return (
+            hint is not None and hint.backlog_http == 0 and hint.backlog_browser <= 0
+            and hint.delayed == 0 and hint.rate == 0
+        )
 
     def _drop_unleasable(self, now: float, asked: set[int]) -> None:
         """Forget named sites this worker cannot lease now (it holds its cap of them, or
