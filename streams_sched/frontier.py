@@ -859,7 +859,7 @@ class Frontier:
         if self.bloom.revisit_seconds:
             keys += self.filters(site)
         target = pipe if pipe is not None else self.client.pipeline(transaction=False)
-        target.delete(*keys)
+        target.execute_command("DEL", *keys)  # one slot; a cluster pipeline refuses a multi-key delete()
         ix = k.index
         for ready in ix.readies:
             target.zrem(ready, site)
