@@ -88,8 +88,9 @@ class AckGate:
     Where the primary has replicas, "confirmed" means on a replica too
     (replicas.py): enqueues the primary took wait in :attr:`awaiting`, by
     primary, until its barrier passes (:meth:`replicated`) or they must be sent
-    again (:meth:`resend`). Sites whose registration failed wait in
-    :attr:`unregistered` until it goes through. Either holds back every lease op.
+    again (:meth:`resend`), and hold back every lease op meanwhile. (A site is
+    registered by the enqueue that adds to it, so a registration is confirmed and
+    replicated with its enqueue.)
 
     Use per cycle: :meth:`plan` with the new operations, send what it returns,
     then report failures with :meth:`enqueue_failed`, :meth:`after_failed`,
@@ -104,13 +105,11 @@ class AckGate:
     own_dead: list[DeadLetter] = field(default_factory=list)
     #: primary -> enqueues it confirmed, not yet known to be on its replicas
     awaiting: dict[str, list[Enqueue]] = field(default_factory=dict)
-    #: sites whose registration in the crawl's site registry must be sent (again)
-    unregistered: set[str] = field(default_factory=set)
 
     def plan(self, new: list[Op]) -> tuple[list[Enqueue], list[LeaseOp]]:
         """The enqueues and lease operations to send in this cycle."""
         after: list[LeaseOp] = []
-        if not self.unconfirmed and not self.awaiting and not self.unregistered:
+        if not self.unconfirmed and not self.awaiting:
             after, self.held = self.held, []
         after += self.own_dead
         self.own_dead = []
@@ -152,11 +151,11 @@ class AckGate:
 
     def __bool__(self) -> bool:
         """True while anything is waiting to be sent or confirmed."""
-        return bool(self.unconfirmed or self.held or self.own_dead or self.awaiting or self.unregistered)
+        return bool(self.unconfirmed or self.held or self.own_dead or self.awaiting)
 
     def __len__(self) -> int:
         waiting = sum(len(c) for c in self.awaiting.values())
-        return len(self.unconfirmed) + len(self.held) + len(self.own_dead) + waiting + len(self.unregistered)
+        return len(self.unconfirmed) + len(self.held) + len(self.own_dead) + waiting
 
     def lease_ops(self) -> list[LeaseOp]:
         """Every lease operation not sent yet (to tell known leases from lost ones)."""

@@ -7,8 +7,9 @@ The reactor thread never talks to Redis. The two threads share one
 requests from its ``arrivals``. The pump batches everything of one cycle into
 one pipeline:
 
-    registrations, enqueues, the lease operations of the previous cycle,
-    politeness feedback, leases, heartbeat
+    enqueues (one enqueue.lua per shard), the lease operations of the previous
+    cycle (one ack.lua per shard), politeness feedback, leases (one lease.lua per
+    shard that named sites or is due to be asked), heartbeat
 
 The order of enqueues and acks is :class:`~streams_sched.ops.AckGate`'s:
 acks ride one cycle behind the enqueues, so a request's follow-up requests
@@ -16,9 +17,14 @@ are in Redis before its ack, even on Redis Cluster; where a primary has
 replicas, on one of them too (replicas.py: a SET + WAIT barrier per primary
 after the pipeline). What the worker holds is
 counted in a :class:`~streams_sched.leasebook.LeaseBook`; which sites to
-lease from is decided in selection.py. Besides, when idle, the pump takes
-over expired leases, checks whether the crawl is drained, moves a
-scrapy-redis feed (feed.py) and re-reads the crawl's default policy.
+lease from is decided in selection.py (plan_shards), among the sites each shard's
+ready index named in the previous call. What the pump keeps follows the sites it
+holds or recently asked, never the crawl's sites: per shard the named sites and
+when to ask again, per site a hint only while it holds leases or must wait.
+Besides, when idle, the pump takes over expired leases (at the sites each
+shard's leased index names), checks whether the crawl is drained (from the
+shards' sizes), moves a scrapy-redis feed (feed.py) and re-reads the crawl's
+default policy.
 
 Redis unreachable: the cycle is retried with back-off and the unsent
 operations wait. Redis refusing a command for good (NOPERM, WRONGTYPE, OOM at
@@ -192,11 +198,8 @@ class Pump(threading.Thread):
         #: primary -> the key its next barrier writes, and when it may be tried again
         self.sync_keys: dict[str, str] = {}
         self.next_barrier: dict[str, float] = {}
-        #: primary -> sites whose registration it confirmed, until its barrier passes
-        self.registering: dict[str, set[str]] = {}
-        #: enqueue calls and registrations Redis confirmed in this cycle
+        #: enqueue calls Redis confirmed in this cycle (each registers its sites too)
         self.confirmed: list[Enqueued] = []
-        self.confirmed_sites: set[str] = set()
         #: this cycle's WAIT reply and INFO replication, sent right after its writes (not
         #: on a cluster, whose pipeline spans several servers)
         self.inline_wait: list[Any] = []
@@ -336,18 +339,17 @@ class Pump(threading.Thread):
         primary that took them (replicas.py); run the barriers that are due."""
         guard, gate, f = self.replicas, self.gate, self.frontier
         confirmed, self.confirmed = self.confirmed, []
-        sites, self.confirmed_sites = self.confirmed_sites, set()
         inline, self.inline_wait = self.inline_wait, []
         if len(inline) == 2 and not isinstance(inline[1], Exception) and "" not in gate.awaiting:
             # WAIT and INFO came back on the connection that carried the writes
             acked = None if isinstance(inline[0], Exception) else int(inline[0])
             verdict = guard.book.judge("", acked, parse_replication(inline[1]), now)
             if verdict is Verdict.PASS:
-                confirmed, sites = [], set()
+                confirmed = []
             elif verdict is Verdict.RESEND:
-                self._send_again(confirmed, sites)
+                self._send_again(confirmed)
                 self._resent("", sum(len(c.chunk) for c in confirmed))
-                confirmed, sites = [], set()
+                confirmed = []
             else:
                 self.next_barrier[""] = now + self.config.replica_wait_ms / 1000.0
         try:
@@ -357,16 +359,9 @@ class Pump(threading.Thread):
                 if primary in gate.awaiting or guard.required(primary, now) != 0:
                     gate.await_replicas(primary, cmd.chunk)
                     self.sync_keys.setdefault(primary, key)
-            if sites:
-                key = f.keys.sync
-                primary = guard.primary_of(key)
-                if primary in gate.awaiting or guard.required(primary, now) != 0:
-                    gate.await_replicas(primary, [])
-                    self.registering.setdefault(primary, set()).update(sites)
-                    self.sync_keys.setdefault(primary, key)
         except Exception:
             # cannot tell where they went: send them again (dedupe makes that safe)
-            self._send_again(confirmed, sites)
+            self._send_again(confirmed)
             raise
         for primary in list(gate.awaiting):
             if now < self.next_barrier.get(primary, 0.0):
@@ -374,7 +369,6 @@ class Pump(threading.Thread):
             verdict = guard.barrier(primary, self.sync_keys.get(primary, f.keys.sync), now)
             if verdict is Verdict.PASS:
                 gate.replicated(primary)
-                self.registering.pop(primary, None)
                 self.sync_keys.pop(primary, None)
                 self.next_barrier.pop(primary, None)
             elif verdict is Verdict.HOLD:
@@ -386,18 +380,16 @@ class Pump(threading.Thread):
             # replaced since it confirmed them: they may be gone
             self._resend(primary)
 
-    def _send_again(self, confirmed: list[Enqueued], sites: set[str]) -> None:
-        """This cycle's confirmed enqueues and registrations go out again next cycle."""
+    def _send_again(self, confirmed: list[Enqueued]) -> None:
+        """This cycle's confirmed enqueues go out again next cycle."""
         for cmd in confirmed:
             self.gate.unconfirmed += cmd.chunk
-        self.gate.unregistered |= sites
 
     def _resend(self, primary: str) -> None:
-        """What ``primary`` confirmed may be gone: send it again, and register its sites again."""
+        """What ``primary`` confirmed may be gone: send it again (enqueue.lua registers
+        the sites again with it)."""
         gate = self.gate
         chunk = gate.resend(primary)
-        lost = self.registering.pop(primary, set())
-        gate.unregistered |= lost
         self.sync_keys.pop(primary, None)
         self.next_barrier.pop(primary, None)
         self._resent(primary, len(chunk))
@@ -440,7 +432,7 @@ class Pump(threading.Thread):
         x = self.x
         if self._stop_requested:
             # writes waiting for a replica are retried on their own schedule: do not spin
-            waiting = self.gate.awaiting or self.gate.unregistered
+            waiting = self.gate.awaiting
             return 0.0 if (x.outbox or (self.gate and not waiting)) else 0.01
         if len(x.outbox) >= OUTBOX_FLUSH:
             return 0.0

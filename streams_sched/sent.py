@@ -14,7 +14,7 @@ from .selection import ShardPlan
 
 __all__ = [
     "AFTER_STAT", "HEARTBEAT", "Enqueued", "FeedbackSent", "Heartbeat", "LeaseOpsSent", "Leased",
-    "Registered", "Sent", "Waited", "describe",
+    "Sent", "Waited", "describe",
 ]
 
 #: each kind of lease operation in log lines
@@ -26,13 +26,6 @@ AFTER_STAT: dict[type, str] = {
     Release: "streams/released",
     Extend: "streams/extended",
 }
-
-
-@dataclass(slots=True, frozen=True)
-class Registered:
-    """The crawl registry got these sites (SADD)."""
-
-    sites: set[str]
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,7 +76,7 @@ class Heartbeat:
     """The node record or its published heartbeat."""
 
 
-Sent = Registered | Enqueued | LeaseOpsSent | Leased | FeedbackSent | Waited | Heartbeat
+Sent = Enqueued | LeaseOpsSent | Leased | FeedbackSent | Waited | Heartbeat
 HEARTBEAT = Heartbeat()
 
 
@@ -98,8 +91,6 @@ def describe(cmd: Sent) -> str:
         return f"lease from shard {cmd.plan.shard}"
     if isinstance(cmd, FeedbackSent):
         return f"politeness feedback of site {cmd.site}"
-    if isinstance(cmd, Registered):
-        return "site registration"
     if isinstance(cmd, Waited):
         return "wait for replicas"
     return "heartbeat"

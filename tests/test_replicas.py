@@ -131,13 +131,3 @@ def test_gate_sends_the_enqueues_of_a_lost_primary_again_before_any_ack() -> Non
     assert enq == [enqueue(1)] and not after
     enq, after = gate.plan([])
     assert after == [ack(1)]
-
-
-def test_gate_holds_acks_while_a_registration_must_be_sent_again() -> None:
-    """A site whose registration failed would be invisible to the drain check: acks wait for it."""
-    gate = AckGate()
-    gate.plan([enqueue(1), ack(1)])
-    gate.unregistered.add("s")
-    assert gate.plan([]) == ([], [])
-    gate.unregistered.clear()
-    assert gate.plan([])[1] == [ack(1)]
