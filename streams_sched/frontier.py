@@ -466,7 +466,7 @@ class Frontier:
     def site(self, site: str) -> SiteKeys:
         keys = self._sites.get(site)
         if keys is None:
-            if len(self._sites) > 100_000:
+            if len(self._sites) > 8192:
                 self._sites.clear()  # a cache, not a registry: a broad crawl must not grow it
             keys = self._sites[site] = SiteKeys(self.crawl, site, shard_of(site, self.shards))
         return keys
