@@ -107,6 +107,30 @@ def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Fron
     return Frontier(connect(url), crawl, BloomParams(mode=mode, **bloom))
 
 
+def inbox_of(f: Frontier, site: str) -> list[tuple[int, bytes]]:
+    """The requests ``site`` keeps in its shard's inbox (a site with no stream keeps up to 8
+    there, lua/_lib.lua): (stream index, payload) each, in their order."""
+    import msgpack
+
+    from streams_sched.keys import stream_of_code
+
+    raw = f.client.hget(f.site(site).index.inbox, site)
+    if raw is None:
+        return []
+    flat = msgpack.unpackb(raw, raw=True)
+    return [(stream_of_code(int(code)), bytes(payload)) for code, payload in zip(flat[::2], flat[1::2], strict=True)]
+
+
+def queued(f: Frontier, site: str, task: str, band: str = "default") -> list[bytes]:
+    """Payloads queued for ``site``'s (task, band) stream, wherever they wait: the stream's
+    entries, then those still in its shard's inbox (the next lease moves them into the stream)."""
+    from streams_sched.keys import STREAMS
+
+    index = STREAMS.index((task, band))
+    in_stream = [fields[b"r"] for _, fields in f.client.xrange(f.site(site).streams[index])]
+    return in_stream + [payload for stream, payload in inbox_of(f, site) if stream == index]
+
+
 def error_replies(client: Any) -> int:
     """Error replies Redis counted since it started (INFO errorstats), summed over the nodes."""
     if hasattr(client, "get_nodes"):  # a cluster client: every node's section
