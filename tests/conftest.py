@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from streams_sched.connection import connect
-from streams_sched.keys import CrawlKeys, SiteKeys
+from streams_sched.keys import DEFAULT_SHARDS, CrawlKeys, SiteKeys, shard_of
 from streams_sched.testing import RedisServer, find_redisbloom, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,7 +201,8 @@ def spread_crawl_name(client: Any, sites: tuple[str, ...]) -> str:
     shards = {n.name for n in client.get_primaries()}
     for _ in range(10_000):
         name = "t" + uuid.uuid4().hex[:8]
-        site_nodes = {client.get_node_from_key(SiteKeys(name, s).tag).name for s in sites}
+        # a new crawl's sites carry their shard's tag (keys.py), whatever the crawl is called
+        site_nodes = {client.get_node_from_key(SiteKeys(name, s, shard_of(s, DEFAULT_SHARDS)).tag).name for s in sites}
         crawl_node = client.get_node_from_key(CrawlKeys(name).tag).name
         if len(site_nodes) >= min(2, len(shards)) and site_nodes | {crawl_node} == shards:
             return name
