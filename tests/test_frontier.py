@@ -11,7 +11,7 @@ import redis
 
 from streams_sched.connection import connect
 from streams_sched.frontier import Outgoing
-from streams_sched.keys import GROUP, STREAMS, SiteKeys
+from streams_sched.keys import DEFAULT_SHARDS, GROUP, STREAMS, ShardKeys, SiteKeys, shard_of
 
 from helpers import false_positive_rate, frontier, wait_for, with_user
 
@@ -33,7 +33,7 @@ def test_enqueue_adds_each_fingerprint_once(redis_url: str, dedupe: str, crawl: 
     assert (added, dups, delayed, flags) == (2, 1, 0, b"110")
     added, dups, _, flags = f.enqueue("a.test", [out(2), out(3)])
     assert (added, dups, flags) == (1, 1, b"01")
-    assert f.client.xlen(SiteKeys(crawl, "a.test").stream("http", "default")) == 3
+    assert f.status("a.test").backlog == 3  # (a small site's requests may wait in its shard's inbox)
 
 
 def test_dont_filter_skips_dedupe(redis_url: str, dedupe: str, crawl: str) -> None:
@@ -43,17 +43,23 @@ def test_dont_filter_skips_dedupe(redis_url: str, dedupe: str, crawl: str) -> No
 
 
 def test_sites_dedupe_independently(redis_url: str, dedupe: str, crawl: str) -> None:
-    """Each site has its own seen filter (no script touches two sites)."""
+    """Each site has its own seen filter, also beside another site of its shard in one call."""
+    from streams_sched.frontier import parse_enqueue
+
     f = frontier(redis_url, crawl, dedupe)
     assert f.enqueue("a.test", [out(1)])[0] == 1
     assert f.enqueue("b.test", [out(1)])[0] == 1
+    assert f.site("a.test").shard == f.site("s.test").shard  # one enqueue.lua call serves both
+    parts = f.enqueue_shard([("a.test", [out(2), out(1)]), ("s.test", [out(2), out(1)])])
+    assert [parse_enqueue(p)[:2] for p in parts] == [(1, 1), (2, 0)]
 
 
 def test_every_key_of_a_site_shares_one_cluster_slot(crawl: str) -> None:
-    """All keys of one site hash to the same Redis Cluster slot."""
+    """All keys of one site hash to the same Redis Cluster slot, with its shard's indexes."""
     from redis.crc import key_slot
 
-    keys = SiteKeys(crawl, "example.com").all
+    shard = shard_of("example.com", DEFAULT_SHARDS)
+    keys = SiteKeys(crawl, "example.com", shard).all + ShardKeys(crawl, shard).all
     assert len({key_slot(k.encode()) for k in keys}) == 1
 
 

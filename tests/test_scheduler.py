@@ -12,7 +12,8 @@ import scrapy
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.config import StreamsConfig
-from streams_sched.keys import GROUP, SiteKeys
+from streams_sched.frontier import Frontier
+from streams_sched.keys import GROUP
 from streams_sched.scheduler import StreamsScheduler
 
 from helpers import wait_for
@@ -61,8 +62,9 @@ def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: red
     """While a follow-up request cannot be enqueued, its parent stays leased; once it can, child then ack."""
     sched.enqueue_request(scrapy.Request("http://parent.test/"))
     parent = next_request(sched)
-    parent_stream = SiteKeys(crawl, "parent.test").stream("http", "default")
-    child_keys = SiteKeys(crawl, "child.test")
+    f = Frontier(r, crawl)
+    parent_stream = f.site("parent.test").stream("http", "default")
+    child_keys = f.site("child.test")
     r.hset(child_keys.seen, "x", "wrong type")  # the child's enqueue script now fails
     sched.enqueue_request(scrapy.Request("http://child.test/"))
     sched.request_done(parent)
@@ -70,18 +72,21 @@ def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: red
     cycles = pump._cycles
     wait_for(lambda: pump._cycles > cycles + 3, timeout=30, what="a few I/O cycles")
     assert r.xpending(parent_stream, GROUP)["pending"] == 1  # not acked
-    assert r.exists(child_keys.stream("http", "default")) == 0
+    child = f.status("child.test")
+    assert (child.backlog, child.pending) == (0, 0)
     r.delete(child_keys.seen)  # the failure clears
     # acked: its stream, now empty, is retired with its group
     wait_for(lambda: r.exists(parent_stream) == 0, timeout=30, what="the parent's ack")
-    assert r.xlen(child_keys.stream("http", "default")) == 1
+    child = f.status("child.test")  # in its inbox or stream, or already leased by this worker
+    assert child.backlog + child.pending == 1
 
 
 def test_a_refused_command_is_logged_once_and_retried_with_back_off(
     sched: StreamsScheduler, r: redis.Redis, crawl: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A WRONGTYPE refusal is logged once however often it is retried, the retries back off, and its end is logged with the count."""
-    child_keys = SiteKeys(crawl, "child.test")
+    f = Frontier(r, crawl)
+    child_keys = f.site("child.test")
     r.hset(child_keys.seen, "x", "wrong type")  # enqueue.lua now fails with WRONGTYPE, every time
     pump = sched._pump
     assert pump is not None
@@ -95,7 +100,7 @@ def test_a_refused_command_is_logged_once_and_retried_with_back_off(
         errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
         assert len(errors) == 1 and "refused the enqueue to site child.test" in errors[0].getMessage(), [e.getMessage() for e in errors]
         r.delete(child_keys.seen)
-        wait_for(lambda: r.xlen(child_keys.stream("http", "default")) == 1, timeout=30, what="the enqueue")
+        wait_for(lambda: f.status("child.test").stats.get("enqueued") == 1, timeout=30, what="the enqueue")
         wait_for(lambda: not pump.refusals, timeout=30, what="the refusal to clear")
     ended = [rec.getMessage() for rec in caplog.records if "accepts the enqueue to site child.test again" in rec.getMessage()]
     assert len(ended) == 1 and "after refusing it" in ended[0], ended
@@ -107,7 +112,7 @@ def test_close_hands_back_prefetched_requests(sched: StreamsScheduler, r: redis.
     """Requests leased ahead but never started go back to the backlog when the worker closes."""
     for i in range(3):
         sched.enqueue_request(scrapy.Request(f"http://a.test/{i}"))
-    stream = SiteKeys(crawl, "a.test").stream("http", "default")
+    stream = Frontier(r, crawl).site("a.test").stream("http", "default")
     wait_for(lambda: sched._pump.leases.total == 3 and r.xpending(stream, GROUP)["pending"] == 3, timeout=10)
     started = next_request(sched)
     sched.request_done(started)
@@ -193,7 +198,7 @@ def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, 
     f.register_sites(["a.test"])
     f.enqueue("a.test", [Outgoing(bytes([i]) * 20, 1, 0, b"x") for i in range(3)])
     f.lease("a.test", "node-a", 3, (1, 1, 1))  # the previous run died holding these
-    stream = SiteKeys(crawl, "a.test").stream("http", "default")
+    stream = f.site("a.test").stream("http", "default")
     old_leases = {p["message_id"] for p in r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")}
     assert len(old_leases) == 3
     s = make(redis_url, dedupe, crawl, STREAMS_NODE_ID="node-a", STREAMS_MAX_DELIVERIES=5, STREAMS_LEASE_SECONDS=300)
@@ -201,7 +206,7 @@ def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, 
         # handed back at open (release.lua re-adds each entry and deletes the leased one),
         # long before the 300 s lease would expire
         wait_for(lambda: not any(r.xrange(stream, i, i) for i in old_leases), timeout=10, what="the old leases to be handed back")
-        assert int(r.hget(SiteKeys(crawl, "a.test").stats, "released") or 0) == 3
+        assert int(r.hget(f.site("a.test").stats, "released") or 0) == 3
         assert r.xlen(stream) == 3  # the same three requests, as new entries
     finally:
         s.close("test")
@@ -213,7 +218,7 @@ def test_extend_lease_resets_the_lease_clock(sched: StreamsScheduler, r: redis.R
     """A long-running request can extend its own lease: its idle time in Redis starts over."""
     sched.enqueue_request(scrapy.Request("http://slow.test/"))
     req = next_request(sched)
-    stream = SiteKeys(crawl, "slow.test").stream("http", "default")
+    stream = Frontier(r, crawl).site("slow.test").stream("http", "default")
     wait_for(lambda: r.xpending_range(stream, GROUP, "-", "+", 1)[0]["time_since_delivered"] >= 300, timeout=10)
     assert sched.extend_lease(req)
     wait_for(lambda: r.xpending_range(stream, GROUP, "-", "+", 1)[0]["time_since_delivered"] < 300, timeout=10, what="the lease to be extended")
