@@ -23,11 +23,17 @@ MAX_BYTES_PER_SITE = 400
 
 
 def key_bytes(client: redis.Redis) -> dict[str, int]:
-    """MEMORY USAGE of every key, summed by the key's last name part (seen, stats, q:http:default...)."""
+    """MEMORY USAGE of every key, summed by kind: a site's keys by their name after the site
+    (seen, stats, q for the streams...), a shard's indexes by theirs (#sites, #stats, ...),
+    crawl-level keys by theirs (meta, nodes, ...)."""
     out: dict[str, int] = defaultdict(int)
     for key in client.scan_iter(count=1000):
         name = key.decode()
-        kind = name.split("}:", 1)[-1] if "}:" in name else name
+        tag, _, kind = name.partition("}:")
+        if not kind:
+            kind = name
+        elif "/#" in tag and not kind.startswith("#"):
+            kind = kind.split(":", 1)[1]  # ss:{crawl/#n}:<site>:<kind>
         out["q" if kind.startswith("q:") else kind.split(":")[0]] += int(client.memory_usage(key, samples=0) or 0)
     return dict(out)
 
