@@ -10,14 +10,16 @@ import pytest
 
 from streams_sched import keys, script_keys
 from streams_sched.frontier import NO_MASK, Outgoing
-from streams_sched.keys import BANDS, SITE_TASK, STREAMS, SiteKeys
+from streams_sched.keys import BANDS, SITE_TASK, STREAMS, ShardKeys, SiteKeys
 from streams_sched.scripts import SCRIPT_NAMES, read_lua
 
-from helpers import frontier
+from helpers import frontier, queued
 
 ROOT = Path(__file__).resolve().parent.parent
 STREAM_NAMES = " ".join(f"{t}:{b}" for t, b in STREAMS)
-KEYS_LINE = re.compile(r"^-- KEYS\[(\d+)(?:\.\.(\d*))?\]\s+(\w+)", re.M)
+KEYS_LINE = re.compile(r"^-- KEYS\[(\d+)(?:\.\.(\d*))?\]\s+(shard stats|per site, [^:]*:|[\w:]+)")
+#: a line of a per-site key group: a role (and how many keys it is), indented under the row
+GROUP_LINE = re.compile(r"^--(\s+)([a-z][\w:]*)(?: \((\d+)\))?(?:\s|$)")
 
 
 def lua_constants() -> dict[str, int]:
@@ -53,27 +55,95 @@ def test_stream_for_and_mask_follow_streams_order() -> None:
     assert keys.BROWSER_FIRST_STREAM == keys.stream_for("browser", 0)
 
 
+def key_rows(text: str) -> list[tuple[int, str, str, list[tuple[str, int]]]]:
+    """A header's KEYS rows: (first index, last index or '' for "to the end" or '-' for one
+    key, role, the group's rows) where a row "KEYS[n..] per site, N keys:" is followed by
+    the keys each site repeats, one role a line, as (role, count): ``streams (6)`` says
+    how many keys the role is, 0 when the line does not say."""
+    rows: list[tuple[int, str, str, list[tuple[str, int]]]] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = KEYS_LINE.match(line)
+        if not m:
+            continue
+        first, last, rest = int(m[1]), m[2], m[3]
+        if last is None:
+            last = "-"
+        if rest.startswith("per site"):
+            group: list[tuple[str, int]] = []
+            indent = None
+            for more in lines[i + 1 :]:
+                g = GROUP_LINE.match(more)
+                if not g or (indent is not None and len(g[1]) > indent):
+                    if g is None:
+                        break
+                    continue  # a role's description goes on
+                indent = len(g[1]) if indent is None else indent
+                group.append((g[2], int(g[3]) if g[3] else 0))
+            rows.append((first, last, rest, group))
+        else:
+            rows.append((first, last, rest, []))
+    return rows
+
+
+def site_roles(k: SiteKeys, filters: list[str]) -> dict[str, list[str]]:
+    return {"delayed": [k.delayed], "dlq": [k.dlq], "stats": [k.stats], "policy": [k.policy], "obs": [k.obs],
+            "streams": list(k.streams), "pairs": filters, "filters": filters}
+
+
+def shard_roles(ix: ShardKeys) -> dict[str, list[str]]:
+    return {"ready:http": [ix.ready("http")], "ready:browser": [ix.ready("browser")], "leased": [ix.leased],
+            "inbox": [ix.inbox], "sites": [ix.sites], "shard stats": [ix.stats]}
+
+
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_keys_builder_mirrors_the_script_header(name: str) -> None:
-    """Each script's KEYS builder puts every key where the script's header says it is."""
-    k = SiteKeys("c", "s.test")
-    filters = ["F1", "F1:meta", "F2", "F2:meta"]
-    built = script_keys.BUILDERS[name](k, filters) if name == "enqueue" else script_keys.BUILDERS[name](k)
-    roles = {"delayed": [k.delayed], "dlq": [k.dlq], "stats": [k.stats], "policy": [k.policy], "obs": [k.obs],
-             "streams": list(k.streams), "pairs": filters}
-    text = header(name)
-    rows = KEYS_LINE.findall(text)
+    """Each script's KEYS builder puts every key where the script's header says it is; in a
+    script that serves several sites of a shard, each site's keys repeat as the header's
+    per-site group says, as many as it counts."""
+    shard = ShardKeys("c", 3)
+    sites = [SiteKeys("c", "s.test", 3), SiteKeys("c", "t.test", 3)]
+    filters = [["F1", "F1:meta", "F2", "F2:meta"], ["G1", "G1:meta", "G2", "G2:meta"]]
+    rows = key_rows(header(name))
     assert rows, f"{name}.lua has no KEYS header"
+    multi = any(group for _, _, _, group in rows)
+    if name == "enqueue":
+        built = script_keys.enqueue(shard, list(zip(sites, filters, strict=True)))
+    elif multi:
+        built = script_keys.BUILDERS[name](shard, sites)
+    else:
+        sites, filters = sites[:1], filters[:1]
+        built = script_keys.BUILDERS[name](sites[0])
     expected: list[str] = []
-    for first, last, role in rows:
-        assert int(first) == len(expected) + 1, f"{name}.lua: KEYS[{first}] does not follow KEYS[{len(expected)}]"
+    for first, last, role, group in rows:
+        assert first == len(expected) + 1, f"{name}.lua: KEYS[{first}] does not follow KEYS[{len(expected)}]"
+        if group:
+            assert last == "" and (first, last, role) == rows[-1][:3], f"{name}.lua: the per-site group comes last"
+            counted = re.fullmatch(r"per site, (\d+)(?: \+ 2 \* ARGV\[\d+\])? keys:", role)
+            assert counted, f"{name}.lua: KEYS[{first}..] {role}"
+            sized = site_roles(sites[0], filters[0])
+            unknown = [r for r, _ in group if r not in sized]
+            assert not unknown, f"{name}.lua: the per-site group has unknown roles {unknown}"
+            fixed = sum(n or len(sized[r]) for r, n in group if r not in ("filters", "pairs"))
+            assert fixed == int(counted[1]), f"{name}.lua: the per-site group lists {fixed} keys, says {counted[1]}"
+            assert ("ARGV" in role) == any(r in ("filters", "pairs") for r, _ in group), f"{name}.lua: {role}"
+            for k, f in zip(sites, filters, strict=True):
+                roles = site_roles(k, f)
+                for r, n in group:
+                    assert r in ("filters", "pairs") or n in (0, len(roles[r])), f"{name}.lua: {r} ({n})"
+                    expected += roles[r]
+            continue
+        roles = {**site_roles(sites[0], filters[0]), **(shard_roles(shard) if multi else shard_roles(sites[0].index))}
+        assert role in roles, f"{name}.lua: KEYS[{first}] has the unknown role {role!r}"
         want = roles[role]
-        if last:  # KEYS[a..b]: exactly the role's keys
-            assert int(last) - int(first) + 1 == len(want), f"{name}.lua: KEYS[{first}..{last}] {role}"
+        if last not in ("", "-"):  # KEYS[a..b]: exactly the role's keys
+            assert int(last) - first + 1 == len(want), f"{name}.lua: KEYS[{first}..{last}] {role}"
+        else:
+            assert len(want) == 1, f"{name}.lua: KEYS[{first}] names one key, {role} is {len(want)}"
         expected += want
     assert built == expected
-    if "streams" in [r[2] for r in rows]:
-        assert STREAM_NAMES in text, f"{name}.lua names its streams in another order"
+    if any(r == "streams" for _, _, r, _ in rows) or any(r == "streams" for *_, g in rows for r, _ in g):
+        assert STREAM_NAMES in header(name), f"{name}.lua names its streams in another order"
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
@@ -111,8 +181,7 @@ def test_site_task_code_routes_by_the_site_policy(redis_url: str, dedupe: str, c
         items.append(Outgoing(fp, keys.stream_for(None, band), 0, b"p%d" % band))
     items.append(Outgoing(b"", keys.stream_for("http", 2), 0, b"explicit"))
     assert f.enqueue("b.test", items)[0] == len(BANDS) + 1
-    k = f.site("b.test")
-    lengths = {STREAMS[i]: int(f.client.xlen(key)) for i, key in enumerate(k.streams)}
+    lengths = {(t, b): len(queued(f, "b.test", t, b)) for t, b in STREAMS}  # inbox or stream
     assert lengths == {s: (1 if s[0] == "browser" or s == ("http", "low") else 0) for s in STREAMS}
     reply = f.lease("b.test", "n1", 10, [1, 1, 1], max_browser=10)
     got = sorted((STREAMS[e.stream], e.payload) for e in reply.entries)
@@ -120,14 +189,30 @@ def test_site_task_code_routes_by_the_site_policy(redis_url: str, dedupe: str, c
 
 
 def test_default_policy_fields_are_lease_argv_order() -> None:
-    """The crawl's default policy goes to lease.lua in the order its header names, as policy fields."""
-    from streams_sched.frontier import DEFAULT_POLICY_FIELDS
+    """The crawl's default policy goes to lease.lua where its header says, in the order it names, as policy fields."""
+    import redis
+
+    from streams_sched.frontier import DEFAULT_POLICY_FIELDS, Frontier
     from streams_sched.policy import POLICY_FIELDS
 
     assert set(DEFAULT_POLICY_FIELDS) <= set(POLICY_FIELDS)
-    named = re.search(r"ARGV\[11\.\.15\].*\n--\s+(.*)", header("lease"))
+    named = re.search(r"ARGV\[(\d+)\.\.(\d+)\]\s+the crawl's defaults.*\n--\s+(.*)", header("lease"))
     assert named is not None
-    assert [w.split(" ")[0] for w in named[1].split(", ")] == list(DEFAULT_POLICY_FIELDS)
+    first, last = int(named[1]), int(named[2])
+    assert [w.split(" ")[0] for w in named[3].split(", ")] == list(DEFAULT_POLICY_FIELDS)
+    assert last - first + 1 == len(DEFAULT_POLICY_FIELDS)
+
+    class Recorder:
+        def execute_command(self, *command: object) -> None:
+            self.command = command
+
+    f = Frontier(redis.Redis(), "c", shards=4)  # (registering scripts needs no server)
+    f.default_policy = tuple(f"<{name}>" for name in DEFAULT_POLICY_FIELDS)
+    pipe = Recorder()
+    f.lease_shard(0, "n1", [("s.test", 1, 1, 0)], (1, 1, 1), pipe=pipe)
+    n_keys = int(pipe.command[2])  # EVALSHA sha numkeys keys... args...
+    argv = pipe.command[3 + n_keys :]
+    assert list(argv[first - 1 : last]) == list(f.default_policy)
 
 
 @pytest.mark.cluster
