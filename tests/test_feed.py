@@ -16,7 +16,6 @@ from streams_sched.codec import RequestCodec
 from streams_sched.connection import connect
 from streams_sched.feed import FEED_DLQ_SITE, FeedMover, parse_feed_entry
 from streams_sched.frontier import Frontier, crawl_bloom
-from streams_sched.keys import SiteKeys
 from streams_sched.redis_spider import adopt_redis_spider, is_redis_spider
 
 from helpers import Worker, base_settings, crawl_to_end, read_items, wait_for
@@ -61,7 +60,8 @@ def _mover(client: Any, crawl: str, key: str, kind: str = "list", batch: int = 1
 
 
 def _backlog(client: Any, crawl: str, site: str) -> int:
-    return sum(client.xlen(k) for k in SiteKeys(crawl, site).streams)
+    """Requests queued for ``site``, in its streams or its shard's inbox."""
+    return Frontier(client, crawl).status(site).backlog
 
 
 @pytest.mark.cluster
@@ -88,7 +88,7 @@ def test_mover_moves_every_entry_and_dead_letters_bad_ones(redis_url: str, crawl
     assert total["added"] == 250 and total["dead"] == 1
     assert total["dups"] == (1 if kind == "list" else 0)  # a set/zset holds the repeated URL once
     assert sum(_backlog(client, crawl, f"site{i}.test") for i in range(3)) == 250
-    (letter,) = client.xrange(SiteKeys(crawl, FEED_DLQ_SITE).dlq)
+    (letter,) = client.xrange(Frontier(client, crawl).site(FEED_DLQ_SITE).dlq)
     assert letter[1][b"r"] == b"nonsense" and b"URL" in letter[1][b"reason"]
 
 
@@ -252,7 +252,7 @@ def test_feed_moves_under_the_worker_acl(plain_redis_url: str, crawl: str, tmp_p
         crawl_to_end(Worker(settings, tmp_path / "w.log", spider="spiders.FeedSpider"), timeout=60)
         assert len(read_items(items)) == 20
         assert acl.denials(admin, "worker") == []
-        assert admin.xlen(SiteKeys(crawl, FEED_DLQ_SITE).dlq) == 1
+        assert admin.xlen(Frontier(admin, crawl).site(FEED_DLQ_SITE).dlq) == 1
     finally:
         acl.deluser(admin, "worker")
 
