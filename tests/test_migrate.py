@@ -16,11 +16,12 @@ from streams_sched.cli import main
 from streams_sched.connection import connect
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.frontier import Frontier
-from streams_sched.keys import CrawlKeys, SiteKeys
+from streams_sched.keys import CrawlKeys
 from streams_sched.legacy import LEGACY_FIELD, legacy_fingerprint
 from streams_sched.migrate import request_from_scrapy_redis
 
 from helpers import Worker, base_settings, crawl_to_end
+from helpers import queued as queued_payloads
 
 SITES, PAGES = 2, 100
 
@@ -75,7 +76,7 @@ def test_half_done_scrapy_redis_crawl_is_finished_by_streams_sched(plain_redis_u
     assert "start URLs: 3 read, 0 added, 2 duplicate(s), 0 dead-lettered" in again.output, again.output
     assert "0 new in" in again.output
     assert client.hget(CrawlKeys(crawl).meta, LEGACY_FIELD) == CrawlKeys(crawl).legacy_seen.encode()
-    assert client.xlen(SiteKeys(crawl, "_migrate").dlq) == 1
+    assert client.xlen(Frontier(client, crawl).site("_migrate").dlq) == 1
 
     # 3. two streams-sched workers finish the crawl
     new = base_settings(plain_redis_url, crawl, "bitmap", tmp_path / "items.jsonl", SYNTH_SITES=SITES, SYNTH_PAGES=PAGES,
@@ -139,11 +140,11 @@ def test_migrates_from_a_plain_redis_into_a_cluster(redis_url: str, plain_redis_
         again = CliRunner().invoke(main, ["migrate-scrapy-redis", "--redis-url", redis_url, "--spider", "synthetic", *args])
         assert "pending requests: 30 read, 0 added, 30 already there" in again.output, again.output
     assert client.scard(CrawlKeys(crawl).legacy_seen) == 90
-    backlog = sum(client.xlen(k) for s in range(3) for k in SiteKeys(crawl, f"site{s}.test").streams)
-    assert backlog == 90 + 2
-    high = client.xrange(SiteKeys(crawl, "site1.test").stream("http", "high"))
+    f = Frontier(client, crawl)
+    assert sum(f.status(f"site{s}.test").backlog for s in range(3)) == 90 + 2
+    high = queued_payloads(f, "site1.test", "http", "high")
     codec_spider = SyntheticSpider()
     from streams_sched.codec import RequestCodec
 
-    decoded = [RequestCodec(codec_spider).decode(fields[b"r"]) for _, fields in high]
+    decoded = [RequestCodec(codec_spider).decode(payload) for payload in high]
     assert decoded and all(r.callback == codec_spider.parse_other and r.priority >= 1 for r in decoded)

@@ -14,9 +14,10 @@ from streams_sched.cli import main
 from streams_sched.codec import RequestCodec
 from streams_sched.connection import connect
 from streams_sched.frontier import Frontier, Outgoing, crawl_bloom
-from streams_sched.keys import SiteKeys
 from streams_sched.legacy import LEGACY_FIELD, legacy_fingerprint
 from streams_sched.policy import set_policy
+
+from helpers import queued
 
 
 class _Spider(Spider):
@@ -30,7 +31,8 @@ class _Spider(Spider):
 
 
 def _entries(client: Any, crawl: str, site: str, task: str, band: str = "default") -> list[bytes]:
-    return [fields[b"r"] for _, fields in client.xrange(SiteKeys(crawl, site).stream(task, band))]
+    """Payloads queued for one stream of ``site`` (in the stream or its shard's inbox)."""
+    return queued(Frontier(client, crawl), site, task, band)
 
 
 @pytest.mark.cluster
