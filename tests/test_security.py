@@ -17,7 +17,8 @@ from streams_sched import acl
 from streams_sched.connection import connect, connect_ready
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import RedisUnavailable
-from streams_sched.keys import CrawlKeys, SiteKeys
+from streams_sched.frontier import Frontier
+from streams_sched.keys import CrawlKeys
 from streams_sched.testing import RedisServer, TlsFiles
 
 from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, missing, wait_for, with_user
@@ -51,10 +52,10 @@ def test_worker_acl_user_cannot_touch_another_crawl(plain_redis_url: str, crawl:
     acl.setuser(admin, "worker", "pw", "worker", crawl)
     try:
         mine = connect(with_user(plain_redis_url, "worker", "pw"))
-        mine.xadd(SiteKeys(crawl, "a.test").stream("http", "default"), {"r": b"x"})
+        mine.xadd(Frontier(admin, crawl).site("a.test").stream("http", "default"), {"r": b"x"})
         other = "other-" + crawl
         with pytest.raises(redis.exceptions.NoPermissionError):
-            mine.xadd(SiteKeys(other, "a.test").stream("http", "default"), {"r": b"x"})
+            mine.xadd(Frontier(admin, other).site("a.test").stream("http", "default"), {"r": b"x"})
         with pytest.raises(redis.exceptions.NoPermissionError):
             mine.hgetall(CrawlKeys(other).nodes)
         with pytest.raises(redis.exceptions.NoPermissionError):
@@ -79,7 +80,7 @@ def test_monitor_rules_are_read_only(plain_redis_url: str, crawl: str) -> None:
         assert f.status("a.test", client=ro).backlog == 0
         ro.hgetall(CrawlKeys(crawl).nodes)
         for write in (
-            lambda: ro.xadd(SiteKeys(crawl, "a.test").stream("http", "high"), {"r": "x"}),
+            lambda: ro.xadd(f.site("a.test").stream("http", "high"), {"r": "x"}),
             lambda: ro.hset(CrawlKeys(crawl).nodes, "n", "x"),
             lambda: ro.evalsha(f.scripts.ack.sha, 0),
             lambda: ro.script_load("return 1"),
