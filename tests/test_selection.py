@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from streams_sched.retry_after import retry_after_seconds
 from streams_sched.seen import SeenCache
-from streams_sched.selection import DrainDetector, SiteHint, band_for, plan_leases, returning_credit
+from streams_sched.selection import (
+    DrainDetector,
+    ShardPlan,
+    SiteHint,
+    band_for,
+    plan_leases,
+    plan_shards,
+    returning_credit,
+)
 
 
 def test_band_for_thresholds() -> None:
@@ -51,6 +59,55 @@ def test_plan_browser_only_with_room() -> None:
     assert plan_leases(0.0, hints, {}, total_room=4, per_site_cap=8, browser_room=0) == []
     plan = plan_leases(0.0, hints, {}, total_room=4, per_site_cap=8, browser_room=2)[0]
     assert (plan.max_browser, plan.max_http) == (2, 0)
+
+
+def _shards(named: list[list[str]], **kw: object) -> list[ShardPlan]:
+    """plan_shards at time 1.0 with every shard due and no hints unless given."""
+    args: dict[str, object] = {"total_room": 20, "per_site_cap": 8, "browser_room": 0, "name": 16}
+    args.update(kw)
+    hints = args.pop("hints", {})
+    held = args.pop("held", {})
+    due = args.pop("due", [0.0] * len(named))
+    return plan_shards(1.0, [dict.fromkeys(n) for n in named], due, hints, held, **args)  # type: ignore[arg-type]
+
+
+def test_shard_plans_respect_the_site_cap_what_is_held_and_the_room() -> None:
+    """A named site gets at most its cap minus what the worker holds; the calls' budgets add up to the room at most."""
+    plans = _shards([["a", "b", "c"], []], held={"a": 7}, hints={"c": SiteHint(backlog_http=0, backlog_browser=0)})
+    by_site = {p.site: p.total for plan in plans for p in plan.sites}
+    assert by_site["a"] == 1 and by_site["b"] == 8
+    assert sum(plan.budget for plan in plans) <= 20
+
+
+def test_a_due_shard_that_named_nothing_is_asked_for_names_in_its_turn() -> None:
+    """A shard that named no site is asked for ready sites (leasing nothing) once due, not before."""
+    plans = _shards([["a"], []], start=1)
+    assert (plans[0].shard, plans[0].sites, plans[0].budget, plans[0].name) == (1, [], 0, 16)
+    assert [plan.shard for plan in _shards([["a"], []], start=1, due=[0.0, 5.0])] == [0]
+
+
+def test_shard_plans_skip_sites_backing_off() -> None:
+    """A named site told to wait (rate limit, paused) is not leased before its time."""
+    plans = _shards([["a", "b"]], hints={"a": SiteHint(not_before=5.0)})
+    assert [p.site for plan in plans for p in plan.sites] == ["b"]
+
+
+def test_shard_budget_follows_how_many_sites_it_named() -> None:
+    """The room is shared among shards in proportion to the sites each named, never past the room."""
+    plans = _shards([["a", "b", "c"], ["d"]], total_room=8)
+    assert {plan.shard: plan.budget for plan in plans} == {0: 6, 1: 2}
+
+
+def test_shard_plans_give_browser_slots_only_with_room() -> None:
+    """Browser slots go to the first named sites until the browser room is spent; none without room."""
+    assert all(p.max_browser == 0 for plan in _shards([["a", "b"]]) for p in plan.sites)
+    plans = _shards([["a", "b", "c"]], browser_room=5, per_site_cap=3)
+    assert [p.max_browser for plan in plans for p in plan.sites] == [3, 2, 0]
+
+
+def test_shard_plans_take_shards_in_turn() -> None:
+    """Shards are planned from ``start`` on, so no shard is always last."""
+    assert [plan.shard for plan in _shards([["a"], ["b"], ["c"]], start=1)] == [1, 2, 0]
 
 
 def test_drain_needs_two_identical_empty_snapshots() -> None:
