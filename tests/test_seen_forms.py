@@ -189,5 +189,7 @@ def test_stale_group_state_does_not_break_a_retired_stream(redis_url: str, dedup
     assert r.exists(f.site("a.test").stream("http", "default")) == 0
     assert f.dead_letter("a.test", "w1", [(e.stream, e.id, "gone")]) == 0
     assert f.claim("a.test", "w2", 0, 10, 5)[0] == 0
-    f.enqueue("a.test", batch(["2"]))
+    f.enqueue("a.test", batch(["2"]))  # (it waits in the shard's inbox: the site has no stream)
+    again = f.lease("a.test", "w1", 1, (1, 1, 1)).entries  # recreates the stream, with its group
+    assert [x.payload for x in again] == [b"2"], again
     assert r.xinfo_groups(f.site("a.test").stream("http", "default"))[0]["name"] == GROUP.encode()
