@@ -16,7 +16,6 @@ from streams_sched import acl
 from streams_sched.connection import connect, connect_ready
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import RedisUnavailable
-from streams_sched.keys import SiteKeys
 from streams_sched.testing import RedisServer, TlsFiles
 
 from helpers import (
@@ -167,7 +166,7 @@ def test_a_redirect_is_acked_only_after_its_new_request_is_in_redis(plain_redis_
     from spiders import REDIRECT_SPECIAL
 
     client = connect(plain_redis_url)
-    target_seen = SiteKeys(crawl, "site1.test").seen
+    target_seen = frontier(plain_redis_url, crawl).site("site1.test").seen
     client.hset(target_seen, "x", "not a bloom filter")  # every enqueue to site1 fails
     settings = base_settings(
         plain_redis_url, crawl, "bitmap", tmp_path / "items.jsonl", SYNTH_SITES=2, SYNTH_SPECIAL=REDIRECT_SPECIAL,
