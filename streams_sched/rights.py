@@ -61,6 +61,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "xreadgroup": ("XREADGROUP", "GROUP", GROUP, "probe", "COUNT", "1", "STREAMS", "S", ">"),
     "zadd": ("ZADD", "K", "1", "m"),
     "zcard": ("ZCARD", "K"),
+    "zcount": ("ZCOUNT", "K", "-inf", "+inf"),
     "zrange": ("ZRANGE", "K", "0", "1"),
     "zrangebyscore": ("ZRANGEBYSCORE", "K", "0", "1"),
     "zrem": ("ZREM", "K", "m"),
