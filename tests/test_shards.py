@@ -123,6 +123,22 @@ def test_one_lease_call_serves_several_sites_within_its_budget(redis_url: str, d
     assert reply.sites[1] is not None and all(e.site == b for e in reply.sites[1].entries)
 
 
+def test_one_ack_call_acks_several_sites_of_a_shard(redis_url: str, dedupe: str, crawl: str) -> None:
+    """One ack_shard call acks entries of several sites of one shard, each counted in its own
+    part; a site left holding nothing leaves the leased index, one still holding stays."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.ensure_layout()
+    a, b = same_shard_sites(f, 2)
+    for site in (a, b):
+        f.enqueue(site, [out(f"{site}-{i}") for i in range(2)])
+    got = {site: f.lease(site, "w1", 2, WEIGHTS).entries for site in (a, b)}
+    leased = f.site(a).index.leased
+    reply = f.ack_shard([(a, [(e.stream, e.id) for e in got[a]], None), (b, [(got[b][0].stream, got[b][0].id)], None)])
+    assert [int(n) for n in reply] == [2, 1]
+    assert (f.client.zscore(leased, a), f.client.zscore(leased, b) is not None) == (None, True)
+    assert [f.status(s).stats.get("acked") for s in (a, b)] == [2, 1]
+
+
 def test_a_rate_limited_site_leaves_the_ready_index_until_its_token_is_due(redis_url: str, dedupe: str, crawl: str) -> None:
     """A site whose rate is spent is scored in its shard's ready index at its next token's time:
     not named before it, named (and leased) once Redis time reaches it."""
