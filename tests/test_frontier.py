@@ -275,3 +275,16 @@ def test_dedupe_backend_is_fixed_per_crawl(plain_redis_url: str, crawl: str) -> 
     assert detect_dedupe(client, crawl, "auto") == "bitmap"
     with pytest.raises(DedupeBackendError, match="no RedisBloom"):
         detect_dedupe(client, crawl + "x", "redisbloom")
+
+
+def test_purge_deletes_every_key_of_the_crawl_and_counts_them(plain_redis_url: str, crawl: str) -> None:
+    """purge() leaves no key of the crawl (site keys, shard indexes, meta) and returns how many it deleted."""
+    f = frontier(plain_redis_url, crawl)
+    f.ensure_layout()
+    for n, site in enumerate(["a.test", "b.test", "c.test", "s.test"]):  # a.test and s.test share a shard
+        f.enqueue(site, [out(f"{site}-{i}") for i in range(3 + 8 * (n % 2))])  # inbox, and streams
+    f.lease("b.test", "w1", 2, (1, 1, 1))
+    before = f.client.dbsize()
+    assert before > 0
+    assert f.purge() == before
+    assert f.client.dbsize() == 0
