@@ -877,10 +877,12 @@ class Frontier:
         deleted = 0
         pipe = self.client.pipeline(transaction=False)
         for i, s in enumerate(sites):
-            self.purge_site(s, pipe)
+            # the site's own keys only: the shards' indexes go whole below
+            keys = list(self.site(s).all) + (self.filters(s) if self.bloom.revisit_seconds else [])
+            pipe.execute_command("DEL", *keys)
             if i % 1000 == 999:
-                deleted += sum(int(n) for n in pipe.execute()[::7])
-        deleted += sum(int(n) for n in pipe.execute()[::7])
+                deleted += sum(int(n) for n in pipe.execute())
+        deleted += sum(int(n) for n in pipe.execute())
         for shard in self.shard_keys():
             deleted += int(self.client.delete(*shard.all))
         k = self.keys

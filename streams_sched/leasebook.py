@@ -2,7 +2,7 @@
 
 The I/O thread records every entry it leases or takes over (:meth:`LeaseBook.take`)
 and every lease that ends (:meth:`LeaseBook.end`). The counts decide how much
-more to lease (``plan_leases`` in selection.py), the browser caps, and whether
+more to lease (``plan_shards`` in selection.py), the browser caps, and whether
 the worker may take over an expired lease: a worker holds at most one
 *suspect* entry (one that failed a delivery before), so a poison request
 cannot take an innocent one down with it. The set of lease ids tells leases

@@ -1,9 +1,9 @@
 """Pure decision logic of a worker: no Redis, no Scrapy, no clocks of its own.
 
 - :func:`band_for` maps ``Request.priority`` to a priority band;
-- :class:`SiteHint` and :func:`plan_leases` decide which sites to lease from
-  and how many entries, given what this worker already holds; :func:`plan_shards`
-  does it for the sites the shards' ready indexes named, one call per shard;
+- :class:`SiteHint` and :func:`plan_shards` decide which of the sites the shards'
+  ready indexes named to lease from, and how many entries, given what this worker
+  already holds: one call per shard;
 - :class:`DrainDetector` decides when the whole crawl is drained.
 """
 
@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
-    "DrainDetector", "LeasePlan", "ShardPlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_leases",
-    "plan_shards",
+    "DrainDetector", "LeasePlan", "ShardPlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_shards",
 ]
 
 
@@ -47,14 +46,6 @@ class SiteHint:
     rate: float = 0.0
     max_browser: int = -1
 
-    def may_have_work(self, browser: bool, http: bool = True) -> bool:
-        """Worth a lease call: backlog this worker can take, or delayed requests (the
-        lease call moves due ones into their streams)."""
-        if self.delayed > 0:
-            return True
-        if http and self.backlog_http != 0:
-            return True
-        return browser and self.backlog_browser != 0
 
 
 def empty_lease_backoff(empty_streak: int, idle_poll_s: float, next_due_in_ms: int = -1) -> float:
@@ -82,73 +73,6 @@ def site_cap(hint: SiteHint, per_site_cap: int, rate_horizon_s: float = 0.5) -> 
     if hint.rate > 0:
         return max(1, min(per_site_cap, math.ceil(hint.rate * rate_horizon_s)))
     return per_site_cap
-
-
-def plan_leases(
-    now: float,
-    hints: Mapping[str, SiteHint],
-    held: Mapping[str, int],
-    *,
-    total_room: int,
-    per_site_cap: int,
-    browser_room: int,
-    http: bool = True,
-    held_browser: Mapping[str, int] | None = None,
-    served: Mapping[str, float] | None = None,
-    max_sites: int = 32,
-) -> list[LeasePlan]:
-    """Split ``total_room`` free lease slots among the sites that may have work.
-
-    ``held`` counts what this worker already holds per site (prefetched or in
-    flight); a site never gets more than ``per_site_cap - held``, so one slow
-    site cannot fill the worker. ``browser_room`` is how many more browser
-    requests this worker may hold (0 without the capability); ``http`` says
-    whether it does plain http requests. Sites are served in order of ``served / weight``
-    (weighted fairness; ``served`` counts the requests the worker handed to the engine
-    per site, the same counter the scheduler picks sites by), asking at most
-    ``max_sites`` sites per round.
-    """
-    if total_room <= 0:
-        return []
-    held_browser = held_browser or {}
-    served = served or {}
-    candidates = [
-        (served.get(site, 0.0) / hint.weight if hint.weight > 0 else float("inf"), site)
-        for site, hint in hints.items()
-        if hint.not_before <= now
-        and hint.may_have_work(browser_room > 0, http)
-        and held.get(site, 0) < site_cap(hint, per_site_cap)
-        and hint.weight > 0
-    ]
-    if not candidates:
-        return []
-    candidates.sort()
-    chosen = [site for _, site in candidates[:max_sites]]
-    # Share the room by weight, at least one each, capped per site.
-    weights = {s: hints[s].weight for s in chosen}
-    total_weight = sum(weights.values())
-    plans: list[LeasePlan] = []
-    room = total_room
-    b_room = browser_room
-    for site in chosen:
-        if room <= 0:
-            break
-        hint = hints[site]
-        cap = site_cap(hint, per_site_cap) - held.get(site, 0)
-        share = max(1, round(total_room * weights[site] / total_weight))
-        n = min(cap, share, room)
-        site_b_room = b_room
-        if hint.max_browser >= 0:
-            site_b_room = min(b_room, hint.max_browser - held_browser.get(site, 0))
-        n_browser = max(0, min(n, site_b_room)) if hint.backlog_browser != 0 or hint.delayed else 0
-        n_http = n if http and (hint.backlog_http != 0 or hint.delayed) else 0
-        if n_http == 0 and n_browser == 0:
-            continue
-        total = min(n, n_http + n_browser)
-        plans.append(LeasePlan(site, total, n_http, n_browser))
-        room -= total
-        b_room -= n_browser
-    return plans
 
 
 @dataclass(slots=True)
@@ -181,8 +105,9 @@ def plan_shards(
 
     ``named[n]`` are the ready sites shard ``n`` named to this worker, oldest first;
     ``due[n]`` is when to ask shard ``n`` again though it named none. A shard's share of
-    the room follows how many sites it named, and a call stops leasing when its share is
-    spent, so a site with one request costs one slot, not ``per_site_cap``. A site never
+    the room, and a site's, follow their weight (a site's from its last lease reply, 1
+    while unknown; a shard's the sum of its named sites'), and a call stops leasing when
+    its share is spent, so a site with one request costs one slot, not ``per_site_cap``. A site never
     gets more than ``site_cap - held`` (one slow site cannot fill the worker), and
     browser slots go to the first sites until ``browser_room`` is spent. A shard whose
     named sites run low is asked for ``name`` more in the same call. Shards are taken in
@@ -193,7 +118,13 @@ def plan_shards(
         return []
     held_browser = held_browser or {}
     shards = len(named)
-    total_named = sum(len(n) for n in named)
+
+    def weight(site: str) -> float:
+        hint = hints.get(site)
+        return hint.weight if hint is not None else 1.0
+
+    shard_weight = [sum(weight(site) for site in sites) for sites in named]
+    total_weight = sum(shard_weight) or 1.0
     plans: list[ShardPlan] = []
     room, b_room = total_room, browser_room
     for i in range(shards):
@@ -206,7 +137,7 @@ def plan_shards(
             continue
         if room <= 0:
             continue
-        share = min(room, max(1, math.ceil(total_room * len(sites) / total_named)))
+        share = min(room, max(1, math.ceil(total_room * shard_weight[n] / total_weight)))
         chosen: list[LeasePlan] = []
         counted = 0
         for site in sites:
@@ -216,6 +147,10 @@ def plan_shards(
             if hint is not None and hint.not_before > now:
                 continue
             cap = (site_cap(hint, per_site_cap) if hint is not None else per_site_cap) - held.get(site, 0)
+            if hint is not None and hint.weight <= 0:
+                continue
+            # weighted fairness: a site's share of the room follows its weight
+            cap = min(cap, max(1, round(total_room * weight(site) / total_weight)))
             if cap <= 0:
                 continue
             site_b = b_room

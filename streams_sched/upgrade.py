@@ -61,6 +61,7 @@ from .frontier import BloomParams, Frontier
 from .keys import DEFAULT_SHARDS, GROUP, MAX_SHARDS, STREAMS, CrawlKeys, SiteKeys
 from .liveness import ALIVE, node_states
 from .replies import text
+from .scripts import read_lua
 
 __all__ = [
     "Counts",
@@ -84,45 +85,14 @@ SITE_KEY_FIELDS = ("delayed", "seen", "seen_meta", "dlq", "stats", "policy", "ob
 # pending entries (0 without the group), delayed and dead-letter counts, the enqueued
 # counter, then {position, DUMP, PTTL} of each of KEYS that exists.
 # KEYS: the old keys (streams first); ARGV: group, streams, position of delayed, dlq, stats
-_READ_SITE = """
-local group, streams = ARGV[1], tonumber(ARGV[2])
-local out = {}
-for s = 1, streams do
-  local len = redis.call('XLEN', KEYS[s])
-  local pending = 0
-  if len > 0 then
-    local info = redis.pcall('XPENDING', KEYS[s], group)
-    if type(info) == 'table' and not info.err then
-      pending = tonumber(info[1])
-    end
-  end
-  out[#out + 1] = len
-  out[#out + 1] = pending
-end
-out[#out + 1] = redis.call('ZCARD', KEYS[tonumber(ARGV[3])])
-out[#out + 1] = redis.call('XLEN', KEYS[tonumber(ARGV[4])])
-out[#out + 1] = redis.call('HGET', KEYS[tonumber(ARGV[5])], 'enqueued') or ''
-for i, key in ipairs(KEYS) do
-  if redis.call('EXISTS', key) == 1 then
-    out[#out + 1] = i
-    out[#out + 1] = redis.call('DUMP', key)
-    out[#out + 1] = redis.call('PTTL', key)
-  end
-end
-return out
-"""
+#: upgrade_read.lua: what one site's old keys hold, and the DUMP of those that exist
+_READ_SITE = read_lua("upgrade_read.lua")
 #: 1-based positions in key_pairs' old keys of what _READ_SITE counts
 _DELAYED_AT, _DLQ_AT, _STATS_AT = (len(STREAMS) + 1 + SITE_KEY_FIELDS.index(n) for n in ("delayed", "dlq", "stats"))
 
 # Raise a shard's enqueued counter to at least ARGV[1] (never lower it: a worker may have
 # counted more since). One key: fine on a cluster.
-_RAISE_ENQUEUED = """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'enqueued') or '0') or 0
-if cur < tonumber(ARGV[1]) then
-  redis.call('HSET', KEYS[1], 'enqueued', ARGV[1])
-end
-return cur
-"""
+_RAISE_ENQUEUED = read_lua("raise_enqueued.lua")
 
 
 class UpgradeError(StreamsSchedError):

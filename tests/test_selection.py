@@ -9,7 +9,6 @@ from streams_sched.selection import (
     ShardPlan,
     SiteHint,
     band_for,
-    plan_leases,
     plan_shards,
     returning_credit,
 )
@@ -20,29 +19,6 @@ def test_band_for_thresholds() -> None:
     assert [band_for(p, 1, -1) for p in (5, 1, 0, -1, -9)] == [0, 0, 1, 2, 2]
 
 
-def test_plan_respects_per_site_cap_and_room() -> None:
-    """No site gets more than its cap minus what the worker holds; the total fits the room."""
-    hints = {"a": SiteHint(), "b": SiteHint(), "c": SiteHint(backlog_http=0)}
-    plans = plan_leases(0.0, hints, {"a": 7}, total_room=20, per_site_cap=8, browser_room=0)
-    by_site = {p.site: p.total for p in plans}
-    assert by_site == {"a": 1, "b": 8}
-    assert sum(by_site.values()) <= 20
-
-
-def test_plan_skips_sites_backing_off() -> None:
-    """A site told to wait (rate limit, empty, paused) is not asked before its time."""
-    hints = {"a": SiteHint(not_before=5.0), "b": SiteHint()}
-    assert [p.site for p in plan_leases(1.0, hints, {}, total_room=4, per_site_cap=8, browser_room=0)] == ["b"]
-
-
-def test_plan_serves_sites_in_proportion_to_weight() -> None:
-    """The least-served site relative to its weight is asked first and gets the larger share."""
-    hints = {"big": SiteHint(weight=3.0), "small": SiteHint(weight=1.0)}
-    plans = plan_leases(0.0, hints, {}, total_room=8, per_site_cap=100, browser_room=0, served={"big": 30, "small": 5})
-    assert plans[0].site == "small"
-    assert {p.site: p.total for p in plans} == {"small": 2, "big": 6}
-
-
 def test_returning_site_starts_level_in_served_per_weight() -> None:
     """A site back from a dry spell starts level with the least served per weight: no catch-up burst, no lost share."""
     # weight 3 back while a weight-1 site served 40: level is 40 per weight, so 120
@@ -51,14 +27,6 @@ def test_returning_site_starts_level_in_served_per_weight() -> None:
     assert returning_credit(10.0, 1.0, [(120.0, 3.0), (90.0, 1.0)]) == 40.0
     assert returning_credit(50.0, 1.0, [(120.0, 3.0)]) == 50.0  # never below its own count
     assert returning_credit(5.0, 1.0, []) == 5.0
-
-
-def test_plan_browser_only_with_room() -> None:
-    """Browser backlog is asked for only when the worker has browser room."""
-    hints = {"a": SiteHint(backlog_http=0, backlog_browser=5)}
-    assert plan_leases(0.0, hints, {}, total_room=4, per_site_cap=8, browser_room=0) == []
-    plan = plan_leases(0.0, hints, {}, total_room=4, per_site_cap=8, browser_room=2)[0]
-    assert (plan.max_browser, plan.max_http) == (2, 0)
 
 
 def _shards(named: list[list[str]], **kw: object) -> list[ShardPlan]:
@@ -72,11 +40,20 @@ def _shards(named: list[list[str]], **kw: object) -> list[ShardPlan]:
 
 
 def test_shard_plans_respect_the_site_cap_what_is_held_and_the_room() -> None:
-    """A named site gets at most its cap minus what the worker holds; the calls' budgets add up to the room at most."""
+    """A named site gets at most its cap minus what the worker holds, and its weighted share
+    of the room (20 / 3 sites = 7); the calls' budgets add up to the room at most."""
     plans = _shards([["a", "b", "c"], []], held={"a": 7}, hints={"c": SiteHint(backlog_http=0, backlog_browser=0)})
     by_site = {p.site: p.total for plan in plans for p in plan.sites}
-    assert by_site["a"] == 1 and by_site["b"] == 8
+    assert by_site["a"] == 1 and by_site["b"] == 7
     assert sum(plan.budget for plan in plans) <= 20
+
+
+def test_shard_plans_share_the_room_by_weight() -> None:
+    """Two named sites of weights 3 and 1 get 3:1 of the room, each within its cap."""
+    hints = {"a": SiteHint(weight=3.0), "b": SiteHint(weight=1.0)}
+    plans = _shards([["a"], ["b"]], hints=hints, total_room=8, per_site_cap=16)
+    by_site = {p.site: p.total for plan in plans for p in plan.sites}
+    assert by_site == {"a": 6, "b": 2}
 
 
 def test_a_due_shard_that_named_nothing_is_asked_for_names_in_its_turn() -> None:
