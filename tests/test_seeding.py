@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import pytest
 from click.testing import CliRunner
 from scrapy import Request, Spider
@@ -14,7 +15,7 @@ from streams_sched.cli import main
 from streams_sched.codec import RequestCodec
 from streams_sched.connection import connect
 from streams_sched.frontier import Frontier, Outgoing, crawl_bloom
-from streams_sched.keys import SiteKeys
+from streams_sched.keys import STREAMS
 from streams_sched.legacy import LEGACY_FIELD, legacy_fingerprint
 from streams_sched.policy import set_policy
 
@@ -30,7 +31,16 @@ class _Spider(Spider):
 
 
 def _entries(client: Any, crawl: str, site: str, task: str, band: str = "default") -> list[bytes]:
-    return [fields[b"r"] for _, fields in client.xrange(SiteKeys(crawl, site).stream(task, band))]
+    """The payloads queued for a site's (task, band) stream: in the stream, or in the shard's
+    inbox while the site is small (a flat msgpack list of stream code, payload, ...)."""
+    k = Frontier(client, crawl).site(site)
+    out = [fields[b"r"] for _, fields in client.xrange(k.stream(task, band))]
+    packed = client.hget(k.index.inbox, site)
+    if packed:
+        flat = msgpack.unpackb(packed, raw=True)
+        code = STREAMS.index((task, band)) + 1
+        out += [flat[i + 1] for i in range(0, len(flat), 2) if int(flat[i]) == code]
+    return out
 
 
 @pytest.mark.cluster
