@@ -13,6 +13,8 @@ many small sites; ``--quick``, ``--sites``). ``python -m bench replicas`` measur
 what holding acks until a replica has the follow-ups costs (bench/replicas.py).
 ``python -m bench sites`` crawls N sites of one page each for a time window, CPU-bound,
 and measures the push and the Redis memory per queued site (bench/sites.py).
+``python -m bench push`` measures how fast ``Seeder.seed()`` and ``streams-sched push``
+add one-URL sites, on one Redis and on a 3-master cluster (bench/push.py).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -144,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         from .sites import main as sites_main
 
         return sites_main(rest[1:])
+    if rest[:1] == ["push"]:  # python -m bench push: Seeder and `streams-sched push` rates (bench/push.py)
+        from .push import main as push_main
+
+        return push_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 
