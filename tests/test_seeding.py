@@ -356,3 +356,17 @@ def test_pipelined_batches_survive_a_lost_script_cache(plain_redis_url: str, cra
         result = seeder.seed(urls + urls[:2])
     assert sorted(result.added) == sorted(urls) and sorted(result.duplicates) == sorted(urls[:2])
 
+
+def test_cli_push_counts_batches_and_refuses_a_bad_url(plain_redis_url: str, crawl: str, tmp_path: Any) -> None:
+    """`streams-sched push --batch` pushes a file in batches, and a bad line stops it naming
+    the line's reason and what was pushed before it."""
+    path = tmp_path / "urls.txt"
+    path.write_text("".join(f"http://f{i}.test/\n" for i in range(9)) + "\n# comment\nhttp://f0.test/\n")
+    args = ["push", "--redis-url", plain_redis_url, "-c", crawl, "--batch", "4", "--file", str(path)]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    assert "pushed 9 request(s)" in out.output and "1 duplicate(s)" in out.output
+    path.write_text("".join(f"http://h{i}.test/\n" for i in range(9)) + "h9.test/no-scheme\n")
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code != 0
+    assert "Missing scheme in request url: h9.test/no-scheme" in out.output and "pushed 8 request(s) before it" in out.output
