@@ -14,10 +14,11 @@ emptied Redis:
   on an empty file).
 
 Every run checks that what it reports is exact: N added (N duplicates for the
-second seeding). Reported besides the rate: Redis CPU per URL (INFO cpu, summed
-over the primaries) and EVALSHA time per URL (INFO commandstats): on a machine
-where client and Redis share two cores, the rate is what this machine gives,
-and the Redis figure says what one Redis core would allow.
+second seeding). Reported besides the rate: the seeding process's CPU time per
+URL (Seeder runs), Redis CPU per URL (INFO cpu, summed over the primaries) and
+EVALSHA time per URL (INFO commandstats): on a machine where client and Redis
+share two cores, the rate is what this machine gives at that moment, and the
+CPU figures say what a core for each would allow.
 
     python -m bench push                       # 1,000,000 URLs, single and cluster
     python -m bench push --urls 100000 --targets single --kinds streams-sched,streams-sched@main
@@ -115,7 +116,7 @@ def seeder_runs(kind: str, meter: RedisMeter, url: str, crawl: str, urls: Path, 
         if r[want] != n:
             raise RuntimeError(f"{label} ({kind}): {r[want]} {want} of {n} URLs ({r})")
         out.append({"how": label, "urls": n, "seconds": r["seed_s"], "urls_per_s": n / max(r["seed_s"], 1e-9),
-                    **meter.since(before, n)})
+                    "client_cpu_us_per_url": r.get("seed_cpu_s", float("nan")) * 1e6 / n, **meter.since(before, n)})
     return out
 
 
@@ -166,13 +167,14 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, load: str) -> s
         f"Load average at the start: {load}. Seeder = `Seeder.seed()` timed around the call; push = the whole"
         " `streams-sched push --file` command (net = without its start-up).",
         "",
-        "| target | kind | how | URLs/s | net URLs/s | Redis CPU us/URL | EVALSHA us/URL | Redis bytes/URL |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| target | kind | how | URLs/s | net URLs/s | client CPU us/URL | Redis CPU us/URL | EVALSHA us/URL | Redis bytes/URL |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         net = f"{r['net_urls_per_s']:,.0f}" if "net_urls_per_s" in r else "-"
+        client = f"{r['client_cpu_us_per_url']:.1f}" if "client_cpu_us_per_url" in r else "-"
         lines.append(
-            f"| {r['target']} | {r['kind']} | {r['how']} | {r['urls_per_s']:,.0f} | {net} |"
+            f"| {r['target']} | {r['kind']} | {r['how']} | {r['urls_per_s']:,.0f} | {net} | {client} |"
             f" {r['redis_cpu_us_per_url']:.1f} | {r['evalsha_us_per_url']:.1f} | {r['used_memory_bytes'] / r['urls']:,.0f} |"
         )
     return "\n".join(lines) + "\n"
