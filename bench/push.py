@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import sys
 import tempfile
 import time
@@ -53,6 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kinds", default="streams-sched",
                    help="comma-separated streams-sched kinds (default streams-sched); KIND@REV compares revisions")
     p.add_argument("--no-cli", dest="cli", action="store_false", help="only the Seeder, not `streams-sched push`")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each measurement, interleaved (default 1)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
     a.targets = a.targets.split(",")
@@ -144,13 +147,13 @@ def run_target(target: str, args: argparse.Namespace, urls: Path, nothing: Path)
     with server:
         client = connect(server.url)
         meter = RedisMeter(client)
-        for i, kind in enumerate(args.kinds):
-            crawl = f"benchpush{i}"
+        for n, (i, kind) in enumerate((i, kind) for _ in range(args.repeat) for i, kind in enumerate(args.kinds)):
+            crawl = f"benchpush{i}-{n}"
             runs = seeder_runs(kind, meter, server.url, crawl, urls, args.urls)
             if args.cli:
                 runs.append(cli_run(kind, meter, server.url, crawl, urls, nothing, args.urls))
             for r in runs:
-                r.update(target=target, kind=kind)
+                r.update(target=target, kind=kind, load=" ".join(f"{x:.2f}" for x in os.getloadavg()))
                 say(f"{target} {kind} {r['how']}: {r['urls_per_s']:,.0f} URLs/s"
                     + (f" ({r['net_urls_per_s']:,.0f} net of {r['startup_s']:.1f} s start-up)" if "startup_s" in r else "")
                     + f", Redis {r['redis_cpu_us_per_url']:.1f} us CPU/URL, EVALSHA {r['evalsha_us_per_url']:.1f} us/URL")
@@ -165,10 +168,11 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, load: str) -> s
         f"# bench push: {args.urls:,} URLs, one per site",
         "",
         f"Load average at the start: {load}. Seeder = `Seeder.seed()` timed around the call; push = the whole"
-        " `streams-sched push --file` command (net = without its start-up).",
+        " `streams-sched push --file` command (net = without its start-up). Every run, in order:",
         "",
-        "| target | kind | how | URLs/s | net URLs/s | client CPU us/URL | Redis CPU us/URL | EVALSHA us/URL | Redis bytes/URL |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| target | kind | how | URLs/s | net URLs/s | client CPU us/URL | Redis CPU us/URL | EVALSHA us/URL"
+        " | Redis bytes/URL | load after |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         net = f"{r['net_urls_per_s']:,.0f}" if "net_urls_per_s" in r else "-"
@@ -176,13 +180,20 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, load: str) -> s
         lines.append(
             f"| {r['target']} | {r['kind']} | {r['how']} | {r['urls_per_s']:,.0f} | {net} | {client} |"
             f" {r['redis_cpu_us_per_url']:.1f} | {r['evalsha_us_per_url']:.1f} | {r['used_memory_bytes'] / r['urls']:,.0f} |"
+            f" {r['load']} |"
         )
+    if args.repeat > 1:
+        lines += ["", "Best and median URLs/s over the runs (on a shared machine the best is the one the load"
+                  " spoiled least):", "", "| target | kind | how | best | median |", "|---|---|---|---:|---:|"]
+        groups: dict[tuple[str, str, str], list[float]] = {}
+        for r in rows:
+            groups.setdefault((r["target"], r["kind"], r["how"]), []).append(r["urls_per_s"])
+        for (target, kind, how), rates in groups.items():
+            lines.append(f"| {target} | {kind} | {how} | {max(rates):,.0f} | {statistics.median(rates):,.0f} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
-    import os
-
     args = parse_args(argv)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     rows: list[dict[str, Any]] = []
