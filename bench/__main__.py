@@ -15,6 +15,8 @@ what holding acks until a replica has the follow-ups costs (bench/replicas.py).
 and measures the push and the Redis memory per queued site (bench/sites.py).
 ``python -m bench pick`` times the reactor thread per request against the number of
 ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revision).
+``python -m bench push`` measures how fast ``Seeder.seed()`` and ``streams-sched push``
+add one-URL sites, on one Redis and on a 3-master cluster (bench/push.py).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -150,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         from .pick import main as pick_main
 
         return pick_main(rest[1:])
+    if rest[:1] == ["push"]:  # python -m bench push: Seeder and `streams-sched push` rates (bench/push.py)
+        from .push import main as push_main
+
+        return push_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 

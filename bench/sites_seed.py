@@ -11,7 +11,8 @@ so the harness runs them as processes, the way it runs the workers and
 the workers will have it) and does what a Seeder does when it is made (its
 scripts, the crawl's dedupe parameters): a cost per crawl, kept out of the
 bytes per queued site. ``api`` prepares, then times ``Seeder.seed()`` on every
-URL of the file (read beforehand). Each prints one JSON object.
+URL of the file (read beforehand), in wall time and in this process's CPU time.
+Each prints one JSON object.
 """
 
 from __future__ import annotations
@@ -46,12 +47,12 @@ def main(argv: list[str]) -> int:
         client = prepare(redis_url, crawl, dedupe)
         t = time.perf_counter()
         with streams_sched.Seeder(client, crawl) as seeder:
-            made = time.perf_counter()
+            made, cpu = time.perf_counter(), time.process_time()
             result = seeder.seed(urls)
-            done = time.perf_counter()
+            done, cpu = time.perf_counter(), time.process_time() - cpu
         client.close()
         out.update({"urls": len(urls), "added": len(result.added), "duplicates": len(result.duplicates),
-                    "seed_s": done - made, "setup_s": made - t})
+                    "seed_s": done - made, "seed_cpu_s": cpu, "setup_s": made - t})
     else:
         raise SystemExit(f"unknown mode {mode!r}: prepare or api")
     print(json.dumps(out))

@@ -185,6 +185,67 @@ class RequestCodec:
             )
         return payload
 
+    def url_encoder(
+        self,
+        *,
+        callback: str | None = None,
+        errback: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+        priority: int = 0,
+        dont_filter: bool = False,
+    ) -> Callable[[str], bytes]:
+        """A function from a URL to the payload :meth:`encode` gives for ``Request(url,
+        meta=meta, priority=priority, dont_filter=dont_filter)`` with the spider methods
+        named ``callback`` and ``errback``, byte for byte. A seeder sends many such
+        requests that differ only by their URL: the fields after it are packed once.
+
+        Raises SerializationError (as :meth:`encode` would) if ``meta`` cannot travel;
+        the function raises it for a payload over ``max_bytes``."""
+        d: dict[str, Any] = {"u": ""}
+        v2 = False
+        for key, name in (("c", callback), ("e", errback)):
+            if name is not None:
+                d[key] = name
+                v2 = v2 or name[:1] == "_"
+        if meta:
+            if not TRANSIENT_META_KEYS.isdisjoint(meta):
+                meta = {k: v for k, v in meta.items() if k not in TRANSIENT_META_KEYS}
+            d["mt"] = dict(meta)
+        if priority:
+            d["p"] = priority
+        if dont_filter:
+            d["df"] = True
+        values = self.values
+        values.ext_used = False
+        try:
+            template = self._packb(d)
+        except Exception as exc:
+            raise self._explain(_Named("<GET (each URL)>"), d, exc) from None
+        v2 = v2 or values.ext_used
+        # a map's msgpack is its header and then its pairs in order, "u" first: what
+        # follows the empty URL of the template is every URL's tail
+        empty_url = b"\xa1u\xa0"
+        if template[1:4] != empty_url:  # pragma: no cover - the template is a fixmap with "u" first
+            raise AssertionError(f"unexpected payload template {template[:8]!r}")
+        head = (_with_version(template[:1]) if v2 else template[:1]) + b"\xa1u"
+        tail = template[4:]
+        pack_str = msgpack.Packer(use_bin_type=True).pack
+        max_bytes = self.max_bytes
+        method = "GET"
+
+        def encode_url(url: str) -> bytes:
+            payload: bytes = head + pack_str(url) + tail
+            if max_bytes and len(payload) > max_bytes:
+                raise SerializationError(
+                    f"<{method} {url}>",
+                    "size",
+                    f"encoded request is {len(payload)} bytes, over STREAMS_MAX_REQUEST_BYTES="
+                    f"{max_bytes}; keep large data out of meta and body",
+                )
+            return payload
+
+        return encode_url
+
     def _extra_attributes(self, request: Request, cls: type[Request]) -> dict[str, Any]:
         """The attributes ``cls`` adds to Request.attributes, where they differ from the
         defaults of a fresh instance (as Scrapy's request_from_dict passes them)."""
@@ -218,7 +279,7 @@ class RequestCodec:
         self._method_names[key] = name
         return name
 
-    def _explain(self, request: Request, d: dict[str, Any], exc: Exception) -> SerializationError:
+    def _explain(self, request: Request | _Named, d: dict[str, Any], exc: Exception) -> SerializationError:
         """Find which field (and which meta / cb_kwargs key) cannot be encoded."""
         names = {"mt": "meta", "a": "cb_kwargs", "k": "cookies", "h": "headers", "f": "flags", "x": "attributes"}
         pack = self._packb
@@ -333,6 +394,18 @@ class RequestCodec:
 
 
 _NO_DEFAULT = object()
+
+
+class _Named:
+    """Stands for a request in an error message: its repr is the text given."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
 _VERSION_PAIR = b"\xa1v" + bytes([SCHEMA_VERSION])  # msgpack of "v" and of the version
 
 

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
+import random
 from typing import Any
 
+import hiredis
 import pytest
 from click.testing import CliRunner
 from scrapy import Request, Spider
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import RequestFingerprinter
+from scrapy.utils.request import fingerprint as scrapy_fingerprint
 
 from streams_sched import Seeder, seed
 from streams_sched.cli import main
 from streams_sched.codec import RequestCodec
 from streams_sched.connection import connect
+from streams_sched.errors import SerializationError
 from streams_sched.frontier import Frontier, Outgoing, crawl_bloom
 from streams_sched.legacy import LEGACY_FIELD, legacy_fingerprint
 from streams_sched.policy import set_policy
+from streams_sched.seeding import _facts_agree, _url_facts, _Wire, outgoing_for
 
 from helpers import queued
 
@@ -123,3 +131,234 @@ def test_seed_skips_what_a_migrated_scrapy_redis_crawl_saw(redis_url: str, crawl
     client.hset(f.keys.meta, LEGACY_FIELD, f.keys.legacy_seen)
     result = seed(client, crawl, ["http://a.test/old", "http://a.test/new"])
     assert result.added == ["http://a.test/new"] and result.duplicates == ["http://a.test/old"]
+
+
+# --- the plain-URL path: what it computes must be what Scrapy computes ------------------------
+
+#: URLs of every shape the plain-URL path must treat as Scrapy does (the plain form and the
+#: ones it hands to w3lib): queries, fragments, unicode, ports, case, IPs, users, dots, escapes
+VARIED_URLS = [
+    "http://s1.test/", "http://s1.test", "https://s1.test/a/b/c.html", "http://a-b.c-d.test/x_y~z/",
+    "http://a.test/p/", "http://a.test/p//q", "http://a.test/a/./b/../c", "http://a.test/.hidden",
+    "http://a.test/p?b=2&a=1", "http://a.test/p?a=1&a=", "http://a.test/p?q=a+b&r=%20", "http://a.test/?",
+    "http://a.test/p#frag", "http://a.test/p?x=1#frag", "http://a.test/#", "http://a.test/p;params?x",
+    "http://bücher.test/ü", "http://a.test/ü?q=ü#ü", "http://例え.テスト/パス", "http://xn--bcher-kva.test/",
+    "http://a.test:8080/", "http://a.test:80/", "https://a.test:443/x", "http://a.test:0080/", "http://a.test:/",
+    "HTTP://A.TEST/P", "http://Mixed.Case.Test/Path", "http://a.test/%7Euser", "http://a.test/%7euser",
+    "http://a.test/a%2Fb", "http://a.test/sp ace", "http://a.test/\u00a0", "http://user:pw@a.test/",
+    "http://user@a.test/", "http://127.0.0.1/", "http://127.0.0.1:8000/x", "http://[::1]/", "http://[::1]:81/a",
+    "http://0x7f.1/", "http://1.2.3/", "http://a.1/", "http://a.test./", "http://a..test/", "http://-a.test/",
+    "http://a--b.test/", "http://a.test/a?b=%zz", "http://a.test/%", "https://a.test/" + "x" * 300,
+    "http://" + "l" * 70 + ".test/", "data:,hello", "about:blank", "ftp://a.test/f", "http://a.test/\\x",
+    "http://a.test/tab\there", "http://a.test/~!$&'()*+,;=:@", "http://a.test/[x]", "http://a.test/{x}",
+]
+
+
+def _scrapy_facts(url: str) -> tuple[str, str | None, bytes]:
+    request = Request(url)
+    return request.url, urlparse_cached(request).hostname, RequestFingerprinter().fingerprint(request)
+
+
+def _random_urls(n: int) -> list[str]:
+    """URLs drawn from the characters that decide which path a URL takes, half of them near
+    the plain form (seeded: the same every run)."""
+    rng = random.Random(7)
+    hosts = ["a.test", "s1.test", "A.Test", "x-y.test", "1.test", "b.c.d.test", "ü.test", "a.test:8080", "10.0.0.1",
+             "a.b1", "a.1", "xn--bcher-kva.test", "a-.test", "a.test.", "0x1.a"]
+    wide, plain = "aZ09-._~/%?#=&;:@+ !éü", "aZ09-._~/"
+    urls = []
+    for i in range(n):
+        chars = plain if i % 2 else wide
+        path = "".join(rng.choice(chars) for _ in range(rng.randint(0, 12)))
+        urls.append(f"{rng.choice(['http', 'https', 'HTTP'])}://{rng.choice(hosts)}{rng.choice(['/', ''])}{path}")
+    return urls
+
+
+def test_plain_url_facts_match_scrapy() -> None:
+    """The Request-free path gives each URL the request.url, host and fingerprint that
+    Request(url) and Scrapy's default RequestFingerprinter give it, byte for byte."""
+    assert _facts_agree()
+    for url in VARIED_URLS + _random_urls(10_000):
+        try:
+            expected = _scrapy_facts(url)
+        except ValueError:
+            with pytest.raises(ValueError):
+                _url_facts(url)
+            continue
+        assert _url_facts(url) == expected, url
+
+
+def test_plain_url_facts_refuse_what_request_refuses() -> None:
+    """A URL without a scheme is refused with Scrapy's own reason."""
+    with pytest.raises(ValueError) as scrapy_says:
+        Request("www.example.com/x")
+    with pytest.raises(ValueError) as fast_says:
+        _url_facts("www.example.com/x")
+    assert str(fast_says.value) == str(scrapy_says.value)
+
+
+def test_url_encoder_gives_the_payload_of_encode() -> None:
+    """codec.url_encoder(...)(url) is byte for byte codec.encode(Request(url, ...)), whatever the
+    options, meta values that need the version 2 format, and URL lengths (msgpack str sizes)."""
+    spider = _Spider()
+    codec = RequestCodec(spider)
+    metas: list[dict[str, Any] | None] = [
+        None, {}, {"job": "j1"}, {"when": dt.date(2024, 1, 2), "pair": (1, 2)}, {"download_latency": 0.5, "k": [1]},
+    ]
+    urls = ["http://a.test/", "http://a.test/" + "é" * 20, "http://a.test/" + "x" * 300, "http://a.test/" + "y" * 70_000]
+    for meta in metas:
+        for callback, errback in [(None, None), ("parse_list", None), (None, "on_error"), ("parse_list", "on_error")]:
+            for priority, dont_filter in [(0, False), (7, True), (-3, False)]:
+                encode = codec.url_encoder(callback=callback, errback=errback, meta=meta, priority=priority,
+                                           dont_filter=dont_filter)
+                for url in urls:
+                    request = Request(
+                        url, callback=getattr(spider, callback) if callback else None,
+                        errback=getattr(spider, errback) if errback else None,
+                        meta=meta, priority=priority, dont_filter=dont_filter,
+                    )
+                    assert encode(request.url) == codec.encode(request), (meta, callback, errback, priority, url[:30])
+
+
+def test_url_encoder_refuses_meta_that_cannot_travel() -> None:
+    """A meta value the queue cannot carry is refused when the encoder is made, naming the key."""
+    with pytest.raises(SerializationError, match=r"meta\['o'\]"):
+        RequestCodec(None).url_encoder(meta={"o": object()})
+
+
+def _as_sent(seed_: Any, codec: RequestCodec) -> dict[str, Any]:
+    """What a worker gets from a seed: its site, stream and fingerprint, and the decoded request's fields."""
+    r = codec.decode(seed_.out.payload)
+    return {
+        "site": seed_.site, "stream": seed_.out.stream, "fp": seed_.out.fp, "url": seed_.url, "req_url": r.url,
+        "callback": r.callback, "errback": r.errback, "meta": r.meta, "priority": r.priority,
+        "dont_filter": r.dont_filter, "method": r.method, "body": r.body, "headers": dict(r.headers),
+    }
+
+
+def test_plain_url_seeds_equal_request_seeds(plain_redis_url: str, crawl: str) -> None:
+    """For URL strings the Seeder's seeds (site, stream, fingerprint, and the request a worker
+    decodes) are those of the Request path (outgoing_for of Request(url, ...)), whatever the options."""
+    spider = _Spider()
+    codec = RequestCodec(spider)
+    urls = [u.strip() for u in VARIED_URLS if "://" in u and not u.startswith("ftp")]  # the Seeder strips lines
+    with Seeder(plain_redis_url, crawl) as seeder:
+        options: list[dict[str, Any]] = [
+            {}, {"priority": 5, "callback": "parse_list", "errback": "on_error"}, {"priority": -2, "dont_filter": True},
+            {"meta": {"job": "j1", "task_type": "browser"}, "site": "one.test"}, {"meta": {"when": dt.date(2024, 1, 2)}},
+        ]
+        for option in options:
+            fast = list(seeder.seeds(urls, **option))
+            extra = {**option.get("meta", {}), **({"site": option["site"]} if "site" in option else {})}
+            slow = [
+                outgoing_for(
+                    Request(u, priority=option.get("priority", 0), meta=extra or None, dont_filter=option.get("dont_filter", False)),
+                    seeder.codec, RequestFingerprinter(), callback=option.get("callback"), errback=option.get("errback"),
+                    site_of=seeder.site_of,
+                )
+                for u in urls
+            ]
+            assert [_as_sent(s, codec) for s in fast] == [_as_sent(s, codec) for s in slow], option
+
+
+def test_custom_fingerprinter_turns_the_plain_url_path_off(plain_redis_url: str, crawl: str) -> None:
+    """With a fingerprinter of the project's own, every seed is fingerprinted by it (through a Request)."""
+
+    class ByUrl:
+        def fingerprint(self, request: Request) -> bytes:
+            return hashlib.sha1(b"mine:" + request.url.encode()).digest()
+
+    class Headers(RequestFingerprinter):
+        def fingerprint(self, request: Request) -> bytes:
+            return scrapy_fingerprint(request, include_headers=["X-Tenant"])
+
+    for fingerprinter in (ByUrl(), Headers()):
+        with Seeder(plain_redis_url, crawl, fingerprinter=fingerprinter) as seeder:
+            (got,) = seeder.seeds(["http://a.test/x"])
+        assert got.out.fp == fingerprinter.fingerprint(Request("http://a.test/x"))
+
+
+def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Outgoing]]]) -> bytes:
+    """What redis-py sends for Frontier.enqueue_shard of these sites."""
+
+    class Capture:
+        def execute_command(self, *args: Any) -> None:
+            self.args = args
+
+    pipe = Capture()
+    frontier.enqueue_shard(sites, pipe)
+    return bytes(hiredis.pack_command(pipe.args))
+
+
+@pytest.mark.parametrize("revisit", [0.0, 3600.0])
+def test_packed_calls_are_what_enqueue_shard_sends(plain_redis_url: str, crawl: str, revisit: float) -> None:
+    """The Seeder's pre-packed enqueue.lua calls are, byte for byte, the commands redis-py
+    sends for Frontier.enqueue_shard of the same sites (with and without revisit buckets)."""
+    client = connect(plain_redis_url)
+    crawl_bloom(client, crawl, revisit_seconds=revisit)
+    with Seeder(client, crawl, batch=10_000) as seeder:
+        assert seeder.frontier.bloom.revisit_seconds == revisit
+        seeds = list(seeder.seeds([f"http://s{i}.test/" for i in range(40)] + ["http://s1.test/b", "http://s1.test/c"]))
+        seeds += list(seeder.seeds(["http://s2.test/low", "http://ü.test/"], priority=-5, dont_filter=True))
+        batch = seeder._prepare(seeds, _Wire(client), False)
+        assert len(batch.calls) > 1 and any(len(batch.by_site[s]) == 3 for c in batch.calls for s in c.sites)
+        for call in batch.calls:
+            expected = _enqueue_shard_bytes(seeder.frontier, [(s, [x.out for x in batch.by_site[s]]) for s in call.sites])
+            assert call.command == expected
+
+
+# --- batches in flight: what is reported stays exact ---------------------------------------
+
+
+@pytest.mark.cluster
+def test_pipelined_batches_report_each_url_exactly(redis_url: str, crawl: str) -> None:
+    """With many small batches in flight, each URL is reported added or duplicate as it was,
+    duplicates within a batch and across batches included (one Redis and a cluster)."""
+    urls = [f"http://s{i}.test/p{i % 4}" for i in range(60)]
+    again = urls[5:9] + ["http://s5.test/new"]  # the first four are duplicates, the last one is new
+    with Seeder(redis_url, crawl, batch=7) as seeder:
+        parts = list(seeder.seed_batches(urls + again + urls[:3]))
+    assert len(parts) == (len(urls) + len(again) + 3 + 6) // 7
+    added = [u for p in parts for u in p.added]
+    dups = [u for p in parts for u in p.duplicates]
+    assert sorted(added) == sorted(urls + ["http://s5.test/new"])
+    assert sorted(dups) == sorted(urls[5:9] + urls[:3])
+    assert sum(len(_entries(connect(redis_url), crawl, f"s{i}.test", "http")) for i in range(60)) == 61
+
+
+def test_a_bad_url_is_refused_after_what_went_before(plain_redis_url: str, crawl: str) -> None:
+    """A URL Scrapy refuses raises its ValueError, after every batch sent before it is reported."""
+    good = [f"http://g{i}.test/" for i in range(12)]
+    with Seeder(plain_redis_url, crawl, batch=5) as seeder:
+        parts = seeder.seed_batches([*good, "no-scheme.test/x", "http://never.test/"])
+        reported = [next(parts), next(parts)]
+        with pytest.raises(ValueError, match="Missing scheme in request url: no-scheme.test/x"):
+            next(parts)
+        assert sorted(u for p in reported for u in p.added) == sorted(good[:10])
+        # the batch the bad URL was in was not sent: seeding again adds it
+        assert seeder.seed(good).added == good[10:]
+
+
+def test_pipelined_batches_survive_a_lost_script_cache(plain_redis_url: str, crawl: str) -> None:
+    """Batches already in flight when the server has lost its scripts are sent again and
+    reported exactly (none of a NOSCRIPT call ran)."""
+    with Seeder(plain_redis_url, crawl, batch=3) as seeder:
+        seeder.client.script_flush()
+        urls = [f"http://n{i}.test/" for i in range(10)]
+        result = seeder.seed(urls + urls[:2])
+    assert sorted(result.added) == sorted(urls) and sorted(result.duplicates) == sorted(urls[:2])
+
+
+def test_cli_push_counts_batches_and_refuses_a_bad_url(plain_redis_url: str, crawl: str, tmp_path: Any) -> None:
+    """`streams-sched push --batch` pushes a file in batches, and a bad line stops it naming
+    the line's reason and what was pushed before it."""
+    path = tmp_path / "urls.txt"
+    path.write_text("".join(f"http://f{i}.test/\n" for i in range(9)) + "\n# comment\nhttp://f0.test/\n")
+    args = ["push", "--redis-url", plain_redis_url, "-c", crawl, "--batch", "4", "--file", str(path)]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    assert "pushed 9 request(s)" in out.output and "1 duplicate(s)" in out.output
+    path.write_text("".join(f"http://h{i}.test/\n" for i in range(9)) + "h9.test/no-scheme\n")
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code != 0
+    assert "Missing scheme in request url: h9.test/no-scheme" in out.output and "pushed 8 request(s) before it" in out.output

@@ -22,8 +22,10 @@ __all__ = ["push"]
 @click.option("--site", default=None, help="Put every URL in this site instead of its host.")
 @click.option("--callback", default=None, help="Spider method to call (default: parse).")
 @click.option("--dont-filter", is_flag=True, help="Skip dedupe.")
+@click.option("--batch", default=500, show_default=True, type=click.IntRange(min=1),
+              help="URLs per round of enqueue calls (one call per shard; the next round is sent while one is read).")
 @allow_eviction_option
-def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ...], priority: int, site: str | None, callback: str | None, dont_filter: bool, allow_eviction: bool) -> None:
+def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ...], priority: int, site: str | None, callback: str | None, dont_filter: bool, batch: int, allow_eviction: bool) -> None:
     """Add seed URLs to a crawl (arguments, files, or stdin when no URL is given)."""
     sources: list[Iterable[str]] = [urls]
     sources += list(files)
@@ -43,16 +45,12 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
 
     added = dups = 0
     try:
-        seeder = Seeder(client, crawl, check_server=False)
-        batch: list[str] = []
-        for source in sources:
-            for line in source:
-                batch.append(line)
-                if len(batch) >= seeder.batch:
-                    result = seeder.seed(batch, priority=priority, site=site, callback=callback, dont_filter=dont_filter)
-                    added, dups, batch = added + len(result.added), dups + len(result.duplicates), []
-        result = seeder.seed(batch, priority=priority, site=site, callback=callback, dont_filter=dont_filter)
-        added, dups = added + len(result.added), dups + len(result.duplicates)
+        seeder = Seeder(client, crawl, check_server=False, batch=batch)
+        lines = (line for source in sources for line in source)
+        # one seeding run over every line, counted batch by batch: the Seeder keeps a batch
+        # in flight while it prepares the next, and nobody needs the list of URLs
+        for part in seeder.seed_batches(lines, priority=priority, site=site, callback=callback, dont_filter=dont_filter):
+            added, dups = added + len(part.added), dups + len(part.duplicates)
     except ValueError as exc:
         raise CliError(f"{exc} (pushed {added} request(s) before it)") from None
     click.echo(f"pushed {added} request(s) to crawl {crawl} ({dups} duplicate(s) skipped)")

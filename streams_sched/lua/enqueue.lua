@@ -39,6 +39,32 @@ local ready = { KEYS[1], KEYS[2] }
 local inbox, sites_ix = KEYS[3], KEYS[5]
 local now = nil -- Redis TIME, read once, when something needs it
 local total_added = 0
+-- The shard's indexes are written once per call, not once per site (a ZADD or SADD costs
+-- about as much per site as reading its policy): members collected here, see index_all.
+local marks = { {}, {} } -- per task type: score, site, score, site, ...
+local registered = {}
+
+-- mark_ready (lib) for many sites: a site got work of task type t, ready from `at` at the latest
+local function mark_later(t, site, at)
+  local m = marks[t]
+  m[#m + 1] = at
+  m[#m + 1] = site
+end
+
+-- Write what mark_later and the site registry collected (also before an error reply: the
+-- sites enqueued before it keep their work, which must be indexed). ZADD LT applies its
+-- pairs in order, as the calls one by one would.
+local function index_all()
+  for t = 1, 2 do
+    local m = marks[t]
+    for j = 1, #m, 1000 do
+      redis.call('ZADD', ready[t], 'LT', unpack(m, j, math.min(j + 999, #m)))
+    end
+  end
+  for j = 1, #registered, 500 do
+    redis.call('SADD', sites_ix, unpack(registered, j, math.min(j + 499, #registered)))
+  end
+end
 
 local function enqueue_site(k, site, filters, first, last)
   local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2] }
@@ -110,7 +136,7 @@ local function enqueue_site(k, site, filters, first, last)
         redis.call('ZADD', K[1], now + delay, idx .. ':' .. seq .. ':' .. payload)
         delayed = delayed + 1
         for t = 1, 2 do
-          mark_ready(ready, t, site, now + delay)
+          mark_later(t, site, now + delay)
         end
       else
         fresh_now[#fresh_now + 1] = idx
@@ -171,11 +197,11 @@ local function enqueue_site(k, site, filters, first, last)
     end
     for t = 1, 2 do
       if typed[t] then
-        mark_ready(ready, t, site, at)
+        mark_later(t, site, at)
       end
     end
   end
-  redis.call('SADD', sites_ix, site)
+  registered[#registered + 1] = site
   total_added = total_added + added
   return { added, dups, delayed, table.concat(flags), over_cap }
 end
@@ -190,12 +216,14 @@ while i <= #ARGV do
   end
   local reply = enqueue_site(k, ARGV[i], filters, i + 2, i + 1 + 4 * n)
   if reply.err then
+    index_all()
     return reply
   end
   replies[#replies + 1] = reply
   k = k + 9 + 2 * n_filters
   i = i + 2 + 4 * n
 end
+index_all()
 if total_added > 0 then
   redis.call('HINCRBY', KEYS[4], 'enqueued', total_added)
 end
