@@ -814,7 +814,7 @@ class Frontier:
                 pipe.zcard(ready)
             pipe.zcard(shard.leased)
             pipe.hget(shard.stats, "enqueued")
-        return pipe.execute(raise_on_error=False)
+        return list(pipe.execute(raise_on_error=False))
 
     def expired_sites(self, older_than_ms: int, per_shard: int) -> list[str]:
         """Sites whose oldest lease was granted more than ``older_than_ms`` ago (Redis
