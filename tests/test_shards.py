@@ -102,6 +102,24 @@ def test_lease_from_the_inbox_then_ack_leaves_no_trace(redis_url: str, dedupe: s
     assert f.status("a.test").is_empty
 
 
+def test_a_due_delayed_request_promoted_beside_the_inbox_stays_leasable(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A lease that flushes a site's inbox and promotes its due delayed request in the same
+    call counts both as backlog: what it does not lease keeps the site in the ready index."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.ensure_layout()
+    before = redis_ms(f)
+    f.enqueue("a.test", [out("now"), out("later", delay_ms=1)])
+    assert len(inbox_of(f, "a.test")) == 1 and f.status("a.test").delayed == 1
+    wait_for(lambda: redis_ms(f) >= before + 2, timeout=5, interval=0.001, what="the delayed request to be due")
+    first = f.lease("a.test", "w1", 1, WEIGHTS)
+    assert [e.payload for e in first.entries] == [b"payload-now"]
+    assert first.backlog_http == 1 and f.status("a.test").backlog == 1  # the promoted one
+    assert ready_score(f, "a.test") is not None, "a site with backlog left its shard's ready index"
+    f.ack("a.test", [(e.stream, e.id) for e in first.entries])
+    assert "a.test" in named(f, f.site("a.test").shard or 0)
+    assert [e.payload for e in f.lease("a.test", "w1", 1, WEIGHTS).entries] == [b"payload-later"]
+
+
 def test_one_lease_call_serves_several_sites_within_its_budget(redis_url: str, dedupe: str, crawl: str) -> None:
     """One lease_shard call leases from several sites of one shard, each at most its own max,
     all together at most the call's budget; a site reached once the budget is spent is not
