@@ -56,7 +56,7 @@ __all__ = [
 
 #: claim.lua stream mask that considers every stream
 NO_MASK = stream_mask(TASK_TYPES)
-#: lease.lua ARGV[11..15]: the crawl's default policy ("*"), kept in the crawl meta hash
+#: lease.lua ARGV[8..12]: the crawl's default policy ("*"), kept in the crawl meta hash
 #: as ``default_<field>`` (policy.set_policy writes them).
 DEFAULT_POLICY_FIELDS: tuple[str, ...] = ("rate", "burst", "paused", "weight", "max_browser")
 _DEFAULT_RATE = DEFAULT_POLICY_FIELDS.index("rate")  # feedback.lua ARGV[11]

@@ -26,7 +26,7 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
     ss:{C}:feed-lock                STRING  node moving the scrapy-redis feed now (short TTL)
     ss:{C}:legacy-seen              SET     a migrated scrapy-redis dupefilter (read-only)
-    ss:{C/_feed}:dlq                STREAM  feed entries that are not requests, with the reason
+    ss:{C/#n}:_feed:dlq             STREAM  feed entries that are not requests, with the reason
     ss:{C/#n}:#sites                SET     the shard's site registry (no KEYS/SCAN needed)
     ss:{C/#n}:#ready:<task>         ZSET    sites with backlog (or delayed requests) of that task
                                             type, scored by the time (ms) they may be leased again

@@ -173,6 +173,8 @@ class Pump(threading.Thread):
         self.shard_due: list[float] = [0.0] * shards
         self.shard_streak: list[int] = [0] * shards
         self.shard_cursor = 0
+        #: where in a shard's oldest ready sites the next named run starts (lease.lua)
+        self.random = random.Random()
         #: ready sites to ask each shard for per call
         self.name_count = max(8, min(256, math.ceil(2 * self.capacity / shards)))
         self.drain = DrainDetector()
@@ -706,7 +708,7 @@ class Pump(threading.Thread):
                 [(p.site, p.total, p.max_http, p.max_browser) for p in plan.sites],
                 weights,
                 name=plan.name if tasks else 0,
-                spread=random.getrandbits(31),
+                spread=self.random.getrandbits(31),
                 tasks=tasks,
                 paused_wait_ms=int(self.config.idle_poll_seconds * 1000),
                 max_suspects=suspects_ok,

@@ -78,7 +78,9 @@ local function lease_site(k, site, total, max_http, max_browser)
   local known = inbox_flush(inbox, site, streams, group)
   local delayed = redis.call('ZCARD', K[1])
   if delayed > 0 then
-    promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit)
+    if promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit) > 0 then
+      known = false -- the streams now hold more than the inbox had
+    end
     delayed = redis.call('ZCARD', K[1])
   end
 
@@ -142,7 +144,7 @@ local function lease_site(k, site, total, max_http, max_browser)
   local leased = 0
   local deferred = 0
   if delayed > 0 then
-    known = false -- promote_due may have added to the streams
+    known = false -- delayed requests left: read the streams as they are
   end
   for t = 1, 2 do
     for b = 1, 3 do
