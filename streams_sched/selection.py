@@ -127,8 +127,8 @@ def plan_shards(
     total_weight = sum(shard_weight) or 1.0
     plans: list[ShardPlan] = []
     room, b_room = total_room, browser_room
-    for i in range(shards):
-        n = (start + i) % shards
+    order = [(start + i) % shards for i in range(shards)]
+    for n in order:
         sites = named[n]
         refill = name if len(sites) < name else 0
         if not sites:
@@ -137,7 +137,7 @@ def plan_shards(
             continue
         if room <= 0:
             continue
-        share = min(room, max(1, math.ceil(total_room * shard_weight[n] / total_weight)))
+        share = min(room, max(1, round(total_room * shard_weight[n] / total_weight)))
         chosen: list[LeasePlan] = []
         counted = 0
         for site in sites:
