@@ -15,10 +15,13 @@ emptied Redis:
 
 Every run checks that what it reports is exact: N added (N duplicates for the
 second seeding). Reported besides the rate: the seeding process's CPU time per
-URL (Seeder runs), Redis CPU per URL (INFO cpu, summed over the primaries) and
-EVALSHA time per URL (INFO commandstats): on a machine where client and Redis
-share two cores, the rate is what this machine gives at that moment, and the
-CPU figures say what a core for each would allow.
+URL (for push, the command's net of its start-up), Redis CPU per URL (INFO cpu,
+summed over the primaries, and of the busiest one) and EVALSHA time per URL
+(INFO commandstats). On a machine where the client and the Redis processes
+share two cores, the rate is what this machine gives at that moment; the
+"own-core bound", 1 / the larger of the client's and the busiest primary's CPU
+per URL, is the rate with a core for each of them. On the cluster the crawl's
+name is one whose 16 shards spread 6/5/5 over the three primaries.
 
     python -m bench push                       # 1,000,000 URLs, single and cluster
     python -m bench push --urls 100000 --targets single --kinds streams-sched,streams-sched@main
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -88,25 +92,54 @@ class RedisMeter:
             node.flushall()
             node.script_flush()
 
-    def read(self) -> dict[str, float]:
+    def read(self) -> dict[str, Any]:
         cpu = usec = calls = mem = 0.0
+        per_node = []
         for node in self.nodes:
             info = node.info()
-            cpu += float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+            node_cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+            per_node.append(node_cpu)
+            cpu += node_cpu
             mem += float(info["used_memory"])
             stats = node.info("commandstats").get("cmdstat_evalsha", {})
             usec += float(stats.get("usec", 0))
             calls += float(stats.get("calls", 0))
-        return {"cpu_s": cpu, "evalsha_usec": usec, "evalsha_calls": calls, "used_memory": mem}
+        return {"cpu_s": cpu, "node_cpu_s": per_node, "evalsha_usec": usec, "evalsha_calls": calls, "used_memory": mem}
 
-    def since(self, before: dict[str, float], n: int) -> dict[str, float]:
+    def since(self, before: dict[str, Any], n: int) -> dict[str, Any]:
         after = self.read()
+        busiest = max(a - b for a, b in zip(after["node_cpu_s"], before["node_cpu_s"], strict=True))
         return {
             "redis_cpu_us_per_url": (after["cpu_s"] - before["cpu_s"]) * 1e6 / n,
+            "busiest_node_cpu_us_per_url": busiest * 1e6 / n,
             "evalsha_us_per_url": (after["evalsha_usec"] - before["evalsha_usec"]) / n,
             "evalsha_calls": after["evalsha_calls"] - before["evalsha_calls"],
             "used_memory_bytes": after["used_memory"] - before["used_memory"],
         }
+
+
+def balanced_crawl(client: Any, prefix: str) -> str:
+    """A crawl name whose shards spread over a cluster's primaries as evenly as 16 shards can
+    (6, 5, 5 on three): where the shards' hash tags land is chance, and the busiest primary
+    bounds the rate. On one Redis, the first name."""
+    from streams_sched.connection import is_cluster_client
+    from streams_sched.keys import DEFAULT_SHARDS, ShardKeys
+
+    if not is_cluster_client(client):
+        return prefix + "0"
+    best, best_load = "", DEFAULT_SHARDS + 1
+    for k in range(500):
+        name = f"{prefix}{k}"
+        counts: dict[str, int] = {}
+        for shard in range(DEFAULT_SHARDS):
+            node = client.get_node_from_key(ShardKeys(name, shard).tag).name
+            counts[node] = counts.get(node, 0) + 1
+        load = max(counts.values()) if len(counts) == len(primaries(client)) else DEFAULT_SHARDS
+        if load < best_load:
+            best, best_load = name, load
+        if best_load <= -(-DEFAULT_SHARDS // len(primaries(client))):
+            break
+    return best
 
 
 def seeder_runs(kind: str, meter: RedisMeter, url: str, crawl: str, urls: Path, n: int) -> list[dict[str, Any]]:
@@ -127,13 +160,22 @@ def cli_run(kind: str, meter: RedisMeter, url: str, crawl: str, urls: Path, noth
     """``streams-sched push --file`` of the N URLs on an emptied Redis: the whole command, and net of start-up."""
     meter.empty()
     prepare(kind, url, crawl)
+    children = _children_cpu()
     _, startup = cli_push(kind, url, crawl, nothing)
-    before = meter.read()
+    before, startup_cpu = meter.read(), _children_cpu()
     added, wall = cli_push(kind, url, crawl, urls)
+    cpu = _children_cpu() - startup_cpu - (startup_cpu - children)  # net of the start-up's CPU
     if added != n:
         raise RuntimeError(f"streams-sched push ({kind}) added {added} of {n} URLs")
     return {"how": "push", "urls": n, "seconds": wall, "startup_s": startup, "urls_per_s": n / wall,
-            "net_urls_per_s": n / max(wall - startup, 1e-9), **meter.since(before, n)}
+            "net_urls_per_s": n / max(wall - startup, 1e-9), "client_cpu_us_per_url": cpu * 1e6 / n,
+            **meter.since(before, n)}
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (the push commands)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_target(target: str, args: argparse.Namespace, urls: Path, nothing: Path) -> list[dict[str, Any]]:
@@ -148,7 +190,7 @@ def run_target(target: str, args: argparse.Namespace, urls: Path, nothing: Path)
         client = connect(server.url)
         meter = RedisMeter(client)
         for n, (i, kind) in enumerate((i, kind) for _ in range(args.repeat) for i, kind in enumerate(args.kinds)):
-            crawl = f"benchpush{i}-{n}"
+            crawl = balanced_crawl(client, f"benchpush{i}-{n}-")
             runs = seeder_runs(kind, meter, server.url, crawl, urls, args.urls)
             if args.cli:
                 runs.append(cli_run(kind, meter, server.url, crawl, urls, nothing, args.urls))
@@ -170,17 +212,20 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, load: str) -> s
         f"Load average at the start: {load}. Seeder = `Seeder.seed()` timed around the call; push = the whole"
         " `streams-sched push --file` command (net = without its start-up). Every run, in order:",
         "",
-        "| target | kind | how | URLs/s | net URLs/s | client CPU us/URL | Redis CPU us/URL | EVALSHA us/URL"
-        " | Redis bytes/URL | load after |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| target | kind | how | URLs/s | net URLs/s | client CPU us/URL | Redis CPU us/URL (busiest primary)"
+        " | EVALSHA us/URL | Redis bytes/URL | own-core bound URLs/s | load after |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         net = f"{r['net_urls_per_s']:,.0f}" if "net_urls_per_s" in r else "-"
-        client = f"{r['client_cpu_us_per_url']:.1f}" if "client_cpu_us_per_url" in r else "-"
+        client = f"{r['client_cpu_us_per_url']:.1f}"
+        busiest = r["busiest_node_cpu_us_per_url"]
+        redis_cpu = f"{r['redis_cpu_us_per_url']:.1f}" + (f" ({busiest:.1f})" if r["target"] == "cluster" else "")
+        bound = 1e6 / max(r["client_cpu_us_per_url"], busiest, 1e-9)
         lines.append(
             f"| {r['target']} | {r['kind']} | {r['how']} | {r['urls_per_s']:,.0f} | {net} | {client} |"
-            f" {r['redis_cpu_us_per_url']:.1f} | {r['evalsha_us_per_url']:.1f} | {r['used_memory_bytes'] / r['urls']:,.0f} |"
-            f" {r['load']} |"
+            f" {redis_cpu} | {r['evalsha_us_per_url']:.1f} | {r['used_memory_bytes'] / r['urls']:,.0f} |"
+            f" {bound:,.0f} | {r['load']} |"
         )
     if args.repeat > 1:
         lines += ["", "Best and median URLs/s over the runs (on a shared machine the best is the one the load"

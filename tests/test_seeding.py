@@ -58,8 +58,7 @@ def test_seed_reports_added_and_duplicates(redis_url: str, crawl: str) -> None:
 
 
 def test_seeder_survives_a_lost_script_cache(plain_redis_url: str, crawl: str) -> None:
-    """A long-lived Seeder keeps seeding after the server lost its scripts (a new master
-    after a failover, a restart, SCRIPT FLUSH): it loads them again and sends once more."""
+    """A long-lived Seeder reloads scripts the server lost (failover, restart, SCRIPT FLUSH) and sends again."""
     with Seeder(plain_redis_url, crawl) as seeder:
         assert seeder.seed(["http://a.test/1"]).added == ["http://a.test/1"]
         seeder.client.script_flush()
@@ -175,8 +174,7 @@ def _random_urls(n: int) -> list[str]:
 
 
 def test_plain_url_facts_match_scrapy() -> None:
-    """The Request-free path gives each URL the request.url, host and fingerprint that
-    Request(url) and Scrapy's default RequestFingerprinter give it, byte for byte."""
+    """The Request-free path gives each URL Scrapy's request.url, host and default fingerprint, byte for byte."""
     assert _facts_agree()
     for url in VARIED_URLS + _random_urls(10_000):
         try:
@@ -198,8 +196,7 @@ def test_plain_url_facts_refuse_what_request_refuses() -> None:
 
 
 def test_url_encoder_gives_the_payload_of_encode() -> None:
-    """codec.url_encoder(...)(url) is byte for byte codec.encode(Request(url, ...)), whatever the
-    options, meta values that need the version 2 format, and URL lengths (msgpack str sizes)."""
+    """url_encoder(...)(url) is byte for byte encode(Request(url, ...)) for every option, v2 meta and URL length."""
     spider = _Spider()
     codec = RequestCodec(spider)
     metas: list[dict[str, Any] | None] = [
@@ -237,8 +234,7 @@ def _as_sent(seed_: Any, codec: RequestCodec) -> dict[str, Any]:
 
 
 def test_plain_url_seeds_equal_request_seeds(plain_redis_url: str, crawl: str) -> None:
-    """For URL strings the Seeder's seeds (site, stream, fingerprint, and the request a worker
-    decodes) are those of the Request path (outgoing_for of Request(url, ...)), whatever the options."""
+    """URL strings give the Request path's site, stream, fingerprint and decoded request, whatever the options."""
     spider = _Spider()
     codec = RequestCodec(spider)
     urls = [u.strip() for u in VARIED_URLS if "://" in u and not u.startswith("ftp")]  # the Seeder strips lines
@@ -292,8 +288,7 @@ def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Outgoin
 
 @pytest.mark.parametrize("revisit", [0.0, 3600.0])
 def test_packed_calls_are_what_enqueue_shard_sends(plain_redis_url: str, crawl: str, revisit: float) -> None:
-    """The Seeder's pre-packed enqueue.lua calls are, byte for byte, the commands redis-py
-    sends for Frontier.enqueue_shard of the same sites (with and without revisit buckets)."""
+    """Pre-packed calls are byte for byte what redis-py sends for Frontier.enqueue_shard (revisits or not)."""
     client = connect(plain_redis_url)
     crawl_bloom(client, crawl, revisit_seconds=revisit)
     with Seeder(client, crawl, batch=10_000) as seeder:
@@ -312,8 +307,7 @@ def test_packed_calls_are_what_enqueue_shard_sends(plain_redis_url: str, crawl: 
 
 @pytest.mark.cluster
 def test_pipelined_batches_report_each_url_exactly(redis_url: str, crawl: str) -> None:
-    """With many small batches in flight, each URL is reported added or duplicate as it was,
-    duplicates within a batch and across batches included (one Redis and a cluster)."""
+    """With batches in flight each URL is reported added or duplicate exactly, within and across batches."""
     urls = [f"http://s{i}.test/p{i % 4}" for i in range(60)]
     again = urls[5:9] + ["http://s5.test/new"]  # the first four are duplicates, the last one is new
     with Seeder(redis_url, crawl, batch=7) as seeder:
@@ -340,8 +334,7 @@ def test_a_bad_url_is_refused_after_what_went_before(plain_redis_url: str, crawl
 
 
 def test_pipelined_batches_survive_a_lost_script_cache(plain_redis_url: str, crawl: str) -> None:
-    """Batches already in flight when the server has lost its scripts are sent again and
-    reported exactly (none of a NOSCRIPT call ran)."""
+    """Batches in flight when the server lost its scripts are sent again and reported exactly."""
     with Seeder(plain_redis_url, crawl, batch=3) as seeder:
         seeder.client.script_flush()
         urls = [f"http://n{i}.test/" for i in range(10)]
@@ -350,8 +343,7 @@ def test_pipelined_batches_survive_a_lost_script_cache(plain_redis_url: str, cra
 
 
 def test_cli_push_counts_batches_and_refuses_a_bad_url(plain_redis_url: str, crawl: str, tmp_path: Any) -> None:
-    """`streams-sched push --batch` pushes a file in batches, and a bad line stops it naming
-    the line's reason and what was pushed before it."""
+    """`push --batch` counts a file batch by batch; a bad line stops it with its reason and the count before it."""
     path = tmp_path / "urls.txt"
     path.write_text("".join(f"http://f{i}.test/\n" for i in range(9)) + "\n# comment\nhttp://f0.test/\n")
     args = ["push", "--redis-url", plain_redis_url, "-c", crawl, "--batch", "4", "--file", str(path)]
