@@ -832,7 +832,6 @@ class Pump(threading.Thread):
         if hint is not None:
             hint.backlog_http = hint.backlog_browser = -1
             hint.not_before = 0.0
-            hint.empty_streak = 0
 
     def _prune_hints(self, now: float) -> None:
         """Forget sites this worker holds nothing of and need not wait for: what it keeps
@@ -898,7 +897,6 @@ class Pump(threading.Thread):
             hint.backlog_http = r.backlog_http
         if plan.max_browser > 0:
             hint.backlog_browser = r.backlog_browser
-        hint.pending = r.pending
         hint.delayed = r.delayed
         hint.weight = r.weight if r.weight > 0 else 1.0
         if self.x.weights.get(site) != hint.weight:
@@ -906,7 +904,6 @@ class Pump(threading.Thread):
         hint.rate = r.rate
         hint.max_browser = r.max_browser
         if n:
-            hint.empty_streak = 0
             hint.not_before = 0.0
             self.x.stats.append(("streams/leased", n))
         elif r.deferred:

@@ -34,13 +34,9 @@ class SiteHint:
     #: entries not yet delivered, per task type, as of the last reply (-1 = unknown)
     backlog_http: int = -1
     backlog_browser: int = -1
-    #: leased by anyone and not acked, as of the last reply
-    pending: int = 0
     delayed: int = 0
     #: do not lease from this site before this time (monotonic seconds)
     not_before: float = 0.0
-    #: consecutive empty replies (drives the back-off)
-    empty_streak: int = 0
     #: the site's policy as last seen: weight for fairness, rate (0 = none), browser cap per node
     weight: float = 1.0
     rate: float = 0.0
@@ -49,7 +45,7 @@ class SiteHint:
 
 
 def empty_lease_backoff(empty_streak: int, idle_poll_s: float, next_due_in_ms: int = -1) -> float:
-    """Seconds to leave a site alone after ``empty_streak`` lease calls in a row found
+    """Seconds to leave a shard (or site) alone after ``empty_streak`` lease calls in a row found
     nothing: 0.1 s, doubling to at most ``idle_poll_s``, and never past the moment its
     next delayed request is due (``next_due_in_ms``, -1 = none)."""
     backoff: float = min(0.05 * 2.0 ** min(empty_streak, 8), idle_poll_s)
