@@ -78,7 +78,9 @@ if taken > 0 then
   redis.call('HINCRBY', KEYS[2], 'reclaimed', taken)
 end
 -- the site's place in the indexes: requeued entries are backlog again; a site with
--- leases left is looked at again one lease from now, one without leaves the index
+-- leases left is looked at again at once while more of them are expired (a worker that
+-- died holding many leases of a site must not give them up one per lease time), else
+-- one lease from now; a site without leases leaves the index
 local streams = { KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }
 local backlog, pending = site_backlog(streams, group, false)
 for t = 1, 2 do
@@ -87,7 +89,16 @@ for t = 1, 2 do
   end
 end
 if pending > 0 then
-  redis.call('ZADD', KEYS[11], now, ARGV[8])
+  local at = now
+  for s = 1, STREAM_COUNT do
+    -- every stream, not only the masked ones: another worker may take the others
+    local p = redis.pcall('XPENDING', streams[s], group, 'IDLE', min_idle, '-', '+', 1)
+    if type(p) == 'table' and p[1] then
+      at = now - min_idle
+      break
+    end
+  end
+  redis.call('ZADD', KEYS[11], at, ARGV[8])
 else
   redis.call('ZREM', KEYS[11], ARGV[8])
 end
