@@ -182,6 +182,23 @@ def test_release_hands_back_only_own_leases(redis_url: str, dedupe: str, crawl: 
     assert [e.payload for e in back] == [b"payload-1"] and back[0].deliveries == 0
 
 
+def test_an_expired_lease_outside_a_claimers_mask_stays_due_for_the_others(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A worker that cannot take an expired browser lease (an http-only one) leaves the site
+    due for takeover at once, so a browser worker's next look takes it, a lease sooner."""
+    from streams_sched.keys import stream_for, stream_mask
+
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out("page", stream=stream_for("browser", 1)), out("plain")])
+    assert len(f.lease("a.test", "gone", 2, (1, 1, 1), max_browser=1).entries) == 2
+    time.sleep(0.03)
+    taken, _, entries = f.claim("a.test", "http-only", 20, 10, 5, mask=stream_mask(["http"]))
+    assert taken == 1 and entries[0].payload == b"payload-plain"
+    assert f.expired_sites(20, 10) == ["a.test"]  # the browser lease is still expired
+    taken, _, entries = f.claim("a.test", "browser", 20, 10, 5)
+    assert taken == 1 and entries[0].payload == b"payload-page"
+    assert f.expired_sites(20, 10) == []  # both leases fresh again: looked at a lease from now
+
+
 def test_failed_deliveries_go_back_counted_then_to_dead_letters_with_the_reason(redis_url: str, dedupe: str, crawl: str) -> None:
     """A failed delivery (a render that timed out) puts the entry back with the delivery
     counted, for any worker; at STREAMS_MAX_DELIVERIES it is dead-lettered with the error."""
