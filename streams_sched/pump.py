@@ -158,6 +158,8 @@ class Pump(threading.Thread):
         self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
         self.http = "http" in config.capabilities
         self.mask = stream_mask(config.capabilities)
+        #: what a takeover may take while this worker holds its cap of browser leases
+        self.http_mask = stream_mask(["http"]) if self.http else ""
         self.leases = LeaseBook()
         #: enqueues and lease operations in flight, in the order Redis must see them
         self.gate = AckGate()
@@ -1002,15 +1004,21 @@ class Pump(threading.Thread):
         self.next_claim = now + min(self.config.lease_seconds / 4, 2.0)
         self.next_busy_claim = now + self.config.lease_seconds
         f = self.frontier
-        sites = f.expired_sites(self.config.lease_ms, CLAIM_SITES_PER_PASS)
         self.recovering = False
+        mask = self.mask
+        if self.browser_cap and self.leases.browser >= self.browser_cap:
+            # a browser lease taken over counts against the cap like a leased one
+            mask = self.http_mask
+            if not mask:
+                return
+        sites = f.expired_sites(self.config.lease_ms, CLAIM_SITES_PER_PASS)
         if not sites:
             return
         for i in range(min(len(sites), CLAIM_SITES_PER_PASS)):
             site = sites[(self.claim_cursor + i) % len(sites)]
             try:
                 reply = f.claim(
-                    site, self.node_id, self.config.lease_ms, 1, self.config.max_deliveries, "claim", self.mask
+                    site, self.node_id, self.config.lease_ms, 1, self.config.max_deliveries, "claim", mask
                 )
             except NoScriptError:
                 f.load_scripts()
