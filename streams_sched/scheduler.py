@@ -805,6 +805,18 @@ class StreamsScheduler(BaseScheduler):
         return request
 
     @property
+    def browser_leases(self) -> int:
+        """Browser leases this worker holds (prefetched or in progress), as its I/O thread
+        counts them against STREAMS_BROWSER_MAX."""
+        pump = self._pump
+        return pump.leases.browser if pump is not None else 0
+
+    @property
+    def browser_max(self) -> int:
+        """STREAMS_BROWSER_MAX, or 0 for a worker without the browser capability."""
+        return self.config.browser_max if "browser" in self.config.capabilities else 0
+
+    @property
     def local_waiting(self) -> int:
         """Local requests (they cannot travel) not yet handed to the engine."""
         return self._nlocal

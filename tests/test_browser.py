@@ -24,6 +24,7 @@ from parsel import Selector
 from streams_sched.connection import connect
 from streams_sched.frontier import Frontier
 from streams_sched.keys import BANDS
+from streams_sched.testing import free_port
 
 from browserweb import (
     BROWSER_HOST,
@@ -39,6 +40,7 @@ from browserweb import (
     secret,
     token,
 )
+from daemons import scrape, value
 from helpers import Worker, crawl_to_end, missing, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -203,14 +205,15 @@ def test_browser_tasks_go_only_to_browser_workers_within_the_cap_and_survive_a_k
     worker render more than 4 pages at once and the http-only one load no browser page nor
     start a browser; browser tasks past the caps wait in Redis while plain pages flow; a
     browser worker SIGKILLed mid-render loses no page (its leases are taken over) and its
-    Chromium dies with it."""
+    Chromium dies with it; the workers' metrics show their browser leases against the cap."""
     with BrowserServer(plain=80, js=24, frames=0, render_delay_s=0.6) as site:
         caps = {"b1": ["http", "browser"], "b2": ["http", "browser"], "h1": ["http"]}
+        ports = {tag: free_port() for tag in caps}
         workers = {
             tag: Worker(
                 crawl_settings(site, tmp_path / tag, tag, **streams(
                     plain_redis_url, crawl, tag, STREAMS_CAPABILITIES=cap, STREAMS_BROWSER_MAX=4, STREAMS_LEASE_SECONDS=4,
-                    STREAMS_SITES={PLAIN_HOST: {"rate": 40, "burst": 4}},
+                    STREAMS_SITES={PLAIN_HOST: {"rate": 40, "burst": 4}}, STREAMS_METRICS_PORT=ports[tag],
                 )),
                 tmp_path / f"{tag}.log", spider=SPIDER, new_session=True,
             )
@@ -227,6 +230,7 @@ def test_browser_tasks_go_only_to_browser_workers_within_the_cap_and_survive_a_k
                 return done >= 6 and any(r[0] == agent("b1") and r[3] == float("inf") for r in renders)
 
             wait_for(b1_mid_render, timeout=90, what="b1 rendering, 6 renders done")
+            metrics = {tag: scrape(port) for tag, port in ports.items()}
             b1_processes = descendants(workers["b1"].proc.pid)
             b1_commands = {command_name(p) for p in b1_processes}
             workers["b1"].kill()
@@ -248,6 +252,14 @@ def test_browser_tasks_go_only_to_browser_workers_within_the_cap_and_survive_a_k
     browser_paths = ("/js/", "/data/", "/mark/", "/frame")
     assert not [h.path for h in hits if h.agent == agent("h1") and h.path.startswith(browser_paths)]
     assert "chromium" in b1_commands and "chromium" not in browsers_of_h1
+    # the workers' own metrics: browser leases against the cap, render times
+    rendered = {}
+    for tag in caps:
+        m, labels = metrics[tag], {"crawl": crawl, "node": tag}
+        assert value(m, "streams_sched_worker_browser_max", **labels) == (0 if tag == "h1" else 4)
+        assert 0 <= value(m, "streams_sched_worker_browser_leases", **labels) <= (0 if tag == "h1" else 4)
+        rendered[tag] = value(m, "streams_sched_worker_render_seconds_count", **labels)
+    assert rendered["h1"] == 0 and rendered["b1"] + rendered["b2"] > 0, rendered
     h1_stats = stats_of(tmp_path / "h1")
     assert h1_stats["zoo/close_reason"] == "finished" and h1_stats.get("streams/leased_browser", 0) == 0
     # browser tasks past the caps waited in Redis: while both workers held their cap, more were queued
