@@ -10,6 +10,8 @@ skip locally and fail under CI (scripts/bootstrap.sh installs it as root).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 import urllib.parse
@@ -330,3 +332,37 @@ def test_renders_that_never_finish_or_crash_their_tab_go_to_dead_letters_with_th
     assert (st.backlog, st.pending, st.stats["failed"]) == (0, 0, 2)
     measured(f"hang and crash dead-lettered after 2 deliveries each (crash: {loads['/crash/0']} tab loads), the other"
              f" {len(items) - 2} pages crawled; {seconds:.1f}s; reasons: {hang!r}, {crash!r}")
+
+
+def test_a_stop_that_takes_the_browser_down_hands_the_renders_back_uncounted(
+    plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any
+) -> None:
+    """SIGTERM to a browser worker's whole process group mid-render (systemd's stop with
+    KillMode=control-group: Chromium dies at once too) hands every lease back with its
+    delivery count unchanged: no failed delivery, no dead letter, nothing lost. (A render
+    the dead browser leaves hanging is handed back at STREAMS_SHUTDOWN_TIMEOUT_SECONDS.)"""
+    with BrowserServer(plain=0, js=8, frames=0, render_delay_s=3.0) as site:
+        settings = crawl_settings(site, tmp_path / "w1", "w1", **streams(
+            plain_redis_url, crawl, "w1", STREAMS_BROWSER_MAX=4, STREAMS_SHUTDOWN_TIMEOUT_SECONDS=2))
+        worker = Worker(settings, tmp_path / "w1.log", spider=SPIDER, new_session=True)
+        try:
+            wait_for(lambda: sum(1 for r in site.renders() if r[3] == float("inf")) == 4, timeout=60, what="4 renders in flight")
+            processes = descendants(worker.proc.pid)
+            os.killpg(worker.proc.pid, signal.SIGTERM)
+            stopping = time.monotonic()
+            code = worker.wait(60)
+            stopped_s = time.monotonic() - stopping
+            wait_for(lambda: not running(processes), timeout=15, what="the browser to be gone")
+        finally:
+            worker.close()
+    f = Frontier(connect(plain_redis_url), crawl)
+    st = f.status(BROWSER_HOST)
+    stats = stats_of(tmp_path / "w1")
+    measured(f"SIGTERM to the group with 4 renders in flight: exit code {code} after {stopped_s:.1f}s; {stats.get('streams/render_failed', 0)}"
+             f" renders failed as the browser died, {stats.get('streams/shutdown_handed_back', 0)} left hanging;"
+             f" all {stats.get('streams/released', 0)} leases handed back, 8 queued again")
+    assert code == 0, worker.log()
+    assert (st.backlog, st.pending, st.dead_letters, st.stats.get("failed", 0)) == (8, 0, 0, 0)
+    assert stats.get("streams/delivery_failed", 0) == 0 and stats["streams/released"] == 4
+    again = f.lease(BROWSER_HOST, "next", 8, (1, 1, 1), max_browser=8, max_suspects=8).entries
+    assert len(again) == 8 and {e.deliveries for e in again} == {0}

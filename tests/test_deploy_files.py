@@ -185,6 +185,12 @@ def test_systemd_units_restart_read_an_env_file_and_run_unprivileged(name: str) 
         assert f"\n{var}=" in "\n" + env, var
 
 
+def test_the_worker_unit_stops_its_whole_control_group() -> None:
+    """A worker's unit signals every process it started, so its browser dies with it."""
+    svc = unit("streams-worker@.service")["Service"]
+    assert svc["KillMode"] == "control-group" and svc["KillSignal"] == "SIGTERM"
+
+
 def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
     """systemd-analyze verify finds nothing wrong but the binaries missing on this machine (fails under CI without it)."""
     tool = find_tool("systemd-analyze", "apt-get install systemd")
