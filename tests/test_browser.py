@@ -366,3 +366,23 @@ def test_a_stop_that_takes_the_browser_down_hands_the_renders_back_uncounted(
     assert stats.get("streams/delivery_failed", 0) == 0 and stats["streams/released"] == 4
     again = f.lease(BROWSER_HOST, "next", 8, (1, 1, 1), max_browser=8, max_suspects=8).entries
     assert len(again) == 8 and {e.deliveries for e in again} == {0}
+
+
+def test_the_demo_renders_its_browser_part_and_says_it_skips_it_without_chromium(
+    plain_redis_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quick-start demo's browser part renders every script-written page with the system
+    Chromium and says so; without a Chromium it says it skipped that part and fails nothing."""
+    import argparse
+
+    import streams_sched.demo.browser as demo_browser
+    from streams_sched.demo.__main__ import browser_part
+
+    args = argparse.Namespace(browser_pages=6, lease_seconds=5.0)
+    client = connect(plain_redis_url)
+    assert browser_part(client, plain_redis_url, tmp_path, args) is True
+    out = capsys.readouterr().out
+    assert "renders them with scrapy-playwright and /usr/bin/chromium" in out and "6/6 pages rendered and read" in out
+    monkeypatch.setattr(demo_browser, "find_chromium", lambda: None)
+    assert browser_part(client, plain_redis_url, tmp_path, args) is None
+    assert "browser part skipped: no Chromium (Debian: apt-get install chromium)" in capsys.readouterr().out
