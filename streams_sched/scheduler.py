@@ -623,7 +623,8 @@ class StreamsScheduler(BaseScheduler):
     # -- acks and leases ---------------------------------------------------------
 
     def request_done(self, request: Request) -> None:
-        """The engine is done with ``request``: ack its lease (after its follow-ups).
+        """The engine is done with ``request``: ack its lease (after its follow-ups), or end
+        it as a failed delivery if its render failed (:meth:`_render_failed`).
 
         Called by the engine hook; call it yourself only when running the
         scheduler without a crawler.
