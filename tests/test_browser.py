@@ -1,7 +1,8 @@
 """Browser work with a real Chromium (Debian's, driven by scrapy-playwright): a spider that
 needs a browser gives the in-memory items through Redis; routing and the browser cap as
 the site's server measured them, with a browser worker SIGKILLed mid-render; renders that
-never finish and tabs that crash go to the dead-letter stream with the reason.
+never finish and tabs that crash go to the dead-letter stream with the reason; a stop of a
+worker's whole process group hands its renders back; the demo's browser part.
 
 The site and the spider are in tests/browserweb.py. Without /usr/bin/chromium these tests
 skip locally and fail under CI (scripts/bootstrap.sh installs it as root).
@@ -43,6 +44,7 @@ from browserweb import (
     token,
 )
 from daemons import scrape, value
+from helpers import _NO_REMOTE_CONTROL as NO_REMOTE_CONTROL
 from helpers import Worker, crawl_to_end, missing, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -68,7 +70,7 @@ def crawl_settings(site: BrowserServer, out: Path, tag: str, **extra: Any) -> di
         "ZOO_OUT": str(out),
         "RECORD_TAG": tag,
         "ITEM_PIPELINES": {"zoo.record.ZooRecordPipeline": 100},
-        "EXTENSIONS": {"zoo.record.ZooStatsDump": 100, "scrapy.extensions.telnet.TelnetConsole": None},
+        "EXTENSIONS": {"zoo.record.ZooStatsDump": 100, "scrapy.extensions.telnet.TelnetConsole": None, **NO_REMOTE_CONTROL},
         "TELNETCONSOLE_ENABLED": False,
         "ROBOTSTXT_OBEY": False,
         "LOG_LEVEL": "INFO",
