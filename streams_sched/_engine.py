@@ -139,6 +139,22 @@ def thread_safe_caller() -> Callable[..., Any]:
     return loop.call_soon_threadsafe
 
 
+def next_turn_caller() -> Callable[..., Any]:
+    """Return a function that runs ``f()`` on a later turn of the reactor / event loop;
+    call it on that thread."""
+    from scrapy.utils.reactor import is_reactor_installed
+
+    if is_reactor_installed():
+        from twisted.internet import reactor
+
+        def later(f: Callable[[], Any]) -> None:
+            reactor.callLater(0, f)  # type: ignore[arg-type]
+
+        return later
+    loop = asyncio.get_running_loop()
+    return loop.call_soon
+
+
 class EngineHooks:
     """Hooks the engine slot of a running crawl for one scheduler."""
 
@@ -184,6 +200,7 @@ class EngineHooks:
         self._original = original
         self._nextcall = slot.nextcall
         self._call = thread_safe_caller()
+        self.next_turn = next_turn_caller()
 
     def on_closing(
         self,
@@ -277,6 +294,10 @@ class EngineHooks:
         chain.appendleft(process_exception)
         self._exception_chain = chain
         self._exception_observer = process_exception
+
+    def pull(self) -> None:
+        """On the reactor thread: have the engine ask for requests on its next turn."""
+        self._nextcall.schedule()
 
     def wake(self) -> None:
         """From any thread: ask the engine to pull requests now."""

@@ -119,6 +119,20 @@ def test_ack_removes_entries_and_counts_once(redis_url: str, dedupe: str, crawl:
     assert f.client.xlen(f.site("a.test").stream("http", "default")) == 0
 
 
+def test_a_site_stays_named_for_takeover_while_it_has_expired_leases(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Taking over one of a dead worker's expired leases leaves the site named for takeover
+    while more of them are expired (not one lease per lease time), and unnamed after the last."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(i) for i in range(3)])
+    assert len(f.lease("a.test", "dead-worker", 3, (1, 1, 1)).entries) == 3
+    wait_for(lambda: "a.test" in f.expired_sites(50, 10), timeout=10, what="the leases to expire")
+    for left in (2, 1):
+        assert f.claim("a.test", "w2", 50, 1, 5)[0] == 1
+        assert "a.test" in f.expired_sites(50, 10), f"{left} expired leases left, but the site is not named"
+    assert f.claim("a.test", "w2", 50, 1, 5)[0] == 1
+    assert "a.test" not in f.expired_sites(50, 10)
+
+
 def test_expired_lease_is_claimed_by_another_worker(redis_url: str, dedupe: str, crawl: str) -> None:
     """An entry leased by a worker that never acks is taken over once its lease expires."""
     f = frontier(redis_url, crawl, dedupe)

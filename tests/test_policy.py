@@ -119,13 +119,21 @@ def test_browser_requests_go_only_to_capable_workers_within_the_cap(plain_redis_
         STREAMS_SITES={"site1.test": {"task_type": "browser"}},
     )
     plain = Worker({**base, "RECORD_TAG": "http-only", "STREAMS_CAPABILITIES": ["http"]}, tmp_path / "a.log")
-    browser = Worker({**base, "RECORD_TAG": "browser", "STREAMS_CAPABILITIES": ["http", "browser"], "STREAMS_BROWSER_MAX": 2}, tmp_path / "b.log")
+    browser = None
     try:
+        # The http-only worker starts alone, so the browser site's requests must wait in Redis
+        # until a capable worker comes, and the http site is provably served by the other worker
+        # (started together, one worker can finish a 40-page site before the other is up).
+        wait_for(lambda: any(r["worker"] == "http-only" for r in downloads(rec)),
+                 timeout=120, what="the http-only worker's first download")
+        assert not any("site1.test" in r["url"] for r in downloads(rec))
+        browser = Worker({**base, "RECORD_TAG": "browser", "STREAMS_CAPABILITIES": ["http", "browser"], "STREAMS_BROWSER_MAX": 2}, tmp_path / "b.log")
         for w in (plain, browser):
             assert w.wait(180) == 0, w.log()
     finally:
         plain.close()
-        browser.close()
+        if browser is not None:
+            browser.close()
     rows = downloads(rec)
     site1 = [r for r in rows if "site1.test" in r["url"]]
     assert len(site1) == 40

@@ -79,11 +79,9 @@ if taken > 0 then
   redis.call('HINCRBY', KEYS[2], 'reclaimed', taken)
 end
 -- the site's place in the indexes: requeued entries are backlog again; a site with
--- leases left is looked at again when one of them may have expired, one without leaves
--- the index. A lease still expired (a stream outside this consumer's mask, or past this
--- call's budget) keeps the site due at once for the consumers that can take it: scoring
--- it "now" would put their takeover off by a whole lease. Otherwise the first pending
--- entry of each stream says when to look again (at the latest one lease from now).
+-- leases left is looked at again at once while more of them are expired (a worker that
+-- died holding many leases of a site must not give them up one per lease time), else
+-- one lease from now; a site without leases leaves the index
 local streams = { KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }
 local backlog, pending = site_backlog(streams, group, false)
 for t = 1, 2 do
@@ -92,21 +90,16 @@ for t = 1, 2 do
   end
 end
 if pending > 0 then
-  local score = now
+  local at = now
   for s = 1, STREAM_COUNT do
-    if redis.call('EXISTS', streams[s]) == 1 then
-      local expired = redis.pcall('XPENDING', streams[s], group, 'IDLE', min_idle, '-', '+', 1)
-      if type(expired) == 'table' and not expired.err and expired[1] then
-        score = now - min_idle
-        break
-      end
-      local first = redis.pcall('XPENDING', streams[s], group, '-', '+', 1)
-      if type(first) == 'table' and not first.err and first[1] then
-        score = math.min(score, now - tonumber(first[1][3]))
-      end
+    -- every stream, not only the masked ones: another worker may take the others
+    local p = redis.pcall('XPENDING', streams[s], group, 'IDLE', min_idle, '-', '+', 1)
+    if type(p) == 'table' and p[1] then
+      at = now - min_idle
+      break
     end
   end
-  redis.call('ZADD', KEYS[11], score, ARGV[8])
+  redis.call('ZADD', KEYS[11], at, ARGV[8])
 else
   redis.call('ZREM', KEYS[11], ARGV[8])
 end
