@@ -103,7 +103,7 @@ def crawl_once(kind: str, workers: int, args: argparse.Namespace, url: str | Non
     }
     spec = CrawlSpec(kind, workers, args.sites, args.pages, seed="start", extra=extra, timeout_s=args.timeout_s)
     base = 0
-    client = redis.Redis.from_url(url) if url else None
+    client = redis.Redis.from_url(url, socket_timeout=None) if url else None  # FLUSHALL may take a while
     if client is not None:
         client.flushall()
         time.sleep(0.2)

@@ -146,11 +146,12 @@ def primaries(redis_url: str) -> list[redis.Redis]:
     from streams_sched.connection import is_cluster_url
 
     if not is_cluster_url(redis_url):
-        return [redis.Redis.from_url(redis_url)]
+        # no socket timeout: a FLUSHALL of a big crawl can take longer than redis-py's 5 s
+        return [redis.Redis.from_url(redis_url, socket_timeout=None)]
     from streams_sched.connection import connect
 
     cluster = connect(redis_url)
-    return [redis.Redis(host=n.host, port=n.port) for n in cluster.get_primaries()]
+    return [redis.Redis(host=n.host, port=n.port, socket_timeout=None) for n in cluster.get_primaries()]
 
 
 def _redis_counters(clients: list[redis.Redis]) -> dict[str, Any]:

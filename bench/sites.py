@@ -352,7 +352,8 @@ def run_row(n: int, args: argparse.Namespace, server_url: str, tmp: Path) -> dic
     urls.write_text("".join(f"{site_url(i)}\n" for i in range(n)))
     nothing = tmp / "no-urls.txt"
     nothing.write_text("")
-    client = redis.Redis.from_url(server_url)
+    # no socket timeout: FLUSHALL of a million sites takes longer than redis-py's default 5 s
+    client = redis.Redis.from_url(server_url, socket_timeout=None)
     crawl = "sites"
     row: dict[str, Any] = {"sites": n, "runs": [], "push": {}, "seeder": {}}
     for kind in args.kinds:

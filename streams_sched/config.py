@@ -99,6 +99,9 @@ class StreamsConfig:
     idle_poll_seconds: float = 1.0
     #: STREAMS_FLUSH_INTERVAL_SECONDS: longest time follow-ups and acks wait to be batched.
     flush_interval_seconds: float = 0.02
+    #: STREAMS_GIL_SWITCH_MS: the interpreter's thread switch interval while the scheduler
+    #: is open, when the process left Python's 5 ms default; 0 = leave it alone.
+    gil_switch_ms: float = 1.0
     #: STREAMS_HEARTBEAT_SECONDS: interval of node heartbeats.
     heartbeat_seconds: float = 5.0
     #: STREAMS_NODE_ID: this worker's consumer name; "" = host-pid-random.
@@ -219,6 +222,7 @@ class StreamsConfig:
         _whole("STREAMS_PREFETCH_PER_SITE", self.prefetch_per_site, minimum=0)
         check_positive("STREAMS_IDLE_POLL_SECONDS", self.idle_poll_seconds)
         check_positive("STREAMS_FLUSH_INTERVAL_SECONDS", self.flush_interval_seconds)
+        check_positive("STREAMS_GIL_SWITCH_MS", self.gil_switch_ms, zero_ok=True)
         check_positive("STREAMS_HEARTBEAT_SECONDS", self.heartbeat_seconds)
         check_positive("STREAMS_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds)
         _whole("STREAMS_LOCAL_SEEN_CACHE", self.local_seen_cache, minimum=0)
@@ -449,6 +453,7 @@ SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "close_on_drain": ("STREAMS_CLOSE_ON_DRAIN", _bool),
     "idle_poll_seconds": ("STREAMS_IDLE_POLL_SECONDS", _num),
     "flush_interval_seconds": ("STREAMS_FLUSH_INTERVAL_SECONDS", _num),
+    "gil_switch_ms": ("STREAMS_GIL_SWITCH_MS", _num),
     "heartbeat_seconds": ("STREAMS_HEARTBEAT_SECONDS", _num),
     "node_id": ("STREAMS_NODE_ID", _str),
     "retry_after_max_seconds": ("STREAMS_RETRY_AFTER_MAX_SECONDS", _num),

@@ -62,6 +62,7 @@ from .errors import SerializationError
 from .exchange import Exchange
 from .fairness import ReadySites
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
+from .gil import hold_switch_interval, release_switch_interval
 from .keys import BROWSER_FIRST_STREAM, TASK_TYPES, stream_for, validate_site_name
 from .legacy import legacy_fingerprint
 from .ops import Ack, Enqueue, Extend, Failed, Op, Release
@@ -163,6 +164,7 @@ class StreamsScheduler(BaseScheduler):
         #: requests handed to the engine this turn of the event loop (HANDOUT_PER_TURN)
         self._handed = 0
         self._turn_full = False
+        self._gil_held = False
         #: requests ready per site: (request, lease or None for a local request, downloader slot key)
         self._ready: dict[str, deque[tuple[Request, LeasedEntry | None, str | None]]] = {}
         #: the sites of _ready in the order fairness serves them (fairness.py)
@@ -309,6 +311,7 @@ class StreamsScheduler(BaseScheduler):
                 frontier, self.node_id, frontier.leased_sites(), set(), why="left by a previous run of this node"
             )
         self._pump.refresh_policy()
+        self._gil_held = hold_switch_interval(cfg.gil_switch_ms)
         self._pump.start()
         logger.info(
             "streams-sched %s opened: crawl=%s node=%s redis=%s dedupe=%s lease_s=%g"
@@ -395,6 +398,9 @@ class StreamsScheduler(BaseScheduler):
         if self._hooks is not None:
             self._hooks.unhook()
             self._hooks = None
+        if self._gil_held:
+            self._gil_held = False
+            release_switch_interval()
         logger.info(
             "streams-sched closed (%s): node=%s handed back %d unstarted leases; all acks sent: %s",
             reason, self.node_id, unstarted, flushed,
