@@ -217,7 +217,7 @@ def test_browser_tasks_go_only_to_browser_workers_within_the_cap_and_survive_a_k
             tag: Worker(
                 crawl_settings(site, tmp_path / tag, tag, **streams(
                     plain_redis_url, crawl, tag, STREAMS_CAPABILITIES=cap, STREAMS_BROWSER_MAX=4, STREAMS_LEASE_SECONDS=4,
-                    STREAMS_SITES={PLAIN_HOST: {"rate": 40, "burst": 4}}, STREAMS_METRICS_PORT=ports[tag],
+                    STREAMS_SITES={PLAIN_HOST: {"rate": 20, "burst": 2}}, STREAMS_METRICS_PORT=ports[tag],
                 )),
                 tmp_path / f"{tag}.log", spider=SPIDER, new_session=True,
             )
