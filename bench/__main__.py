@@ -17,6 +17,8 @@ and measures the push and the Redis memory per queued site (bench/sites.py).
 ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revision).
 ``python -m bench push`` measures how fast ``Seeder.seed()`` and ``streams-sched push``
 add one-URL sites, on one Redis and on a 3-master cluster (bench/push.py).
+``python -m bench browser`` measures whether plain pages keep flowing while browser
+workers render (Debian's Chromium through scrapy-playwright; bench/browser.py).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -156,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         from .push import main as push_main
 
         return push_main(rest[1:])
+    if rest[:1] == ["browser"]:  # python -m bench browser: http pages/s while browsers render (bench/browser.py)
+        from .browser import main as browser_main
+
+        return browser_main(rest[1:])
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
 

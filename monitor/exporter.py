@@ -12,6 +12,10 @@ crawl-wide sums (snapshot.SiteBook) less the labelled sites'. ``_other``'s count
 can go down when a site is purged; Prometheus' ``rate()`` treats that as a counter
 reset.
 
+The ``streams_sched_node_*`` families have one sample per live worker with the
+browser capability (its heartbeat's browser leases, cap and renders): as many
+labels as such workers, however many sites.
+
 The ``streams_sched_redis_*`` families describe the Redis servers (every master of
 a cluster, labelled ``server`` host:port): evictions, memory, maxmemory and policy.
 """
@@ -52,6 +56,18 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams_sched_local_requests": (
         "gauge", ("crawl", "state"),
         "Requests only one worker holds (they cannot travel through the queue), by its state; dead: lost.",
+    ),
+    "streams_sched_node_browser_leases": (
+        "gauge", ("crawl", "node"),
+        "Browser leases a live worker with the browser capability holds (prefetched or rendering), from its heartbeat.",
+    ),
+    "streams_sched_node_browser_max": (
+        "gauge", ("crawl", "node"), "The browser cap (STREAMS_BROWSER_MAX) of a live worker with the browser capability.",
+    ),
+    "streams_sched_node_renders": ("counter", ("crawl", "node"), "Browser tasks a live worker has downloaded (rendered or failed)."),
+    "streams_sched_node_render_seconds": (
+        "counter", ("crawl", "node"),
+        "Seconds a live worker's browser tasks spent in its downloader (over streams_sched_node_renders: the mean render time).",
     ),
     "streams_sched_sites": ("gauge", ("crawl", "state"), "Registered sites by state: active or paused."),
     "streams_sched_sites_unlabelled": ("gauge", ("crawl",), "Sites summed into site=\"_other\" (over --max-sites)."),
@@ -186,6 +202,14 @@ def build_families(
             fam["streams_sched_local_requests"].add_metric(
                 [c, state], sum(_count(n.info.get("local")) for n in crawl_states.values() if n.state == state)
             )
+        for n in crawl_states.values():
+            cap = _count(n.info.get("browser_max"))
+            if n.state != ALIVE or not cap:
+                continue  # one sample per live browser node: the label count follows the fleet
+            fam["streams_sched_node_browser_leases"].add_metric([c, n.node], _count(n.info.get("browser")))
+            fam["streams_sched_node_browser_max"].add_metric([c, n.node], cap)
+            fam["streams_sched_node_renders"].add_metric([c, n.node], _count(n.info.get("renders")))
+            fam["streams_sched_node_render_seconds"].add_metric([c, n.node], _seconds(n.info.get("render_s")))
         paused = snap.paused_count
         fam["streams_sched_sites"].add_metric([c, "active"], max(0, snap.site_count - paused))
         fam["streams_sched_sites"].add_metric([c, "paused"], paused)
@@ -236,6 +260,11 @@ class FrontierCollector:
         if view.ok:
             yield from build_families(view.snaps, view.states, self.monitor.labeller)
             yield from build_server_families(view.servers)
+
+
+def _seconds(value: Any) -> float:
+    """Seconds from a node record (absent, or not a number: 0)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
 
 
 def _count(value: Any) -> int:

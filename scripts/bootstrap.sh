@@ -77,6 +77,40 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "$WANT" > "$STAMP"
 fi
 
+# Debian's chromium for the browser tests (tests/test_browser.py), which drive it through
+# scrapy-playwright with PLAYWRIGHT_LAUNCH_OPTIONS executable_path=/usr/bin/chromium:
+# `playwright install` would download a browser of its own, which a machine without
+# access to Playwright's CDN cannot do, and which no package manager keeps updated.
+# The package lists are refreshed only when apt does not know the package yet.
+install_chromium() {
+  local why
+  if [ -x /usr/bin/chromium ]; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    why="this is not a Debian-like system: install Chromium at /usr/bin/chromium by hand"
+  elif [ "$(id -u)" != "0" ]; then
+    why="run as root, or: sudo apt-get install chromium"
+  else
+    log "apt-get install chromium (the browser tests drive it)"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >&2; then
+      log "chromium not found in the package lists: apt-get update, then again"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 && APT_UPDATED=1
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >&2 || true
+    fi
+    [ -x /usr/bin/chromium ] && return 0
+    why="apt-get install chromium failed (see above)"
+  fi
+  if [ -n "${CI:-}" ]; then
+    log "ERROR: no /usr/bin/chromium for the browser tests: $why"
+    exit 1
+  fi
+  log "no /usr/bin/chromium ($why): the browser tests will skip (fail under CI=1)"
+}
+if [ "${TEST_TOOLS:-0}" = 1 ] || [ -n "${CI:-}" ]; then
+  install_chromium
+fi
+
 # Tools some tests call (scripts/test.sh sets TEST_TOOLS=1): promtool (from Debian's
 # prometheus package, extracted into the venv) and systemd-analyze (Debian's systemd
 # package). Best effort: without them those tests skip locally and fail under CI=1.

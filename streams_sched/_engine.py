@@ -35,7 +35,9 @@ component to set the exit code.
 The fifth is the downloader middleware manager's ``methods["process_exception"]``:
 :meth:`EngineHooks.on_download_error` puts an observer first in it (closest to
 the download handler, before RetryMiddleware turns a timeout into a retry), so
-the scheduler sees download timeouts without the user adding a middleware.
+the scheduler sees download timeouts without the user adding a middleware, and
+ends a browser task's failed delivery there (renders.py) before any other
+middleware or the errback sees it.
 
 All are private. :func:`check_scrapy` (the version against the supported range,
 the slot class's methods) runs when the scheduler is built, and
@@ -267,9 +269,11 @@ class EngineHooks:
         stand_in.addCallback(fail)
         engine._closewait = stand_in
         return True
-    def on_download_error(self, observe: Callable[[Request, BaseException], None]) -> None:
+    def on_download_error(self, observe: Callable[[Request, BaseException], Request | None]) -> None:
         """Call ``observe(request, exception)`` for every failed download (it must not
-        raise; the exception goes on to the other middlewares unchanged)."""
+        raise). None: the exception goes on to the other middlewares unchanged; a
+        request: the download ends with it, as a middleware's process_exception may
+        end it (the engine schedules the request)."""
         downloader = getattr(self._engine, "downloader", None)
         methods = getattr(getattr(downloader, "middleware", None), "methods", None)
         chain = methods.get("process_exception") if isinstance(methods, dict) else None
@@ -280,11 +284,12 @@ class EngineHooks:
                 " STREAMS_ADAPTIVE=False or pin scrapy to a tested version (see README) and report it."
             )
 
-        def process_exception(request: Request, exception: BaseException, spider: Any = None) -> None:
+        def process_exception(request: Request, exception: BaseException, spider: Any = None) -> Request | None:
             try:
-                observe(request, exception)
+                return observe(request, exception)
             except Exception:
                 logger.exception("streams-sched could not record a download error")
+                return None
 
         chain.appendleft(process_exception)
         self._exception_chain = chain

@@ -19,7 +19,9 @@ Written by the reactor thread (the scheduler), read by the I/O thread:
   (selection.returning_credit), so the worker's memory follows the sites it
   holds, not every site it ever crawled;
 - ``local_count``, ``started_locally``: requests kept by this worker because
-  they cannot travel (unserializable.py).
+  they cannot travel (unserializable.py);
+- ``renders``, ``render_seconds``: browser downloads finished and the seconds they
+  spent in the downloader (for the node record).
 
 Written by the I/O thread, read by the reactor thread:
 
@@ -206,6 +208,8 @@ class Exchange:
     local_count: Callable[[], int] = _zero
     #: the crawl has started even if Redis never saw a request (a request kept locally)
     started_locally: bool = False
+    renders: int = 0
+    render_seconds: float = 0.0
     # -- I/O thread -> reactor
     arrivals: deque[tuple[Request, LeasedEntry]] = field(default_factory=deque)
     stats: deque[tuple[str, int]] = field(default_factory=deque)

@@ -712,6 +712,23 @@ class Frontier:
             args += (stream_code(stream), entry_id)
         return self.scripts.call(self.scripts.release, script_keys.release(k), args, pipe)
 
+    def fail(
+        self,
+        site: str,
+        consumer: str,
+        max_deliveries: int,
+        entries: Iterable[tuple[int, bytes, str]],
+        pipe: Any = None,
+    ) -> Any:
+        """Leases whose delivery failed, each with what went wrong: back to their stream
+        with the delivery counted, or to the dead-letter stream once they have had
+        ``max_deliveries``. -> [requeued, dead-lettered] (the pipeline's reply)."""
+        k = self.site(site)
+        args: list[Any] = [self.group, consumer, site, max_deliveries]
+        for stream, entry_id, what in entries:
+            args += (stream_code(stream), entry_id, what)
+        return self.scripts.call(self.scripts.fail, script_keys.fail(k), args, pipe)
+
     def extend(self, site: str, consumer: str, stream: int, entry_id: bytes, pipe: Any = None) -> Any:
         """Reset the idle time of a lease this consumer holds (it lasts a full lease again)."""
         k = self.site(site)

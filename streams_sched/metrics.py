@@ -19,13 +19,19 @@ Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
     streams_sched_worker_replica_waits_total     barriers that found a primary's replicas behind (acks held)
     streams_sched_worker_replica_resends_total   enqueues sent again: their primary was gone or replaced
     streams_sched_worker_unserializable_local_total  requests that cannot travel, crawled by this worker
+    streams_sched_worker_browser_leased_total    browser tasks leased or taken over
+    streams_sched_worker_render_failed_total     browser tasks whose download failed (a failed delivery each)
+    streams_sched_worker_delivery_failed_total   failed deliveries put back in the frontier for another
     streams_sched_worker_prefetched              leased requests waiting in the worker
     streams_sched_worker_local_requests          requests only this worker holds (waiting or in progress)
+    streams_sched_worker_browser_leases          browser leases held (prefetched or rendering)
+    streams_sched_worker_browser_max             STREAMS_BROWSER_MAX (0 without the browser capability)
     streams_sched_worker_lease_to_ack_seconds    histogram: lease to ack, per request
+    streams_sched_worker_render_seconds          histogram: a browser task's time in the downloader
 
 The counters are the crawl stats Scrapy already keeps (``streams/leased``,
-``dupefilter/filtered``, ...), read at scrape time; the histogram is fed by
-the scheduler's ``ack_listeners``.
+``dupefilter/filtered``, ...), read at scrape time; the histograms are fed by
+the scheduler's ``ack_listeners`` and ``render_listeners``.
 """
 
 from __future__ import annotations
@@ -67,12 +73,25 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
         "Requests that cannot travel through the shared queue, kept and crawled by this worker"
         " (lost if it dies).",
     ),
+    "streams_sched_worker_browser_leased": (
+        "streams/leased_browser", "Browser tasks this worker leased or took over."
+    ),
+    "streams_sched_worker_render_failed": (
+        "streams/render_failed",
+        "Browser tasks whose download failed on this worker (a render that timed out, a crashed tab):"
+        " each a failed delivery, retried by the frontier or dead-lettered after STREAMS_MAX_DELIVERIES.",
+    ),
+    "streams_sched_worker_delivery_failed": (
+        "streams/delivery_failed", "Failed deliveries this worker put back in the frontier for another delivery."
+    ),
 }
 
 #: Buckets of the lease-to-ack histogram, in seconds (up to the default lease of 300 s and past it).
 LATENCY_BUCKETS: tuple[float, ...] = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 )
+#: Buckets of the render-time histogram, in seconds (scrapy-playwright's navigation timeout is 30 s).
+RENDER_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 
 
 def parse_ports(value: Any, setting: str = "STREAMS_METRICS_PORT") -> list[int]:
@@ -130,6 +149,20 @@ class _StatsCollector:
         )
         held.add_metric(values, float(getattr(o.scheduler, "local_held", 0)))
         yield held
+        browser = GaugeMetricFamily(
+            "streams_sched_worker_browser_leases",
+            "Browser leases this worker holds (prefetched or rendering), against streams_sched_worker_browser_max.",
+            labels=labels,
+        )
+        browser.add_metric(values, float(getattr(o.scheduler, "browser_leases", 0)))
+        yield browser
+        cap = GaugeMetricFamily(
+            "streams_sched_worker_browser_max",
+            "Most browser leases this worker holds at once (STREAMS_BROWSER_MAX; 0 without the browser capability).",
+            labels=labels,
+        )
+        cap.add_metric(values, float(getattr(o.scheduler, "browser_max", 0)))
+        yield cap
 
 
 class WorkerMetrics:
@@ -155,12 +188,24 @@ class WorkerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         ).labels(self.crawl, self.node)
+        self.render = Histogram(
+            "streams_sched_worker_render_seconds",
+            "Seconds a browser task spent in this worker's downloader (the browser's navigation and"
+            " page methods), rendered or failed.",
+            ["crawl", "node"],
+            buckets=RENDER_BUCKETS,
+            registry=self.registry,
+        ).labels(self.crawl, self.node)
         self.server: Any = None
         self.port: int | None = None
         scheduler.ack_listeners.append(self.on_ack)
+        scheduler.render_listeners.append(self.on_render)
 
     def on_ack(self, entry: Any, latency_s: float) -> None:
         self.latency.observe(max(0.0, latency_s))
+
+    def on_render(self, request: Any, seconds: float) -> None:
+        self.render.observe(max(0.0, seconds))
 
     def start(self) -> None:
         from .metrics_server import MetricsServer

@@ -7,6 +7,7 @@ event; the pump (I/O thread) batches them into pipelines:
 - :class:`Ack`: the engine is done with a leased request (XACK + XDEL);
 - :class:`DeadLetter`: a leased entry that cannot be crawled, with the reason;
 - :class:`Release`: a lease handed back unstarted (the worker is closing);
+- :class:`Failed`: a delivery that failed (a browser task that did not render);
 - :class:`Extend`: a slow request gets a full lease again.
 
 :class:`AckGate` holds the one ordering rule: a request's follow-up requests
@@ -20,7 +21,7 @@ from typing import TypeAlias
 
 from .frontier import LeasedEntry, Outgoing
 
-__all__ = ["Ack", "AckGate", "DeadLetter", "Enqueue", "Extend", "LeaseOp", "Op", "Release"]
+__all__ = ["Ack", "AckGate", "DeadLetter", "Enqueue", "Extend", "Failed", "LeaseOp", "Op", "Release"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,6 +61,16 @@ class Release:
 
 
 @dataclass(slots=True, frozen=True)
+class Failed:
+    """The delivery of ``entry`` failed (``reason``): the entry goes back to its stream
+    with the delivery counted, or to the dead-letter stream once it has had
+    STREAMS_MAX_DELIVERIES (fail.lua decides, from the counts in Redis)."""
+
+    entry: LeasedEntry
+    reason: str
+
+
+@dataclass(slots=True, frozen=True)
 class Extend:
     """Give ``entry`` a full lease again (a slow download or callback)."""
 
@@ -67,10 +78,10 @@ class Extend:
 
 
 #: An operation on a lease this worker holds (sent after the enqueues before it).
-LeaseOp: TypeAlias = Ack | DeadLetter | Release | Extend
+LeaseOp: TypeAlias = Ack | DeadLetter | Release | Failed | Extend
 Op: TypeAlias = Enqueue | LeaseOp
 #: Lease operations that end a lease (the worker no longer holds the entry).
-ENDS_LEASE = (Ack, DeadLetter, Release)
+ENDS_LEASE = (Ack, DeadLetter, Release, Failed)
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@
 The reactor thread never talks to Redis. The two threads share one
 :class:`~streams_sched.exchange.Exchange`: the scheduler puts operations
 (ops.py: :class:`Enqueue`, :class:`Ack`, :class:`DeadLetter`,
-:class:`Release`, :class:`Extend`) in its ``outbox`` and takes prefetched
+:class:`Release`, :class:`Failed`, :class:`Extend`) in its ``outbox`` and takes prefetched
 requests from its ``arrivals``. The pump batches everything of one cycle into
 one pipeline:
 
@@ -59,7 +59,7 @@ from .frontier import Frontier, LeasedEntry, LeaseReply, over_cap_of, parse_enqu
 from .keys import BROWSER_FIRST_STREAM, shard_of, stream_mask
 from .leasebook import LeaseBook
 from .legacy import LEGACY_FIELD, legacy_seen
-from .ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, LeaseOp, Op, Release
+from .ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, Failed, LeaseOp, Op, Release
 from .politeness import FeedbackBatch
 from .recovery import release_orphans
 from .refusals import Refusals
@@ -158,6 +158,8 @@ class Pump(threading.Thread):
         self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
         self.http = "http" in config.capabilities
         self.mask = stream_mask(config.capabilities)
+        #: what a takeover may take while this worker holds its cap of browser leases
+        self.http_mask = stream_mask(["http"]) if self.http else ""
         self.leases = LeaseBook()
         #: enqueues and lease operations in flight, in the order Redis must see them
         self.gate = AckGate()
@@ -606,6 +608,9 @@ class Pump(threading.Thread):
                     f.dead_letter(site, self.node_id, dead, pipe)
                 elif kind is Release:
                     f.release(site, self.node_id, [(r.entry.stream, r.entry.id) for r in group], pipe)
+                elif kind is Failed:
+                    failed = [(d.entry.stream, d.entry.id, d.reason) for d in group if isinstance(d, Failed)]
+                    f.fail(site, self.node_id, self.config.max_deliveries, failed, pipe)
                 else:
                     for extend in group:
                         f.extend(site, self.node_id, extend.entry.stream, extend.entry.id, pipe)
@@ -737,6 +742,11 @@ class Pump(threading.Thread):
             "last_seen": time.time(),
             "held": self.leases.total,
             "local": self.x.local_count(),
+            # browser leases held against this worker's cap, and its renders so far
+            "browser": self.leases.browser,
+            "browser_max": self.browser_cap,
+            "renders": self.x.renders,
+            "render_s": round(self.x.render_seconds, 3),
             "heartbeat_s": self.config.heartbeat_seconds,
         }
 
@@ -776,6 +786,10 @@ class Pump(threading.Thread):
             elif isinstance(cmd, LeaseOpsSent):
                 if cmd.kind is Ack:
                     n = sum(int(v) for v in reply)
+                elif cmd.kind is Failed:
+                    n = int(reply[0])
+                    if int(reply[1]):
+                        x.stats.append(("streams/dead_lettered", int(reply[1])))
                 else:
                     n = len(cmd.group) if isinstance(reply, list) or cmd.kind is Extend else int(reply)
                 x.stats.append((AFTER_STAT[cmd.kind], n))
@@ -922,6 +936,7 @@ class Pump(threading.Thread):
         now = time.monotonic()
         take = self.leases.take
         arrivals = self.x.arrivals
+        browser = 0
         for e in entries:
             e.leased_at = now
             take(e)
@@ -938,10 +953,14 @@ class Pump(threading.Thread):
                 self.gate.own_dead.append(DeadLetter(e, str(exc)))
                 continue
             e.payload = None
-            if e.stream >= BROWSER_FIRST_STREAM and "task_type" not in request.meta:
-                request.meta["task_type"] = "browser"
+            if e.stream >= BROWSER_FIRST_STREAM:
+                browser += 1
+                if "task_type" not in request.meta:
+                    request.meta["task_type"] = "browser"
             arrivals.append((request, e))
             arrived += 1
+        if browser:
+            self.x.stats.append(("streams/leased_browser", browser))
         return arrived
 
     # -- idle work: registry, reclaim, drain ------------------------------------
@@ -985,15 +1004,21 @@ class Pump(threading.Thread):
         self.next_claim = now + min(self.config.lease_seconds / 4, 2.0)
         self.next_busy_claim = now + self.config.lease_seconds
         f = self.frontier
-        sites = f.expired_sites(self.config.lease_ms, CLAIM_SITES_PER_PASS)
         self.recovering = False
+        mask = self.mask
+        if self.browser_cap and self.leases.browser >= self.browser_cap:
+            # a browser lease taken over counts against the cap like a leased one
+            mask = self.http_mask
+            if not mask:
+                return
+        sites = f.expired_sites(self.config.lease_ms, CLAIM_SITES_PER_PASS)
         if not sites:
             return
         for i in range(min(len(sites), CLAIM_SITES_PER_PASS)):
             site = sites[(self.claim_cursor + i) % len(sites)]
             try:
                 reply = f.claim(
-                    site, self.node_id, self.config.lease_ms, 1, self.config.max_deliveries, "claim", self.mask
+                    site, self.node_id, self.config.lease_ms, 1, self.config.max_deliveries, "claim", mask
                 )
             except NoScriptError:
                 f.load_scripts()

@@ -32,6 +32,9 @@ How it behaves (implementation details, see the README for the guarantees):
   (STREAMS_UNSERIALIZABLE="local", see unserializable.py), served among the
   leased requests of its site, without a lease; the worker does not close while
   it holds any. With "error" it is refused and the crawl exits with code 1.
+- A browser task whose download raises (a render that timed out, a crashed tab)
+  ends its lease as a failed delivery: retried by the frontier, dead-lettered
+  with the error after STREAMS_MAX_DELIVERIES (renders.py).
 """
 
 from __future__ import annotations
@@ -59,12 +62,13 @@ from .errors import SerializationError
 from .exchange import Exchange
 from .fairness import ReadySites
 from .frontier import Frontier, LeasedEntry, Outgoing, crawl_bloom
-from .keys import TASK_TYPES, stream_for, validate_site_name
+from .keys import BROWSER_FIRST_STREAM, TASK_TYPES, stream_for, validate_site_name
 from .legacy import legacy_fingerprint
-from .ops import Ack, Enqueue, Extend, Op, Release
+from .ops import Ack, Enqueue, Extend, Failed, Op, Release
 from .politeness import THROTTLE_STATUSES, crawl_delay_of, is_timeout, robots_body_crawl_delay
 from .pump import Pump, make_node_id
 from .recovery import release_orphans
+from .renders import close_page, failure_text, is_render_failure
 from .retry_after import retry_after_seconds
 from .rights import check_rights
 from .seen import SeenCache
@@ -186,6 +190,18 @@ class StreamsScheduler(BaseScheduler):
         self._applied: dict[str, int] = {}
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
+        #: browser tasks whose download failed on this delivery -> what went wrong (their
+        #: lease ends as a failed delivery), or None: hand the lease back (renders.py)
+        self._failed: dict[Request, str | None] = {}
+        #: of those, the ones given back to the engine to end their download: taken by
+        #: enqueue_request without being sent anywhere
+        self._swallowed: set[Request] = set()
+        self._shutting_down = False
+        #: browser tasks in the downloader -> time.monotonic() when they reached it
+        self._rendering: dict[Request, float] = {}
+        #: called on the reactor thread with (request, seconds in the downloader) for every
+        #: browser task that leaves the downloader, rendered or not
+        self.render_listeners: list[Callable[[Request, float], None]] = []
 
     @classmethod
     @fail_clearly
@@ -276,6 +292,9 @@ class StreamsScheduler(BaseScheduler):
             x.wake = self._hooks.wake
             self.crawler.signals.connect(self._on_response_downloaded, signals.response_downloaded)
             self._hooks.on_download_error(self._on_download_error)
+            if "browser" in cfg.capabilities:
+                self.crawler.signals.connect(self._on_reached_downloader, signals.request_reached_downloader)
+                self.crawler.signals.connect(self._on_left_downloader, signals.request_left_downloader)
             robots_parsed = getattr(signals, "robots_parsed", None)
             if self.robots_obey and robots_parsed is not None:
                 self.crawler.signals.connect(self._on_robots_parsed, robots_parsed)
@@ -362,6 +381,9 @@ class StreamsScheduler(BaseScheduler):
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         self._local_busy.clear()
         self._held.clear()
+        self._failed.clear()
+        self._swallowed.clear()
+        self._rendering.clear()
         flushed = pump.finish(timeout=30.0)
         self._apply_stats()
         self._pump = self._x = None
@@ -425,6 +447,7 @@ class StreamsScheduler(BaseScheduler):
         for the lease to expire. Requests in progress may finish (see _shutdown_timed_out)."""
         if self._pump is None:
             return
+        self._shutting_down = True
         self._pump.stop_leasing()
         n = self._hand_back_unstarted()
         if n or self._leases:
@@ -464,6 +487,11 @@ class StreamsScheduler(BaseScheduler):
         codec = self.codec
         if codec is None:
             raise RuntimeError("StreamsScheduler.enqueue_request() called before open()")
+        if self._swallowed and request in self._swallowed:
+            # a browser task whose failed delivery ended its download: its lease ends in
+            # request_done, and the frontier delivers it again
+            self._swallowed.discard(request)
+            return True
         url_key = None
         x = self._x
         if x is not None and x.seen_epoch != self._seen_epoch:
@@ -622,7 +650,8 @@ class StreamsScheduler(BaseScheduler):
     # -- acks and leases ---------------------------------------------------------
 
     def request_done(self, request: Request) -> None:
-        """The engine is done with ``request``: ack its lease (after its follow-ups).
+        """The engine is done with ``request``: ack its lease (after its follow-ups), or end
+        it as a failed delivery if its render failed (:meth:`_render_failed`).
 
         Called by the engine hook; call it yourself only when running the
         scheduler without a crawler.
@@ -630,12 +659,20 @@ class StreamsScheduler(BaseScheduler):
         if self._fair.parked:
             self._slot_leaving(request)
         entry = self._leases.pop(request, None)
+        marked = bool(self._failed) and request in self._failed
+        failed = self._failed.pop(request) if marked else None
         if entry is None:
             site = self._local_busy.pop(request, None)
             if site is not None:
                 self._release_site(site)
             return
         self._release_site(entry.site)
+        if marked:
+            self._put(Failed(entry, failed) if failed is not None else Release(entry))
+            x = self._x
+            if x is not None:
+                x.inflight = len(self._leases)
+            return
         self._put(Ack(entry))
         if self.ack_listeners:
             latency = time.monotonic() - entry.leased_at
@@ -796,6 +833,18 @@ class StreamsScheduler(BaseScheduler):
         return request
 
     @property
+    def browser_leases(self) -> int:
+        """Browser leases this worker holds (prefetched or in progress), as its I/O thread
+        counts them against STREAMS_BROWSER_MAX."""
+        pump = self._pump
+        return pump.leases.browser if pump is not None else 0
+
+    @property
+    def browser_max(self) -> int:
+        """STREAMS_BROWSER_MAX, or 0 for a worker without the browser capability."""
+        return self.config.browser_max if "browser" in self.config.capabilities else 0
+
+    @property
     def local_waiting(self) -> int:
         """Local requests (they cannot travel) not yet handed to the engine."""
         return self._nlocal
@@ -907,22 +956,77 @@ class StreamsScheduler(BaseScheduler):
                 x.feedback.append((site, "throttled", int((delay or 0) * 1000)))
                 x.kick()
 
-    def _on_download_error(self, request: Request, exc: BaseException) -> None:
+    def _on_download_error(self, request: Request, exc: BaseException) -> Request | None:
         """A download failed: a timeout is a congestion signal; a robots.txt that could
-        not be fetched means no Crawl-delay (as Scrapy then allows everything)."""
+        not be fetched means no Crawl-delay (as Scrapy then allows everything); a browser
+        task's failure ends its delivery (:meth:`_render_failed`). Returns the request to
+        end the download with (the engine schedules it again), or None to let Scrapy's
+        middlewares and the errback handle the error."""
         self._slot_leaving(request)
         x = self._x
         if x is None:
-            return
+            return None
         site = self._answer_site(request)
-        if site is None:
+        if site is not None:
+            if self.robots_obey and _is_robots_request(request):
+                x.feedback.append((site, "robots", "0"))
+                x.kick()
+            elif is_timeout(exc) and self.config.adaptive:
+                x.feedback.append((site, "timeout", 1))
+                x.kick()
+        entry = self._leases.get(request)
+        if entry is not None and entry.stream >= BROWSER_FIRST_STREAM and is_render_failure(exc):
+            return self._render_failed(request, entry, exc)
+        return None
+
+    def _render_failed(self, request: Request, entry: LeasedEntry, exc: BaseException) -> Request | None:
+        """A browser task did not render on this delivery (renders.py): its lease ends as a
+        failed delivery. Before the last one the error goes no further (the request is
+        given back to end the download quietly); the last one goes on to Scrapy's own
+        handling, and the entry to the dead-letter stream."""
+        self._inc("streams/render_failed")
+        if self._shutting_down:
+            self._failed[request] = None
+            return self._swallow(request)
+        what = failure_text(exc)
+        self._failed[request] = what
+        delivery, limit = entry.deliveries + 1, self.config.max_deliveries
+        if delivery >= limit:
+            logger.warning(
+                "browser task %s failed on its delivery %d of %d (STREAMS_MAX_DELIVERIES): %s;"
+                " it goes to the dead-letter stream", request, delivery, limit, what,
+                extra={"spider": self.spider},
+            )
+            return None
+        logger.warning(
+            "browser task %s failed on its delivery %d of %d (STREAMS_MAX_DELIVERIES): %s;"
+            " back to the frontier for another delivery", request, delivery, limit, what,
+            extra={"spider": self.spider},
+        )
+        return self._swallow(request)
+
+    def _swallow(self, request: Request) -> Request:
+        close_page(request.meta)
+        self._swallowed.add(request)
+        return request
+
+    def _on_reached_downloader(self, request: Request, spider: Spider) -> None:
+        if request.meta.get("task_type") == "browser":
+            self._rendering[request] = time.monotonic()
+
+    def _on_left_downloader(self, request: Request, spider: Spider) -> None:
+        """A browser task left the downloader: its render time (for the node record and
+        the worker's metrics)."""
+        started = self._rendering.pop(request, None)
+        if started is None:
             return
-        if self.robots_obey and _is_robots_request(request):
-            x.feedback.append((site, "robots", "0"))
-            x.kick()
-        elif is_timeout(exc) and self.config.adaptive:
-            x.feedback.append((site, "timeout", 1))
-            x.kick()
+        seconds = time.monotonic() - started
+        x = self._x
+        if x is not None:
+            x.renders += 1
+            x.render_seconds += seconds
+        for listener in self.render_listeners:
+            listener(request, seconds)
 
     def _on_robots_parsed(self, robotparser: Any, request: Request, **_: Any) -> None:
         """A worker read a host's robots.txt (Scrapy's robots_parsed signal)."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from .keys import ShardKeys, SiteKeys
 
-__all__ = ["BUILDERS", "ack", "claim", "dead", "enqueue", "feedback", "lease", "promote",
+__all__ = ["BUILDERS", "ack", "claim", "dead", "enqueue", "fail", "feedback", "lease", "promote",
            "prune", "reindex", "release", "requeue_dead", "status"]
 
 
@@ -67,6 +67,11 @@ def release(k: SiteKeys) -> list[str]:
     return [k.stats, *k.streams, *k.index.readies, k.index.leased]
 
 
+def fail(k: SiteKeys) -> list[str]:
+    """dlq, stats, streams, the shard's ready indexes and leased index."""
+    return [k.dlq, k.stats, *k.streams, *k.index.readies, k.index.leased]
+
+
 def promote(k: SiteKeys) -> list[str]:
     """delayed, dlq, stats, streams, the shard's ready indexes and inbox."""
     return [k.delayed, k.dlq, k.stats, *k.streams, *k.index.readies, k.index.inbox]
@@ -98,6 +103,7 @@ BUILDERS: dict[str, Callable[..., list[str]]] = {
     "requeue_dead": requeue_dead,
     "ack": ack,
     "release": release,
+    "fail": fail,
     "promote": promote,
     "prune": prune,
     "feedback": feedback,

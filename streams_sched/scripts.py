@@ -30,6 +30,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "ack",
     "dead",
     "release",
+    "fail",
     "promote",
     "status",
     "prune",
@@ -113,6 +114,7 @@ class Scripts:
         self.ack: Script = client.register_script(_SOURCES["ack"])
         self.dead: Script = client.register_script(_SOURCES["dead"])
         self.release: Script = client.register_script(_SOURCES["release"])
+        self.fail: Script = client.register_script(_SOURCES["fail"])
         self.promote: Script = client.register_script(_SOURCES["promote"])
         self._status: Script = client.register_script(_SOURCES["status"])
         self.prune: Script = client.register_script(_SOURCES["prune"])
@@ -121,7 +123,7 @@ class Scripts:
         self.reindex: Script = client.register_script(_SOURCES["reindex"])
 
     def all(self) -> list[Script]:
-        return [self.enqueue, self.lease, self.claim, self.ack, self.dead, self.release,
+        return [self.enqueue, self.lease, self.claim, self.ack, self.dead, self.release, self.fail,
                 self.promote, self._status, self.prune, self.requeue_dead, self.feedback, self.reindex]
 
     def load(self, client: Any = None) -> None:

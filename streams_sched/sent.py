@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ops import Ack, DeadLetter, Enqueue, Extend, LeaseOp, Release
+from .ops import Ack, DeadLetter, Enqueue, Extend, Failed, LeaseOp, Release
 from .selection import ShardPlan
 
 __all__ = [
@@ -18,12 +18,15 @@ __all__ = [
 ]
 
 #: each kind of lease operation in log lines
-AFTER_NAME: dict[type, str] = {Ack: "ack", DeadLetter: "dead-letter", Release: "release", Extend: "lease extension"}
+AFTER_NAME: dict[type, str] = {
+    Ack: "ack", DeadLetter: "dead-letter", Release: "release", Failed: "failed delivery", Extend: "lease extension",
+}
 #: the crawl stat each kind of lease operation counts
 AFTER_STAT: dict[type, str] = {
     Ack: "streams/acked",
     DeadLetter: "streams/dead_lettered",
     Release: "streams/released",
+    Failed: "streams/delivery_failed",
     Extend: "streams/extended",
 }
 

@@ -196,8 +196,15 @@ def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra
 class Worker:
     """A Scrapy worker in its own process (tests/worker.py), killable with SIGKILL."""
 
-    def __init__(self, settings: dict[str, Any], log: Path, spider: str = "streams_sched.demo.spider.SyntheticSpider") -> None:
+    def __init__(
+        self, settings: dict[str, Any], log: Path, spider: str = "streams_sched.demo.spider.SyntheticSpider",
+        new_session: bool = False,
+    ) -> None:
+        """``new_session``: the worker leads a process group of its own, so that
+        :meth:`close` takes its children (a browser) down with it, as systemd's
+        KillMode=control-group does."""
         self.log_path = log
+        self.new_session = new_session
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
         self.log_file = open(log, "wb")
@@ -206,6 +213,7 @@ class Worker:
             stdout=self.log_file,
             stderr=subprocess.STDOUT,
             env=env,
+            start_new_session=new_session,
         )
 
     def kill(self) -> None:
@@ -231,6 +239,11 @@ class Worker:
     def close(self) -> None:
         if self.alive():
             self.kill()
+        if self.new_session:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.log_file.close()
 
 

@@ -176,13 +176,15 @@ def test_watch_until_drained_exits_0_or_4_on_timeout(plain_redis_url: str, crawl
 
 
 def test_nodes_lists_alive_dead_and_offline(plain_redis_url: str, crawl: str, cli) -> None:
-    """nodes shows each worker's state from its heartbeats."""
+    """nodes shows each worker's state from its heartbeats, and a browser worker's leases against its cap."""
     f = seeded(plain_redis_url, crawl)
     now = time.time()
     for name, seen, state in (("n-alive", now, "online"), ("n-dead", now - 60, "online"), ("n-off", now - 60, "offline")):
-        f.record_node(name, {"node": name, "host": "h", "pid": 1, "state": state, "last_seen": seen, "heartbeat_s": 1, "lease_s": 30})
+        f.record_node(name, {"node": name, "host": "h", "pid": 1, "state": state, "last_seen": seen, "heartbeat_s": 1, "lease_s": 30,
+                             "browser": 3, "browser_max": 4 if name == "n-alive" else 0})
     data = json.loads(cli("nodes", "-c", crawl, "--json").output)
     assert {n["node"]: n["state"] for n in data["nodes"]} == {"n-alive": "alive", "n-dead": "dead", "n-off": "offline"}
+    assert {n["node"]: n["browser"] for n in data["nodes"]} == {"n-alive": "3/4", "n-dead": "", "n-off": ""}
     assert "1 alive, 1 dead, 1 offline" in cli("nodes", "-c", crawl).output
     out = json.loads(cli("crawls", "--json").output)
     assert [c["crawl"] for c in out] == [crawl] and out[0]["backlog"] == 9

@@ -41,9 +41,11 @@ def exported_names() -> set[str]:
     from streams_sched.metrics import WorkerMetrics
 
     stats = SimpleNamespace(get_value=lambda key, default=0: 0)
-    sched = type("S", (), {"config": SimpleNamespace(crawl="c"), "node_id": "n", "ack_listeners": [], "__len__": lambda self: 0})()
+    sched = type("S", (), {"config": SimpleNamespace(crawl="c"), "node_id": "n", "ack_listeners": [], "render_listeners": [],
+                           "__len__": lambda self: 0})()
     worker = WorkerMetrics(SimpleNamespace(stats=stats), sched, [0])
     worker.on_ack(None, 0.1)
+    worker.on_render(None, 1.5)
     rec = _Metrics()
     for counter in rec.moved.values():
         counter.labels("c")  # labelled families expose samples once a label is used
@@ -117,6 +119,16 @@ def test_grafana_dashboard_uses_only_exported_metrics() -> None:
     assert used <= {re.sub(r"_(bucket|sum|count)$", "", n) for n in known}, used - known
 
 
+def test_grafana_dashboard_shows_browser_leases_against_the_cap_and_render_time() -> None:
+    """The dashboard plots each node's browser leases with its cap in one panel, and render
+    time from the workers' histogram."""
+    dash = json.loads((COMPOSE / "grafana/dashboards/streams-sched.json").read_text())
+    exprs = {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in dash["panels"]}
+    assert any("streams_sched_node_browser_leases" in e and "streams_sched_node_browser_max" in e for e in exprs.values())
+    assert any("streams_sched_worker_render_seconds_bucket" in e for e in exprs.values())
+    assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+
+
 def test_promtool_accepts_config_rules_and_rule_tests() -> None:
     """promtool checks the config and the rules, and the rules' unit tests pass (fails under CI without promtool)."""
     promtool = find_tool("promtool", "Debian's prometheus package")
@@ -171,6 +183,12 @@ def test_systemd_units_restart_read_an_env_file_and_run_unprivileged(name: str) 
     assert "REDIS_URL=" in env
     for var in re.findall(r"\$\{(\w+)\}", svc["ExecStart"]):
         assert f"\n{var}=" in "\n" + env, var
+
+
+def test_the_worker_unit_stops_its_whole_control_group() -> None:
+    """A worker's unit signals every process it started, so its browser dies with it."""
+    svc = unit("streams-worker@.service")["Service"]
+    assert svc["KillMode"] == "control-group" and svc["KillSignal"] == "SIGTERM"
 
 
 def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:

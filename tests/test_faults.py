@@ -6,6 +6,7 @@ within what the fault can explain."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import signal
@@ -423,3 +424,36 @@ def test_close_wait_is_bounded_on_a_plain_twisted_reactor() -> None:
 
     done = subprocess.run([sys.executable, "-c", _BOUNDED_WAIT_ON_TWISTED], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["False", "True", "True"], done.stdout + done.stderr
+
+
+@pytest.mark.scrapy_matrix
+def test_a_browser_task_whose_download_raises_is_delivered_again_then_dead_lettered(
+    plain_redis_url: str, crawl: str, tmp_path: Path
+) -> None:
+    """A browser task whose download raises is handed back to the frontier with the delivery
+    counted and dead-lettered with the error after STREAMS_MAX_DELIVERIES, through the
+    engine hook of every supported Scrapy (no browser needed); an http task failing the same
+    way is Scrapy's to handle, once."""
+    rec, items = tmp_path / "downloads.jsonl", tmp_path / "items.jsonl"
+    broken = {"http://site0.test/p/1": {"raise": "ConnectionRefusedError"},
+              "http://site1.test/p/1": {"raise": "ConnectionRefusedError"}}
+    settings = base_settings(
+        plain_redis_url, crawl, "bitmap", items, SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=12,
+        SYNTH_RECORD_FILE=str(rec), SYNTH_SPECIAL=broken, RETRY_ENABLED=False, STREAMS_MAX_DELIVERIES=3,
+        STREAMS_SITES={"site1.test": {"task_type": "browser"}}, STREAMS_CAPABILITIES=["http", "browser"],
+    )
+    worker = Worker(settings, tmp_path / "w.log")
+    crawl_to_end(worker, timeout=60)
+    log = worker.log_path.read_text()
+    downloads = [json.loads(line)["url"] for line in rec.read_text().splitlines()]
+    assert downloads.count("http://site1.test/p/1") == 3 and downloads.count("http://site0.test/p/1") == 1
+    f = frontier(plain_redis_url, crawl)
+    [letter] = f.dead_letters("site1.test")
+    assert letter["reason"] == (b"delivered 3 times (STREAMS_MAX_DELIVERIES=3), the last failed:"
+                                b" ConnectionRefusedError: synthetic failure") and letter["deliveries"] == b"3"
+    assert f.dead_letters("site0.test") == []
+    assert log.count("failed on its delivery") == 3 and log.count("back to the frontier for another delivery") == 2
+    assert log.count("Error downloading") == 2  # Scrapy's own line: the http task's one failure, the last delivery's
+    assert set(crawled_urls(items)) == expected(2, 12) - set(broken)
+    totals = assert_drained(plain_redis_url, crawl)
+    assert (totals["failed"], totals["dead"]) == (2, 1)

@@ -146,6 +146,7 @@ def test_expired_lease_is_claimed_by_another_worker(redis_url: str, dedupe: str,
     assert entries[0].id == first.id and entries[0].payload == b"payload-1"
     pending = f.client.xpending_range(f.site("a.test").stream("http", "default"), GROUP, "-", "+", 10)
     assert pending[0]["consumer"] == b"w2" and pending[0]["times_delivered"] == 2
+    assert entries[0].deliveries == 1  # the expired delivery
 
 
 def test_entry_delivered_too_often_goes_to_dead_letters(redis_url: str, dedupe: str, crawl: str) -> None:
@@ -193,6 +194,47 @@ def test_release_hands_back_only_own_leases(redis_url: str, dedupe: str, crawl: 
     assert (st.backlog, st.pending) == (1, 1)
     back = f.lease("a.test", "w3", 5, (1, 1, 1)).entries
     assert [e.payload for e in back] == [b"payload-1"] and back[0].deliveries == 0
+
+
+def test_an_expired_lease_outside_a_claimers_mask_stays_due_for_the_others(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A worker that cannot take an expired browser lease (an http-only one) leaves the site
+    due for takeover at once, so a browser worker's next look takes it, a lease sooner."""
+    from streams_sched.keys import stream_for, stream_mask
+
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out("page", stream=stream_for("browser", 1)), out("plain")])
+    assert len(f.lease("a.test", "gone", 2, (1, 1, 1), max_browser=1).entries) == 2
+    time.sleep(0.03)
+    taken, _, entries = f.claim("a.test", "http-only", 20, 10, 5, mask=stream_mask(["http"]))
+    assert taken == 1 and entries[0].payload == b"payload-plain"
+    assert f.expired_sites(20, 10) == ["a.test"]  # the browser lease is still expired
+    taken, _, entries = f.claim("a.test", "browser", 20, 10, 5)
+    assert taken == 1 and entries[0].payload == b"payload-page"
+    assert f.expired_sites(20, 10) == []  # both leases fresh again: looked at a lease from now
+
+
+def test_failed_deliveries_go_back_counted_then_to_dead_letters_with_the_reason(redis_url: str, dedupe: str, crawl: str) -> None:
+    """A failed delivery (a render that timed out) puts the entry back with the delivery
+    counted, for any worker; at STREAMS_MAX_DELIVERIES it is dead-lettered with the error."""
+    from streams_sched.keys import stream_for
+
+    f = frontier(redis_url, crawl, dedupe)
+    browser = stream_for("browser", 1)
+    f.enqueue("a.test", [out("page", stream=browser)])
+    for n in range(3):
+        [e] = f.lease("a.test", f"w{n}", 1, (1, 1, 1), max_browser=1, max_suspects=1).entries
+        assert (e.stream, e.deliveries, e.payload) == (browser, n, b"payload-page")
+        assert f.fail("a.test", "someone-else", 3, [(e.stream, e.id, "not theirs")]) == [0, 0]
+        assert f.fail("a.test", f"w{n}", 3, [(e.stream, e.id, "TimeoutError: Page.goto: Timeout 1000ms exceeded.")]) == (
+            [1, 0] if n < 2 else [0, 1])
+    st = f.status("a.test")
+    assert (st.backlog, st.pending, st.dead_letters) == (0, 0, 1)
+    [letter] = f.dead_letters("a.test")
+    assert letter["reason"] == (b"delivered 3 times (STREAMS_MAX_DELIVERIES=3), the last failed:"
+                                b" TimeoutError: Page.goto: Timeout 1000ms exceeded.")
+    assert (letter["deliveries"], letter["node"], letter["r"]) == (b"3", b"w2", b"payload-page")
+    assert st.stats["failed"] == 2 and st.stats["dead"] == 1
+    assert f.leased_sites() == []
 
 
 def test_dead_letter_records_reason_and_removes_entry(redis_url: str, dedupe: str, crawl: str) -> None:

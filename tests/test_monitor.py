@@ -23,8 +23,9 @@ def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:
     return Outgoing(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
 
 
-def record(f, name: str, last_seen: float, state: str = "online", hb: float = 5.0, local: int = 0) -> None:
-    f.record_node(name, {"node": name, "host": "box", "state": state, "last_seen": last_seen, "heartbeat_s": hb, "local": local})
+def record(f, name: str, last_seen: float, state: str = "online", hb: float = 5.0, local: int = 0, **extra: object) -> None:
+    f.record_node(name, {"node": name, "host": "box", "state": state, "last_seen": last_seen, "heartbeat_s": hb, "local": local,
+                         **extra})
 
 
 def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
@@ -40,8 +41,9 @@ def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedu
     f.ack("a.test", [(e.stream, e.id) for e in leased[:3]])
     f.dead_letter("a.test", "w1", [(leased[3].stream, leased[3].id, "cannot parse")])
     now = time.time()
-    record(f, "w1", now, hb=60, local=2)
-    record(f, "w2", now - 100, hb=1, local=3)
+    record(f, "w1", now, hb=60, local=2, browser=3, browser_max=4, renders=10, render_s=12.5)
+    record(f, "w2", now - 100, hb=1, local=3, browser=4, browser_max=4)
+    record(f, "w4", now, hb=60, browser=0, browser_max=0)
     record(f, "w3", now - 100, state="offline")
     port = free_port()
     d = Daemon("monitor", ["--redis-url", redis_url, "--metrics-port", str(port), "--interval", "0.5", "--cache-seconds", "0"], tmp_path / "m.log")
@@ -59,15 +61,22 @@ def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedu
         assert value(m, "streams_sched_dead_letters", crawl=crawl) == a.dead_letters == 1
         assert value(m, "streams_sched_dead_lettered_total", crawl=crawl) == 1
         assert value(m, "streams_sched_duplicates_total", crawl=crawl) == a.stats["duplicates"] == 3
-        assert value(m, "streams_sched_nodes", crawl=crawl, state="alive") == 1
+        assert value(m, "streams_sched_nodes", crawl=crawl, state="alive") == 2
         assert value(m, "streams_sched_nodes", crawl=crawl, state="dead") == 1  # w3 said goodbye
+        # browser leases against the cap and renders, per live node with the browser capability
+        assert value(m, "streams_sched_node_browser_leases", crawl=crawl, node="w1") == 3
+        assert value(m, "streams_sched_node_browser_max", crawl=crawl, node="w1") == 4
+        assert value(m, "streams_sched_node_renders_total", crawl=crawl, node="w1") == 10
+        assert value(m, "streams_sched_node_render_seconds_total", crawl=crawl, node="w1") == 12.5
+        assert set(m["streams_sched_node_browser_max"]) == {(("crawl", crawl), ("node", "w1"))}  # not w2 (dead), w4 (http only)
         assert value(m, "streams_sched_local_requests", crawl=crawl, state="alive") == 2
         assert value(m, "streams_sched_local_requests", crawl=crawl, state="dead") == 3  # lost with w2
         assert value(m, "streams_sched_seen_estimate", crawl=crawl) == 14
         assert value(m, "streams_sched_sites", crawl=crawl, state="active") == 2
         assert value(m, "streams_sched_redis_up") == 1
         exported = {name for name in m if name.startswith("streams_sched_")}
-        assert exported <= metric_names() | {"streams_sched_enqueued_created", "streams_sched_acked_created"}
+        created = {f"streams_sched_{name}_created" for name in ("enqueued", "acked", "node_renders", "node_render_seconds")}
+        assert exported <= metric_names() | created
         # the next scrape reads Redis again
         f.ack("a.test", [(leased[4].stream, leased[4].id)])
         m = scrape(port)

@@ -24,6 +24,7 @@ NODE_COLUMNS: list[Column] = [
     ("silent", "LAST SEEN", str),
     ("held", "HELD", str),
     ("local", "LOCAL", str),
+    ("browser", "BROWSER", str),
     ("lease_s", "LEASE", str),
 ]
 
@@ -47,6 +48,8 @@ def nodes(redis_url: str, crawl: str, as_json: bool) -> None:
             "silent": format_age(int(n.silent_s * 1000)) + " ago",
             "held": str(n.info.get("held", "")),
             "local": str(n.info.get("local", "")),
+            # browser leases held against the cap, for a worker with the browser capability
+            "browser": f"{n.info.get('browser', 0)}/{n.info['browser_max']}" if n.info.get("browser_max") else "",
             "lease_s": f"{n.info['lease_s']:g}s" if isinstance(n.info.get("lease_s"), (int, float)) else "",
         }
         for n in states.values()

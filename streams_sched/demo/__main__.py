@@ -7,7 +7,10 @@
 4. runs two Scrapy workers, SIGKILLs one of them mid-crawl and starts a
    third, which takes over the dead worker's leases when they expire;
 5. prints a summary: pages, repeats, per-site status, and whether every page
-   was crawled.
+   was crawled;
+6. when a Chromium and scrapy-playwright are installed, a browser part: a worker
+   with the browser capability renders pages whose content only JavaScript
+   writes (demo/browser.py); without them it says it skipped that part.
 """
 
 from __future__ import annotations
@@ -34,9 +37,9 @@ from .server import SyntheticServer
 WORKER = """
 import json, sys
 from scrapy.crawler import CrawlerProcess
-from streams_sched.demo.spider import SyntheticSpider
+from scrapy.utils.misc import load_object
 process = CrawlerProcess(json.loads(sys.argv[1]))
-process.crawl(SyntheticSpider)
+process.crawl(load_object(sys.argv[2]))
 process.start()
 """
 
@@ -63,9 +66,11 @@ def worker_settings(redis_url: str, crawl: str, items: Path, tag: str, lease_s: 
     }
 
 
-def start_worker(settings: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
+def start_worker(
+    settings: dict[str, Any], log: Path, spider: str = "streams_sched.demo.spider.SyntheticSpider"
+) -> subprocess.Popen[bytes]:
     out = open(log, "wb")
-    return subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(settings)], stdout=out, stderr=subprocess.STDOUT)
+    return subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(settings), spider], stdout=out, stderr=subprocess.STDOUT)
 
 
 def count_items(items: Path) -> Counter[str]:
@@ -80,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=400)
     parser.add_argument("--lease-seconds", type=float, default=5.0)
     parser.add_argument("--no-kill", action="store_true", help="do not kill a worker mid-crawl")
+    parser.add_argument("--browser-pages", type=int, default=12, help="pages of the browser part (0: skip it)")
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="streams-sched-demo-"))
@@ -129,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"worker exit codes: {exits} (-9 = killed on purpose); logs in {workdir}")
         ok = not missing and all(code in (0, -9) for code in exits)
         say("OK: every page crawled, nothing lost" if ok else "FAILED: see the logs")
+        if args.browser_pages > 0:
+            browser_ok = browser_part(client, redis_url, workdir, args)
+            if browser_ok is not None:
+                say("OK: the browser part rendered every page" if browser_ok else "FAILED: the browser part, see its log")
+                ok = ok and browser_ok
         return 0 if ok else 1
     finally:
         for p in procs:
@@ -137,6 +148,43 @@ def main(argv: list[str] | None = None) -> int:
         web.stop()
         if server is not None:
             server.cleanup()
+
+
+def browser_part(client: Any, redis_url: str, workdir: Path, args: argparse.Namespace) -> bool | None:
+    """Pages only a browser can read, crawled by a worker with the browser capability: whether
+    it read them all, or None (skipped) without a Chromium and scrapy-playwright."""
+    from .browser import ScriptServer, browser_settings, find_chromium, token
+
+    chromium = find_chromium()
+    if chromium is None:
+        say("browser part skipped: no Chromium (Debian: apt-get install chromium) or no scrapy-playwright"
+            " (pip install scrapy-playwright); the crawl above needs neither")
+        return None
+    site = ScriptServer(args.browser_pages, free_port()).start()
+    crawl = f"demo-{int(time.time())}-browser"
+    items = workdir / "browser-items.jsonl"
+    try:
+        seed(client, crawl, [site.base + "/"])
+        settings = {
+            **worker_settings(redis_url, crawl, items, "browser1", args.lease_seconds),
+            **browser_settings(chromium),
+            "STREAMS_CAPABILITIES": ["http", "browser"],
+            "STREAMS_BROWSER_MAX": 4,
+        }
+        say(f"browser part: {args.browser_pages} pages whose content only JavaScript writes; a worker with the"
+            f" browser capability renders them with scrapy-playwright and {chromium}, at most 4 at once")
+        started = time.time()
+        proc = start_worker(settings, workdir / "browser1.log", "streams_sched.demo.browser.ScriptSpider")
+        code = proc.wait(timeout=300)
+        got = {}
+        if items.exists():
+            got = {json.loads(line)["url"]: json.loads(line).get("token") for line in items.read_text().splitlines() if line.endswith("}")}
+        read = sum(1 for n in range(args.browser_pages) if got.get(f"{site.base}/page/{n}") == token(n))
+        say(f"browser part: {read}/{args.browser_pages} pages rendered and read in {time.time() - started:.1f}s"
+            f" (exit code {code}; log in {workdir / 'browser1.log'})")
+        return code == 0 and read == args.browser_pages
+    finally:
+        site.stop()
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ for s = 1, STREAM_COUNT do
           out[#out + 1] = s
           out[#out + 1] = id
           out[#out + 1] = payload
-          out[#out + 1] = d
+          -- the deliveries before this one, the expired ones included
+          out[#out + 1] = total - 1
           taken = taken + 1
         end
         budget = budget - 1
