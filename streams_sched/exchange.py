@@ -34,7 +34,9 @@ Written by the I/O thread, read by the reactor thread:
 - ``legacy``: the migrated scrapy-redis dupefilter set (legacy.py), if any;
 - ``seen_epoch``: raised when a Redis primary was replaced, so the scheduler
   forgets the fingerprints it remembers sending (they may not have arrived);
-- ``fatal``: the I/O thread crashed.
+- ``fatal``: the I/O thread crashed;
+- ``browser_held``: browser leases it holds, counted against STREAMS_BROWSER_MAX
+  (for the metrics).
 
 ``kick()`` (either side) wakes the I/O thread; ``wake`` (set by the
 scheduler, called by the I/O thread) makes the engine ask for requests.
@@ -223,6 +225,8 @@ class Exchange:
     legacy: str | None = None
     seen_epoch: int = 0
     fatal: BaseException | None = None
+    #: browser leases held (prefetched or rendering), as of the I/O thread's last cycle
+    browser_held: int = 0
     #: the reactor sets it when it found nothing to hand out; the I/O thread clears it
     #: and calls ``wake`` when requests arrive (it appends the arrivals first)
     starved: bool = True

@@ -469,6 +469,7 @@ class Pump(threading.Thread):
     def _cycle(self) -> None:
         now = time.monotonic()
         f = self.frontier
+        self.x.browser_held = self.leases.browser
         if now >= self.next_policy:
             self._refresh_policy(now)
         x = self.x

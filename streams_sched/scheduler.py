@@ -836,8 +836,8 @@ class StreamsScheduler(BaseScheduler):
     def browser_leases(self) -> int:
         """Browser leases this worker holds (prefetched or in progress), as its I/O thread
         counts them against STREAMS_BROWSER_MAX."""
-        pump = self._pump
-        return pump.leases.browser if pump is not None else 0
+        x = self._x
+        return x.browser_held if x is not None else 0
 
     @property
     def browser_max(self) -> int:
