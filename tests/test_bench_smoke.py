@@ -82,7 +82,7 @@ def test_bench_sites_quick_mode_reports_every_figure(tmp_path: Path) -> None:
     """`python -m bench sites --quick` crawls every one-page site once with each kind (and two streams-sched workers) and reports the push rates and Redis bytes per queued site (KIND@REV is covered by the broad smoke test: it costs this one as much again)."""
     env = bench_env()
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "sites", "--quick", "--sites", "400",
+        [sys.executable, "-m", "bench", "sites", "--quick",
          "--kinds", "memory,scrapy-redis,streams-sched", "--out", str(tmp_path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )
