@@ -157,7 +157,6 @@ def test_scrapy_crawl_exits_1_when_requests_cannot_travel_in_error_mode(
 
 
 @pytest.mark.targets("bitmap")
-@pytest.mark.scrapy_matrix
 def test_crawlspider_with_a_worker_sigkilled_mid_crawl_loses_no_page(
     redis_url: str, dedupe: str, crawl: str, tmp_path: Path, measured: Any
 ) -> None:
