@@ -67,6 +67,20 @@ def _cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _peak_rss_kb() -> int:
+    """This process's own peak RSS (VmHWM, KiB), 0 where /proc has none. Unlike the
+    ru_maxrss its parent gets from wait4, it does not start from the parent's RSS at
+    the fork: Linux carries that high-water mark across exec."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def _rusage() -> dict[str, float]:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"user_s": ru.ru_utime, "sys_s": ru.ru_stime, "vol_ctx": ru.ru_nvcsw, "invol_ctx": ru.ru_nivcsw}
@@ -175,6 +189,7 @@ class BenchProbe:
         result = {
             "reason": reason,
             "pid": os.getpid(),
+            "peak_rss_kb": _peak_rss_kb(),
             "items": self.items,
             "unique_urls": len(self.urls),
             "repeats": sum(n - 1 for n in self.urls.values()),

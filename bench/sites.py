@@ -26,7 +26,7 @@ page are left out (the time from the start gate to the first item is reported
 as start-up); pages/s is the items of the window over its length. When every
 page is crawled before the window ends, the window ends at the last item (such
 a run is marked "all" in the tables). Also reported per run: the rate from the
-start gate instead, the worker's max RSS (``os.wait4`` of the worker process),
+start gate instead, the worker's max RSS (its own VmHWM, read by the probe at the end),
 Redis CPU per page (INFO cpu, used_cpu_sys + used_cpu_user, read when the first
 item comes and when the window ends, or when the workers exit if they finished
 first), Redis commands per page, pages crawled twice. Per row: Redis
@@ -290,7 +290,10 @@ def crawl_window(kind: str, workers: int, n: int, redis_url: str | None, client:
         if not path.exists():
             raise failed(f"worker {i} wrote no result")
         results.append(json.loads(path.read_text()))
-    return summarize(kind, workers, n, args.window_s, results, [c.max_rss_kb for c in children], before, after, wdir)
+    # the worker's own peak (VmHWM); wait4's ru_maxrss starts from this harness's RSS at the
+    # fork (Linux carries it across exec), which at 1,000,000 sites is larger than a worker's
+    rss_kb = [r.get("peak_rss_kb") or c.max_rss_kb for r, c in zip(results, children, strict=True)]
+    return summarize(kind, workers, n, args.window_s, results, rss_kb, before, after, wdir)
 
 
 def summarize(kind: str, workers: int, n: int, window_s: float, results: list[dict[str, Any]], rss_kb: list[int],
