@@ -139,9 +139,9 @@ def queued_bytes(url: str, n: int, sites: int = 100) -> dict[str, Any]:
     import scrapy
     from scrapy.utils.request import RequestFingerprinter
 
-    from streams_sched.codec import RequestCodec
-    from streams_sched.connection import connect
-    from streams_sched.frontier import Frontier, Outgoing, crawl_bloom
+    from streams_sched.connect.clients import connect
+    from streams_sched.frontier.client import Frontier, Outgoing, crawl_bloom
+    from streams_sched.wire.codec import RequestCodec
 
     client = connect(url)
     client.flushall()

@@ -1,6 +1,6 @@
 """A/B the request codec against an earlier commit's, for plain requests (issue 9's "within 10%").
 
-``python -m bench.codec_ab [--rev e8fee4f] [--runs 25]`` loads ``streams_sched/codec.py`` as
+``python -m bench.codec_ab [--rev e8fee4f] [--runs 25]`` loads ``streams_sched/wire/codec.py`` as
 it was at ``--rev`` (schema 1 at e8fee4f) beside the current one, times encode and decode of
 the codec bench's plain requests (``link``, ``form``) interleaved in one process, and prints
 the best of ``--runs`` runs of 3,000 each and the ratio current / earlier. Best-of, because on
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from streams_sched.codec import RequestCodec
 from streams_sched.demo.spider import SyntheticSpider
+from streams_sched.wire.codec import RequestCodec
 
 from .codec_bench import _requests
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _old_codec_class(rev: str) -> Any:
     source = subprocess.run(
-        ["git", "show", f"{rev}:streams_sched/codec.py"], cwd=ROOT, check=True, capture_output=True
+        ["git", "show", f"{rev}:streams_sched/wire/codec.py"], cwd=ROOT, check=True, capture_output=True
     ).stdout
     path = Path(tempfile.mkdtemp()) / "codec_old.py"
     path.write_bytes(source)

@@ -30,8 +30,8 @@ from scrapy import Request
 from scrapy.http import FormRequest
 from scrapy.utils.request import request_from_dict
 
-from streams_sched.codec import RequestCodec
 from streams_sched.demo.spider import SyntheticSpider
+from streams_sched.wire.codec import RequestCodec
 
 __all__ = ["run_codec"]
 

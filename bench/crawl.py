@@ -41,16 +41,16 @@ KINDS: dict[str, dict[str, Any]] = {
         "SCHEDULER_PERSIST": True,
     },
     "streams-sched": {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "redisbloom",
     },
     "streams-sched/bitmap": {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "bitmap",
     },
     # the URL shortcut (on by default) switched off, to measure what it saves
     "streams-sched-no-url-shortcut": {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "redisbloom",
         "STREAMS_URL_SHORTCUT": False,
     },
@@ -116,7 +116,7 @@ def preseed(spec: CrawlSpec, client: redis.Redis, crawl: str, settings: dict[str
     urls = [web.url(s, p) for p in range(min(spec.preseed_pages, spec.pages)) for s in range(spec.sites)]
     if spec.base_kind.startswith("streams-sched"):
         from streams_sched import seed
-        from streams_sched.frontier import detect_dedupe
+        from streams_sched.frontier.client import detect_dedupe
 
         detect_dedupe(client, crawl, settings["STREAMS_DEDUPE"])
         return len(seed(client, crawl, urls).added)
@@ -143,12 +143,12 @@ def preseed(spec: CrawlSpec, client: redis.Redis, crawl: str, settings: dict[str
 def primaries(redis_url: str) -> list[redis.Redis]:
     """A client for each primary behind ``redis_url`` (every master of a cluster): the
     servers whose CPU and commands a crawl is charged with."""
-    from streams_sched.connection import is_cluster_url
+    from streams_sched.connect.clients import is_cluster_url
 
     if not is_cluster_url(redis_url):
         # no socket timeout: a FLUSHALL of a big crawl can take longer than redis-py's 5 s
         return [redis.Redis.from_url(redis_url, socket_timeout=None)]
-    from streams_sched.connection import connect
+    from streams_sched.connect.clients import connect
 
     cluster = connect(redis_url)
     return [redis.Redis(host=n.host, port=n.port, socket_timeout=None) for n in cluster.get_primaries()]

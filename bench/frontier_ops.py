@@ -22,7 +22,7 @@ from typing import Any
 import msgpack
 import redis
 
-from streams_sched.frontier import BloomParams, Frontier, Outgoing, parse_lease
+from streams_sched.frontier.client import BloomParams, Frontier, Outgoing, parse_lease
 
 __all__ = ["run_frontier_ops"]
 

@@ -31,7 +31,7 @@ ERROR_RATE = 0.001
 EXPANSION = 2
 BATCH = 2000
 
-_LIB = resources.files("streams_sched").joinpath("lua", "_lib.lua").read_text(encoding="utf-8")
+_LIB = resources.files("streams_sched.frontier").joinpath("lua", "_lib.lua").read_text(encoding="utf-8")
 
 # KEYS: seen, meta; ARGV: mode, err, cap, expansion, add (1 insert / 0 look only), fp...
 # The same path as enqueue.lua: an exact set first, a Bloom filter of capacity cap

@@ -69,9 +69,9 @@ def measure(n_ready: int, seconds: float, max_steps: int) -> dict[str, Any]:
 
     import streams_sched
     from streams_sched.config import StreamsConfig
-    from streams_sched.exchange import Exchange
-    from streams_sched.frontier import LeasedEntry
-    from streams_sched.scheduler import StreamsScheduler
+    from streams_sched.frontier.client import LeasedEntry
+    from streams_sched.worker.exchange import Exchange
+    from streams_sched.worker.scheduler import StreamsScheduler
 
     config = StreamsConfig(redis_url="redis://unused", crawl="pick")
     sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=CONCURRENCY, per_site_concurrency=PER_SLOT)

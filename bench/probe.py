@@ -245,10 +245,10 @@ def install_call_counters() -> None:
     from scrapy.core.engine import ExecutionEngine
     from scrapy.core.scheduler import Scheduler
 
-    from streams_sched._engine import EngineHooks
-    from streams_sched.exchange import Exchange
-    from streams_sched.pump import Pump
-    from streams_sched.scheduler import StreamsScheduler
+    from streams_sched.worker.engine import EngineHooks
+    from streams_sched.worker.exchange import Exchange
+    from streams_sched.worker.io.pump import Pump
+    from streams_sched.worker.scheduler import StreamsScheduler
 
     _count(asyncio.base_events.BaseEventLoop, "_run_once", "event loop turns")
     _count(ExecutionEngine, "_start_scheduled_requests", "engine loop runs")

@@ -33,10 +33,10 @@ RATE_HZ = 250
 
 #: (area, substrings of the innermost frame's file), first match wins
 AREAS: list[tuple[str, tuple[str, ...]]] = [
-    ("streams-sched I/O thread (pump.py)", ("streams_sched/pump.py", "streams_sched/selection.py")),
-    ("streams-sched codec + msgpack", ("streams_sched/codec.py", "msgpack")),
-    ("streams-sched frontier.py", ("streams_sched/frontier.py", "streams_sched/scripts.py")),
-    ("streams-sched scheduler.py (reactor side)", ("streams_sched/scheduler.py", "streams_sched/_engine.py", "streams_sched/seen.py")),
+    ("streams-sched I/O thread (pump.py)", ("streams_sched/worker/io/pump.py", "streams_sched/worker/selection.py")),
+    ("streams-sched codec + msgpack", ("streams_sched/wire/codec.py", "msgpack")),
+    ("streams-sched frontier.py", ("streams_sched/frontier/client.py", "streams_sched/frontier/scripts.py")),
+    ("streams-sched scheduler.py (reactor side)", ("streams_sched/worker/scheduler.py", "streams_sched/worker/engine.py", "streams_sched/worker/seen.py")),
     ("redis-py + hiredis", ("/redis/",)),
     ("scrapy in-memory scheduler + dupefilter", ("scrapy/core/scheduler.py", "scrapy/pqueues.py", "scrapy/squeues.py", "scrapy/dupefilters.py", "queuelib")),
     ("request fingerprint", ("scrapy/utils/request.py",)),

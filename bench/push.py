@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def primaries(client: Any) -> list[Any]:
-    from streams_sched.connection import is_cluster_client
+    from streams_sched.connect.clients import is_cluster_client
 
     if is_cluster_client(client):
         return [n.redis_connection for n in client.get_primaries()]
@@ -122,8 +122,8 @@ def balanced_crawl(client: Any, prefix: str) -> str:
     """A crawl name whose shards spread over a cluster's primaries as evenly as 16 shards can
     (6, 5, 5 on three): where the shards' hash tags land is chance, and the busiest primary
     bounds the rate. On one Redis, the first name."""
-    from streams_sched.connection import is_cluster_client
-    from streams_sched.keys import DEFAULT_SHARDS, ShardKeys
+    from streams_sched.connect.clients import is_cluster_client
+    from streams_sched.frontier.keys import DEFAULT_SHARDS, ShardKeys
 
     if not is_cluster_client(client):
         return prefix + "0"
@@ -179,7 +179,7 @@ def _children_cpu() -> float:
 
 
 def run_target(target: str, args: argparse.Namespace, urls: Path, nothing: Path) -> list[dict[str, Any]]:
-    from streams_sched.connection import connect
+    from streams_sched.connect.clients import connect
     from streams_sched.testing import RedisServer, find_redisbloom
     from tests.redis_tools import LocalCluster
 

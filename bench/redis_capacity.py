@@ -31,10 +31,10 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from streams_sched.codec import RequestCodec
-from streams_sched.connection import connect, is_cluster_client
-from streams_sched.frontier import Frontier, Outgoing, crawl_bloom, parse_lease
+from streams_sched.connect.clients import connect, is_cluster_client
+from streams_sched.frontier.client import Frontier, Outgoing, crawl_bloom, parse_lease
 from streams_sched.testing import RedisServer, find_redisbloom
+from streams_sched.wire.codec import RequestCodec
 from tests.redis_tools import LocalCluster
 
 SITES = 64

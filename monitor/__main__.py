@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import click
 
-from streams_sched.daemon import configure_logging, serve
 from streams_sched.errors import ConfigError
+from streams_sched.service.daemon import configure_logging, serve
 
 from .core import Monitor
 from .settings import WEBHOOK_FORMATS, MonitorSettings

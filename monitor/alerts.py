@@ -35,8 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from streams_sched.liveness import ALIVE, DEAD, NodeState
-from streams_sched.server_checks import ServerMemory
+from streams_sched.connect.server_checks import ServerMemory
+from streams_sched.service.liveness import ALIVE, DEAD, NodeState
 
 from .snapshot import CrawlSnapshot
 

@@ -27,7 +27,10 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from streams_sched.daemon import (
+from streams_sched.connect.server_checks import ServerMemory, read_memory
+from streams_sched.errors import LayoutError
+from streams_sched.frontier.client import Frontier
+from streams_sched.service.daemon import (
     TRANSIENT,
     MetricsServer,
     StopFlag,
@@ -35,10 +38,7 @@ from streams_sched.daemon import (
     connect_at_start,
     run_passes,
 )
-from streams_sched.errors import LayoutError
-from streams_sched.frontier import Frontier
-from streams_sched.liveness import ALIVE, DEAD, NodeState, node_states
-from streams_sched.server_checks import ServerMemory, read_memory
+from streams_sched.service.liveness import ALIVE, DEAD, NodeState, node_states
 
 from .alerts import FIRING, AlertRules, Debouncer
 from .events import EventListener

@@ -27,10 +27,10 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from streams_sched.keys import BANDS
-from streams_sched.liveness import ALIVE, DEAD, NodeState
-from streams_sched.politeness import effective_rate
-from streams_sched.server_checks import ServerMemory
+from streams_sched.connect.server_checks import ServerMemory
+from streams_sched.frontier.keys import BANDS
+from streams_sched.politeness.adaptive import effective_rate
+from streams_sched.service.liveness import ALIVE, DEAD, NodeState
 
 from .snapshot import CrawlSnapshot
 
@@ -216,9 +216,9 @@ def build_families(
         fam["streams_sched_sites_unlabelled"].add_metric([c], labeller.unlabelled(snap))
         fam["streams_sched_monitor_sites_read"].add_metric([c], len(snap.sites))
         if snap.shards is not None:
-            for index, n in (("ready_http", snap.shards.ready_http), ("ready_browser", snap.shards.ready_browser),
+            for index, count in (("ready_http", snap.shards.ready_http), ("ready_browser", snap.shards.ready_browser),
                              ("leased", snap.shards.leased)):
-                fam["streams_sched_indexed_sites"].add_metric([c, index], n)
+                fam["streams_sched_indexed_sites"].add_metric([c, index], count)
         if snap.seen_estimate is not None:
             fam["streams_sched_seen_estimate"].add_metric([c], snap.seen_estimate)
     return list(fam.values())

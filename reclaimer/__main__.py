@@ -14,7 +14,9 @@ from typing import Any
 
 import click
 
-from streams_sched.daemon import (
+from streams_sched.errors import ConfigError, RedisUnavailable
+from streams_sched.frontier.keys import health_key
+from streams_sched.service.daemon import (
     EXIT_ERROR,
     EXIT_UNREACHABLE,
     configure_logging,
@@ -22,8 +24,6 @@ from streams_sched.daemon import (
     fail,
     serve,
 )
-from streams_sched.errors import ConfigError, RedisUnavailable
-from streams_sched.keys import health_key
 
 from .core import Reclaimer
 from .settings import ReclaimerSettings

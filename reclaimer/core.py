@@ -48,7 +48,12 @@ from typing import Any
 import structlog
 from redis.exceptions import NoScriptError, ResponseError
 
-from streams_sched.daemon import (
+from streams_sched.errors import LayoutError
+from streams_sched.frontier.client import NO_MASK, Frontier, parse_claim
+from streams_sched.frontier.indexes import due_delays, ready_sites, server_ms
+from streams_sched.frontier.keys import GROUP, STREAMS, health_key
+from streams_sched.frontier.replies import text
+from streams_sched.service.daemon import (
     TRANSIENT,
     MetricsServer,
     StopFlag,
@@ -56,12 +61,7 @@ from streams_sched.daemon import (
     connect_at_start,
     run_passes,
 )
-from streams_sched.errors import LayoutError
-from streams_sched.frontier import NO_MASK, Frontier, parse_claim
-from streams_sched.indexes import due_delays, ready_sites, server_ms
-from streams_sched.keys import GROUP, STREAMS, health_key
-from streams_sched.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
-from streams_sched.replies import text
+from streams_sched.service.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
 
 from .logic import crawl_limits, nodes_to_forget, prune_candidates
 from .settings import DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES, ReclaimerSettings

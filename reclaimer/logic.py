@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from streams_sched.liveness import ALIVE, NodeState
+from streams_sched.service.liveness import ALIVE, NodeState
 
 __all__ = ["crawl_limits", "nodes_to_forget", "prune_candidates"]
 

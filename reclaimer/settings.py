@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from streams_sched.config import check_port, check_positive, validate_redis_url
 from streams_sched.errors import ConfigError
-from streams_sched.keys import validate_crawl_name
+from streams_sched.frontier.keys import validate_crawl_name
 
 __all__ = ["DEFAULT_LEASE_S", "DEFAULT_MAX_DELIVERIES", "ReclaimerSettings"]
 

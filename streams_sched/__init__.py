@@ -2,7 +2,7 @@
 
 Enable it in a Scrapy project with two settings::
 
-    SCHEDULER = "streams_sched.scheduler.StreamsScheduler"
+    SCHEDULER = "streams_sched.worker.scheduler.StreamsScheduler"
     REDIS_URL = "redis://localhost:6379/0"
 """
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from .config import StreamsConfig
-from .errors import (
+from streams_sched.config import StreamsConfig
+from streams_sched.errors import (
     ConfigError,
     DedupeBackendError,
     EntryError,
@@ -24,14 +24,14 @@ from .errors import (
     SerializationError,
     StreamsSchedError,
 )
-from .frontier import BloomParams, Frontier
-from .keys import CrawlKeys, SiteKeys
-from .meta_codecs import MetaCodec, register_meta_codec
-from .policy import pause_site, resume_site, set_policy
+from streams_sched.frontier.client import BloomParams, Frontier
+from streams_sched.frontier.keys import CrawlKeys, SiteKeys
+from streams_sched.politeness.policy import pause_site, resume_site, set_policy
+from streams_sched.wire.meta_codecs import MetaCodec, register_meta_codec
 
 if TYPE_CHECKING:
-    from .scheduler import StreamsScheduler
-    from .seeding import Seeder, SeedResult, seed
+    from streams_sched.frontier.seeding import Seeder, SeedResult, seed
+    from streams_sched.worker.scheduler import StreamsScheduler
 
 
 def __getattr__(name: str) -> Any:
@@ -39,11 +39,11 @@ def __getattr__(name: str) -> Any:
     # this package without it, so it loads on first use (the CLI's commands that encode
     # requests import Scrapy when they run). tests/test_exports.py checks it.
     if name == "StreamsScheduler":
-        from .scheduler import StreamsScheduler
+        from streams_sched.worker.scheduler import StreamsScheduler
 
         return StreamsScheduler
     if name in ("Seeder", "SeedResult", "seed"):
-        from . import seeding
+        from streams_sched.frontier import seeding
 
         return getattr(seeding, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
-from .keys import BANDS, DEFAULT_SHARDS, MAX_SHARDS, TASK_TYPES, validate_crawl_name
-from .urls import URL_OPTIONS, redact, validate_redis_url
+from streams_sched.connect.urls import URL_OPTIONS, redact, validate_redis_url
+from streams_sched.errors import ConfigError
+from streams_sched.frontier.keys import BANDS, DEFAULT_SHARDS, MAX_SHARDS, TASK_TYPES, validate_crawl_name
 
 __all__ = ["SETTINGS", "URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "parse_band_ratio", "redact", "validate_redis_url"]
 
@@ -64,7 +64,7 @@ class StreamsConfig:
     """Validated settings of one crawl's scheduler. Units are in the names."""
 
     #: REDIS_URL: the frontier's Redis (redis://, rediss:// with TLS, unix://, or redis+sentinel:// /
-    #: rediss+sentinel:// for the master of a Sentinel service: see streams_sched/urls.py).
+    #: rediss+sentinel:// for the master of a Sentinel service: see streams_sched/connect/urls.py).
     redis_url: str
     #: STREAMS_PREFIX: the crawl namespace; default the spider name.
     crawl: str
@@ -276,7 +276,7 @@ class StreamsConfig:
             raise ConfigError("STREAMS_META_CLASSES", list(self.meta_classes), "expected a list of import paths")
         if not isinstance(self.sites, Mapping):
             raise ConfigError("STREAMS_SITES", self.sites, "expected a dict of site -> policy dict")
-        from .policy import validate_policy
+        from streams_sched.politeness.policy import validate_policy
 
         for site, policy in self.sites.items():
             validate_policy(site, policy)

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import redis
 
-from streams_sched.connection import connect
-from streams_sched.keys import DEFAULT_SHARDS, CrawlKeys, SiteKeys, shard_of
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.keys import DEFAULT_SHARDS, CrawlKeys, SiteKeys, shard_of
 from streams_sched.testing import RedisServer, find_redisbloom, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ from urllib.parse import quote
 
 from itemadapter import ItemAdapter
 
-from streams_sched.connection import connect
-from streams_sched.frontier import BloomParams, Frontier
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.client import BloomParams, Frontier
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -35,7 +35,7 @@ def missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-#: the CRITICAL line a worker that cannot start prints (streams_sched/startup.py)
+#: the CRITICAL line a worker that cannot start prints (streams_sched/worker/startup.py)
 START_ERROR = "CRITICAL: streams-sched cannot start:"
 
 
@@ -79,7 +79,7 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: floa
 
 def subscribe_events(url: str, crawl: str) -> Any:
     """A pub/sub connection subscribed to the crawl's node events (before a worker starts)."""
-    from streams_sched.keys import CrawlKeys
+    from streams_sched.frontier.keys import CrawlKeys
 
     events = connect(url).pubsub()
     events.subscribe(CrawlKeys(crawl).events)
@@ -112,7 +112,7 @@ def inbox_of(f: Frontier, site: str) -> list[tuple[int, bytes]]:
     there, lua/_lib.lua): (stream index, payload) each, in their order."""
     import msgpack
 
-    from streams_sched.keys import stream_of_code
+    from streams_sched.frontier.keys import stream_of_code
 
     raw = f.client.hget(f.site(site).index.inbox, site)
     if raw is None:
@@ -124,7 +124,7 @@ def inbox_of(f: Frontier, site: str) -> list[tuple[int, bytes]]:
 def queued(f: Frontier, site: str, task: str, band: str = "default") -> list[bytes]:
     """Payloads queued for ``site``'s (task, band) stream, wherever they wait: the stream's
     entries, then those still in its shard's inbox (the next lease moves them into the stream)."""
-    from streams_sched.keys import STREAMS
+    from streams_sched.frontier.keys import STREAMS
 
     index = STREAMS.index((task, band))
     in_stream = [fields[b"r"] for _, fields in f.client.xrange(f.site(site).streams[index])]
@@ -173,7 +173,7 @@ _NO_REMOTE_CONTROL = (
 
 def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:
     settings: dict[str, Any] = {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_PREFIX": crawl,
         "STREAMS_DEDUPE": dedupe,
@@ -274,7 +274,7 @@ def crawled_urls(path: Path) -> Counter[str]:
 SCRAPY_PROJECT_SETTINGS = """\
 BOT_NAME = "synth_project"
 SPIDER_MODULES = ["synth_project.spiders"]
-SCHEDULER = "streams_sched.scheduler.StreamsScheduler"
+SCHEDULER = "streams_sched.worker.scheduler.StreamsScheduler"
 ROBOTSTXT_OBEY = False
 TELNETCONSOLE_ENABLED = False
 DOWNLOAD_HANDLERS = {"http": "streams_sched.demo.handler.SyntheticHandler"}

@@ -131,7 +131,7 @@ class LocalCluster:
     """A Redis Cluster of ``masters`` redis-servers on free ports, each with ``replicas`` replicas.
 
     Each node loads the RedisBloom module when ``bloom`` is set. ``url`` has
-    ``?cluster=1``, so :func:`streams_sched.connection.connect` builds a
+    ``?cluster=1``, so :func:`streams_sched.connect.clients.connect` builds a
     cluster client from it. With replicas, :meth:`kill`, :meth:`wait_failover`
     and :meth:`restart` stage a failover the way an operator meets one.
     """

@@ -16,7 +16,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from streams_sched.demo.spider import SyntheticSpider
-from streams_sched.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import StreamsScheduler
 
 
 class AckLogScheduler(StreamsScheduler):

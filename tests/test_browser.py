@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from parsel import Selector
 
-from streams_sched.connection import connect
-from streams_sched.frontier import Frontier
-from streams_sched.keys import BANDS
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.keys import BANDS
 from streams_sched.testing import free_port
 
 from browserweb import (
@@ -84,7 +84,7 @@ def crawl_settings(site: BrowserServer, out: Path, tag: str, **extra: Any) -> di
 def streams(redis_url: str, crawl: str, node: str, **extra: Any) -> dict[str, Any]:
     """What a worker adds to crawl through streams-sched (browser capable unless ``extra`` says)."""
     return {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_PREFIX": crawl,
         "STREAMS_DEDUPE": "bitmap",
@@ -117,7 +117,7 @@ def dump_log(hits: list[Any], path: Path) -> None:
 
 def payload_url(payload: bytes) -> str:
     """The URL of a request payload (as a dead letter keeps it)."""
-    from streams_sched.dlq import url_of
+    from streams_sched.admin.dlq import url_of
 
     url = url_of(payload)
     assert url is not None

@@ -73,6 +73,6 @@ def test_python_m_lists_the_same_commands_as_the_entry_point() -> None:
 
 def test_loading_the_cli_loads_neither_daemon_nor_migrate() -> None:
     """The CLI loads without daemon.py, and without migrate.py (pickle) or Scrapy until a command that needs them runs."""
-    probe = "import sys, streams_sched.cli; print(sorted(m for m in ('streams_sched.daemon', 'streams_sched.migrate', 'scrapy') if m in sys.modules))"
+    probe = "import sys, streams_sched.cli; print(sorted(m for m in ('streams_sched.service.daemon', 'streams_sched.scrapy_redis.migrate', 'scrapy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

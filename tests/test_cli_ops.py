@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from streams_sched import seed
 from streams_sched.cli import main
-from streams_sched.frontier import Outgoing
+from streams_sched.frontier.client import Outgoing
 from streams_sched.testing import free_port
 
 from helpers import frontier
@@ -65,7 +65,7 @@ def test_ack_of_a_finished_site_costs_one_counter(plain_redis_url: str, crawl: s
 
 def test_ack_buckets_count_acks_of_the_last_minute(plain_redis_url: str, crawl: str) -> None:
     """ack.lua keeps per-10-second counts of a site with work left, so its rate reflects recent acks only."""
-    from streams_sched.rates import acks_last_minute
+    from streams_sched.politeness.rates import acks_last_minute
 
     f = frontier(plain_redis_url, crawl)
     # six queued, five leased: the site still has work after the acks
@@ -213,7 +213,7 @@ def test_status_reads_rows_only_for_sites_with_work_unless_all(plain_redis_url: 
 
 def test_commands_on_a_crawl_written_before_shards_say_run_upgrade(plain_redis_url: str, crawl: str, cli) -> None:
     """status, nodes' crawls and pause on a crawl of the old layout name the upgrade; after it they work."""
-    from streams_sched.keys import CrawlKeys
+    from streams_sched.frontier.keys import CrawlKeys
 
     client = __import__("redis").Redis.from_url(plain_redis_url)
     client.sadd(CrawlKeys.registry(), crawl)

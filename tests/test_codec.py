@@ -25,11 +25,11 @@ from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import CrawlSpider, Rule, SitemapSpider
 from scrapy_playwright.page import PageMethod
 
-from streams_sched import meta_codecs
-from streams_sched.callbacks import spider_method
-from streams_sched.codec import RequestCodec
 from streams_sched.errors import ConfigError, EntryError, SerializationError
-from streams_sched.meta_codecs import MetaCodec, register_meta_codec
+from streams_sched.wire import meta_codecs
+from streams_sched.wire.callbacks import spider_method
+from streams_sched.wire.codec import RequestCodec
+from streams_sched.wire.meta_codecs import MetaCodec, register_meta_codec
 
 from helpers import same
 
@@ -187,7 +187,7 @@ def test_decode_never_imports(codec: RequestCodec, monkeypatch: pytest.MonkeyPat
     def boom(*a, **k):  # pragma: no cover - failing is the point
         raise AssertionError("decode imported something")
 
-    import streams_sched.codec as codec_module
+    import streams_sched.wire.codec as codec_module
 
     monkeypatch.setattr(codec_module, "load_object", boom)
     monkeypatch.setattr(importlib, "import_module", boom)
@@ -517,7 +517,7 @@ def test_all_values_in_one_request_and_non_init_fields() -> None:
 
 def test_zoneinfo_unknown_on_the_worker_falls_back_to_the_fixed_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     """A zone key this worker does not know arrives as the fixed offset of that instant."""
-    from streams_sched import values as values_module
+    from streams_sched.wire import values as values_module
 
     codec = RequestCodec(MySpider())
     when = VALUES["datetime_zoneinfo"]
@@ -780,7 +780,7 @@ def test_scheduler_builds_its_codec_from_the_settings(plain_redis_url: str, craw
     from scrapy.utils.request import RequestFingerprinter
 
     from streams_sched.config import StreamsConfig
-    from streams_sched.scheduler import StreamsScheduler
+    from streams_sched.worker.scheduler import StreamsScheduler
 
     config = StreamsConfig.from_settings({
         "REDIS_URL": plain_redis_url, "STREAMS_PREFIX": crawl,

@@ -19,13 +19,13 @@ from monitor.webhook import render, signed_url
 from reclaimer.logic import crawl_limits, nodes_to_forget, prune_candidates
 from reclaimer.settings import ReclaimerSettings
 from streams_sched.cli.status import Progress, progress_line
+from streams_sched.connect.server_checks import ServerMemory
 from streams_sched.errors import ConfigError
-from streams_sched.frontier import SiteStatus, StreamStatus
-from streams_sched.keys import STREAMS
-from streams_sched.liveness import ALIVE, DEAD, OFFLINE, classify, node_states
-from streams_sched.metrics import parse_ports
-from streams_sched.rates import ack_rate_per_s, acks_last_minute
-from streams_sched.server_checks import ServerMemory
+from streams_sched.frontier.client import SiteStatus, StreamStatus
+from streams_sched.frontier.keys import STREAMS
+from streams_sched.politeness.rates import ack_rate_per_s, acks_last_minute
+from streams_sched.service.liveness import ALIVE, DEAD, OFFLINE, classify, node_states
+from streams_sched.worker.metrics import parse_ports
 
 
 def site(name: str, backlog: tuple[int, int, int] = (0, 0, 0), pending: int = 0, oldest_ms: int = -1,

@@ -13,7 +13,7 @@ import redis
 
 from streams_sched import seed
 from streams_sched.demo.web import SyntheticWeb
-from streams_sched.keys import GROUP
+from streams_sched.frontier.keys import GROUP
 from streams_sched.testing import free_port
 
 from daemons import Daemon, scrape, try_scrape, value

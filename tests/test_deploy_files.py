@@ -38,7 +38,7 @@ def sample_names(registry: Any) -> set[str]:
 def exported_names() -> set[str]:
     """Every sample name the monitor, the reclaimer and a worker can expose."""
     from reclaimer.core import _Metrics
-    from streams_sched.metrics import WorkerMetrics
+    from streams_sched.worker.metrics import WorkerMetrics
 
     stats = SimpleNamespace(get_value=lambda key, default=0: 0)
     sched = type("S", (), {"config": SimpleNamespace(crawl="c"), "node_id": "n", "ack_listeners": [], "render_listeners": [],
@@ -141,7 +141,7 @@ def test_promtool_accepts_config_rules_and_rule_tests() -> None:
 def test_example_project_settings_are_valid() -> None:
     """The example project's settings build a valid StreamsConfig and name the synthetic spider."""
     from streams_sched.config import StreamsConfig
-    from streams_sched.metrics import parse_ports
+    from streams_sched.worker.metrics import parse_ports
 
     sys.path.insert(0, str(COMPOSE / "example"))
     try:

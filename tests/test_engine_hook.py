@@ -20,7 +20,7 @@ def test_engine_slot_has_the_release_point() -> None:
 def test_engine_releases_each_scheduled_request_after_handling_its_output() -> None:
     """_start_scheduled_request chains the slot release after _handle_downloader_output, so the
     release comes after the callback, its follow-ups and its items. If this fails, the ack point
-    moved: see streams_sched/_engine.py and scrapy/scrapy#7978."""
+    moved: see streams_sched/worker/engine.py and scrapy/scrapy#7978."""
     source = inspect.getsource(ExecutionEngine._start_scheduled_request)
     handle = source.index("d.addBoth(self._handle_downloader_output, request)")
     release = source.index("d.addBoth(", handle + 1)

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from streams_sched import acl
+from streams_sched.admin import acl
 from streams_sched.cli import main as cli
-from streams_sched.connection import connect
+from streams_sched.connect.clients import connect
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import EvictionPolicyError
-from streams_sched.seeding import Seeder
+from streams_sched.frontier.seeding import Seeder
 from streams_sched.testing import RedisServer, free_port
 
 from daemons import Daemon, try_scrape, value
@@ -154,7 +154,7 @@ def test_seeder_refuses_an_allkeys_redis(allkeys: RedisServer, crawl: str, caplo
         Seeder(allkeys.url, crawl)
     assert refusal_of(str(caught.value)) and "pass Seeder(..., allow_eviction=True)" in str(caught.value)
     assert caught.value.policy == "allkeys-lru" and keys_in(allkeys) == 0
-    with caplog.at_level("WARNING", logger="streams_sched.server_checks"), Seeder(allkeys.url, crawl, allow_eviction=True) as seeder:
+    with caplog.at_level("WARNING", logger="streams_sched.connect.server_checks"), Seeder(allkeys.url, crawl, allow_eviction=True) as seeder:
         assert seeder.seed(["https://a.test/"]).added == ["https://a.test/"]
     assert [r.levelname for r in caplog.records if "allkeys-lru" in r.getMessage()] == ["WARNING"]
 
@@ -205,7 +205,7 @@ def test_neither_info_nor_config_warns_and_goes_on(allkeys: RedisServer, crawl: 
     """A user that may run neither INFO nor CONFIG gets one warning that the policy could not be read, and seeds."""
     admin = connect(allkeys.url)
     admin.execute_command("ACL SETUSER", "blind", "reset", "on", ">pw", "~*", "&*", "+@all", "-info", "-config")
-    with caplog.at_level("WARNING", logger="streams_sched.server_checks"), \
+    with caplog.at_level("WARNING", logger="streams_sched.connect.server_checks"), \
             Seeder(with_user(allkeys.url, "blind", "pw"), crawl, allow_eviction=False) as seeder:
         seeder.seed(["https://a.test/"])
     messages = [r.getMessage() for r in caplog.records if "could not read the maxmemory-policy" in r.getMessage()]

@@ -7,9 +7,9 @@ import dataclasses
 from pathlib import Path
 
 import streams_sched
-from streams_sched.exchange import OUTBOX_FLUSH, Exchange
-from streams_sched.frontier import Outgoing
-from streams_sched.ops import Enqueue
+from streams_sched.frontier.client import Outgoing
+from streams_sched.worker.exchange import OUTBOX_FLUSH, Exchange
+from streams_sched.worker.ops import Enqueue
 
 #: what the scheduler may call on the pump itself: start and stop it
 PUMP_LIFECYCLE = {"refresh_policy", "start", "stop_leasing", "begin_close", "finish"}
@@ -17,7 +17,7 @@ PUMP_LIFECYCLE = {"refresh_policy", "start", "stop_leasing", "begin_close", "fin
 
 def test_the_scheduler_uses_only_the_pumps_start_and_stop_methods() -> None:
     """Every attribute the scheduler reads or writes on its Pump is a lifecycle method; the rest goes through the Exchange."""
-    source = Path(streams_sched.__file__).with_name("scheduler.py").read_text()
+    source = Path(streams_sched.__file__).parent.joinpath("worker", "scheduler.py").read_text()
     used: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute):

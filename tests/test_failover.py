@@ -19,10 +19,10 @@ import pytest
 from conftest import spread_crawl_name
 from redis_tools import LocalCluster, LocalSentinel
 
-from streams_sched.connection import connect
+from streams_sched.connect.clients import connect
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import RedisUnavailable
-from streams_sched.seeding import Seeder
+from streams_sched.frontier.seeding import Seeder
 from streams_sched.testing import RedisServer, find_redisbloom
 
 from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for

@@ -16,11 +16,11 @@ from scrapy.http import Response
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.config import StreamsConfig
-from streams_sched.exchange import Exchange, SiteWeights
-from streams_sched.fairness import ReadySites
-from streams_sched.frontier import LeasedEntry
-from streams_sched.scheduler import StreamsScheduler
-from streams_sched.selection import returning_credit
+from streams_sched.frontier.client import LeasedEntry
+from streams_sched.worker.exchange import Exchange, SiteWeights
+from streams_sched.worker.fairness import ReadySites
+from streams_sched.worker.scheduler import StreamsScheduler
+from streams_sched.worker.selection import returning_credit
 
 SLOT_CONCURRENCY = {"s0": 1, "s1": 1, "s2": 2, "s3": 3, "s4": 2}  # "s5" has no slot until a request goes there
 WEIGHTS = (1.0, 1.0, 2.0, 3.0, 0.5)

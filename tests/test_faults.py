@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from streams_sched.connection import connect
+from streams_sched.connect.clients import connect
 from streams_sched.demo.web import SyntheticWeb
-from streams_sched.recovery import find_orphans
 from streams_sched.testing import RedisServer, find_redisbloom, free_port
+from streams_sched.worker.io.recovery import find_orphans
 
 from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, read_items, wait_for
 
@@ -347,7 +347,7 @@ def test_leases_whose_replies_were_lost_are_handed_back_at_once(crawl: str, tmp_
     from redis_tools import TcpProxy
 
     from streams_sched import seed
-    from streams_sched.scripts import source
+    from streams_sched.frontier.scripts import source
 
     server = RedisServer().start()
     proxy = TcpProxy(server.port)
@@ -392,7 +392,7 @@ _BOUNDED_WAIT_ON_TWISTED = """
 from twisted.internet import epollreactor
 epollreactor.install()
 from twisted.internet import defer, reactor, task
-from streams_sched._engine import _finished_within
+from streams_sched.worker.engine import _finished_within
 
 async def slow():
     await task.deferLater(reactor, 30, lambda: None)

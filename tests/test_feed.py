@@ -12,11 +12,11 @@ from scrapy import Spider
 from scrapy.utils.request import RequestFingerprinter
 from scrapy_redis.spiders import RedisSpider
 
-from streams_sched.codec import RequestCodec
-from streams_sched.connection import connect
-from streams_sched.feed import FEED_DLQ_SITE, FeedMover, parse_feed_entry
-from streams_sched.frontier import Frontier, crawl_bloom
-from streams_sched.redis_spider import adopt_redis_spider, is_redis_spider
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.client import Frontier, crawl_bloom
+from streams_sched.scrapy_redis.feed import FEED_DLQ_SITE, FeedMover, parse_feed_entry
+from streams_sched.scrapy_redis.spiders import adopt_redis_spider, is_redis_spider
+from streams_sched.wire.codec import RequestCodec
 
 from helpers import Worker, base_settings, crawl_to_end, read_items, wait_for
 
@@ -238,7 +238,7 @@ def test_unchanged_redis_spider_crawls_the_feed(plain_redis_url: str, crawl: str
 
 def test_feed_moves_under_the_worker_acl(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """A worker whose ACL user has only the worker rules of its crawl moves the feed <crawl>:start_urls, denied nothing."""
-    from streams_sched import acl
+    from streams_sched.admin import acl
 
     from helpers import with_user
 

@@ -9,9 +9,9 @@ import time
 import pytest
 import redis
 
-from streams_sched.connection import connect
-from streams_sched.frontier import Outgoing
-from streams_sched.keys import DEFAULT_SHARDS, GROUP, STREAMS, ShardKeys, SiteKeys, shard_of
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.client import Outgoing
+from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, STREAMS, ShardKeys, SiteKeys, shard_of
 
 from helpers import false_positive_rate, frontier, wait_for, with_user
 
@@ -44,7 +44,7 @@ def test_dont_filter_skips_dedupe(redis_url: str, dedupe: str, crawl: str) -> No
 
 def test_sites_dedupe_independently(redis_url: str, dedupe: str, crawl: str) -> None:
     """Each site has its own seen filter, also beside another site of its shard in one call."""
-    from streams_sched.frontier import parse_enqueue
+    from streams_sched.frontier.client import parse_enqueue
 
     f = frontier(redis_url, crawl, dedupe)
     assert f.enqueue("a.test", [out(1)])[0] == 1
@@ -199,7 +199,7 @@ def test_release_hands_back_only_own_leases(redis_url: str, dedupe: str, crawl: 
 def test_an_expired_lease_outside_a_claimers_mask_stays_due_for_the_others(redis_url: str, dedupe: str, crawl: str) -> None:
     """A worker that cannot take an expired browser lease (an http-only one) leaves the site
     due for takeover at once, so a browser worker's next look takes it, a lease sooner."""
-    from streams_sched.keys import stream_for, stream_mask
+    from streams_sched.frontier.keys import stream_for, stream_mask
 
     f = frontier(redis_url, crawl, dedupe)
     f.enqueue("a.test", [out("page", stream=stream_for("browser", 1)), out("plain")])
@@ -216,7 +216,7 @@ def test_an_expired_lease_outside_a_claimers_mask_stays_due_for_the_others(redis
 def test_failed_deliveries_go_back_counted_then_to_dead_letters_with_the_reason(redis_url: str, dedupe: str, crawl: str) -> None:
     """A failed delivery (a render that timed out) puts the entry back with the delivery
     counted, for any worker; at STREAMS_MAX_DELIVERIES it is dead-lettered with the error."""
-    from streams_sched.keys import stream_for
+    from streams_sched.frontier.keys import stream_for
 
     f = frontier(redis_url, crawl, dedupe)
     browser = stream_for("browser", 1)
@@ -325,7 +325,7 @@ def test_status_runs_as_a_read_only_acl_user(redis_url: str, dedupe: str, crawl:
 def test_dedupe_backend_is_fixed_per_crawl(plain_redis_url: str, crawl: str) -> None:
     """A crawl started with one back-end refuses a worker that insists on another."""
     from streams_sched.errors import DedupeBackendError
-    from streams_sched.frontier import detect_dedupe
+    from streams_sched.frontier.client import detect_dedupe
 
     client = redis.Redis.from_url(plain_redis_url)
     assert detect_dedupe(client, crawl, "auto") == "bitmap"

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from scrapy import Request, Spider
 from scrapy.utils.request import RequestFingerprinter
 
-from streams_sched.codec import RequestCodec
 from streams_sched.config import StreamsConfig
 from streams_sched.errors import EntryError
-from streams_sched.scheduler import StreamsScheduler
+from streams_sched.wire.codec import RequestCodec
+from streams_sched.worker.scheduler import StreamsScheduler
 
 from helpers import same
 

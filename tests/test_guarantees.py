@@ -12,8 +12,8 @@ import pytest
 import redis
 from redis_tools import make_tls_files
 
-from streams_sched import acl
-from streams_sched.connection import connect, connect_ready
+from streams_sched.admin import acl
+from streams_sched.connect.clients import connect, connect_ready
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import RedisUnavailable
 from streams_sched.testing import RedisServer, TlsFiles
@@ -305,7 +305,7 @@ def test_requests_that_cannot_travel_are_signalled_dropped_and_named_in_error_mo
 def test_the_rights_probe_covers_every_worker_command_and_runs_nothing(plain_redis_url: str, crawl: str) -> None:
     """Every command of the worker role has a probe, and probing as a user with all the
     rights reports nothing missing and leaves no key behind (the commands are only queued)."""
-    from streams_sched.rights import PROBES, missing_rights
+    from streams_sched.admin.rights import PROBES, missing_rights
 
     assert set(acl.role_commands("worker")) - {"multi", "discard"} <= set(PROBES)  # (the probe itself)
     admin = connect(plain_redis_url)

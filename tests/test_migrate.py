@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from scrapy import Request
 
 from streams_sched.cli import main
-from streams_sched.connection import connect
+from streams_sched.connect.clients import connect
 from streams_sched.demo.web import SyntheticWeb
-from streams_sched.frontier import Frontier
-from streams_sched.keys import CrawlKeys
-from streams_sched.legacy import LEGACY_FIELD, legacy_fingerprint
-from streams_sched.migrate import request_from_scrapy_redis
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.keys import CrawlKeys
+from streams_sched.scrapy_redis.legacy import LEGACY_FIELD, legacy_fingerprint
+from streams_sched.scrapy_redis.migrate import request_from_scrapy_redis
 
 from helpers import Worker, base_settings, crawl_to_end
 from helpers import queued as queued_payloads
@@ -144,7 +144,7 @@ def test_migrates_from_a_plain_redis_into_a_cluster(redis_url: str, plain_redis_
     assert sum(f.status(f"site{s}.test").backlog for s in range(3)) == 90 + 2
     high = queued_payloads(f, "site1.test", "http", "high")
     codec_spider = SyntheticSpider()
-    from streams_sched.codec import RequestCodec
+    from streams_sched.wire.codec import RequestCodec
 
     decoded = [RequestCodec(codec_spider).decode(payload) for payload in high]
     assert decoded and all(r.callback == codec_spider.parse_other and r.priority >= 1 for r in decoded)

@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 
 from monitor import Monitor, MonitorSettings, metric_names
-from streams_sched.frontier import Outgoing
+from streams_sched.frontier.client import Outgoing
 from streams_sched.testing import free_port
 
 from daemons import Daemon, WebhookSink, scrape, try_scrape, value
@@ -238,7 +238,7 @@ def test_burst_prints_the_metrics_once(plain_redis_url: str, crawl: str) -> None
 def test_seen_estimate_sums_the_live_revisit_buckets(redis_url: str, dedupe: str, crawl: str) -> None:
     """With revisits on, the seen estimate counts the fingerprints of every live time bucket."""
     from monitor.snapshot import read_crawl
-    from streams_sched.frontier import Frontier, crawl_bloom
+    from streams_sched.frontier.client import Frontier, crawl_bloom
 
     client = redis.Redis.from_url(redis_url)
     params = crawl_bloom(client, crawl, dedupe, revisit_seconds=1000, revisit_buckets=4)
@@ -254,7 +254,7 @@ def test_seen_estimate_counts_exact_sets_and_converted_filters_and_fails_no_call
     """The seen estimate counts a small site's exact set and a site past 1,024 URLs (a Bloom
     filter) on either back-end, without a command that fails on the other form of key."""
     from monitor.snapshot import read_crawl
-    from streams_sched.frontier import Frontier, crawl_bloom
+    from streams_sched.frontier.client import Frontier, crawl_bloom
 
     client = redis.Redis.from_url(redis_url)
     f = Frontier(client, crawl, crawl_bloom(client, crawl, dedupe, capacity=5000))
@@ -289,7 +289,7 @@ def test_a_read_costs_the_same_whatever_the_number_of_idle_sites(plain_redis_url
     """With 3 busy sites, a read with 3,000 idle sites besides costs as much as with 6,000:
     it reads the indexes, the labelled sites and a bounded slice of the registry."""
     from monitor.snapshot import SiteBook, read_crawl
-    from streams_sched.frontier import Frontier
+    from streams_sched.frontier.client import Frontier
 
     f = frontier(plain_redis_url, crawl)
     f.register()
@@ -321,7 +321,7 @@ def test_crawl_totals_catch_up_with_sites_read_in_turn_and_forget_purged_ones(pl
     """Crawl-wide sums cover every site once the registry sweep went round, include a site
     that went through all its work between two reads, and drop purged sites."""
     from monitor.snapshot import SiteBook, read_crawl
-    from streams_sched.frontier import Frontier
+    from streams_sched.frontier.client import Frontier
 
     f = frontier(plain_redis_url, crawl)
     f.register()
@@ -351,7 +351,7 @@ def test_crawl_totals_catch_up_with_sites_read_in_turn_and_forget_purged_ones(pl
 
 def test_a_crawl_written_before_shards_is_skipped_with_a_warning(plain_redis_url: str, crawl: str) -> None:
     """The monitor reads the other crawls when one is still in the old layout."""
-    from streams_sched.keys import CrawlKeys
+    from streams_sched.frontier.keys import CrawlKeys
 
     f = frontier(plain_redis_url, crawl)
     f.register()

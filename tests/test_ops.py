@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from streams_sched.frontier import LeasedEntry, Outgoing
-from streams_sched.keys import BROWSER_FIRST_STREAM
-from streams_sched.leasebook import LeaseBook
-from streams_sched.ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, Release
-from streams_sched.refusals import Refusals
+from streams_sched.frontier.client import LeasedEntry, Outgoing
+from streams_sched.frontier.keys import BROWSER_FIRST_STREAM
+from streams_sched.worker.io.refusals import Refusals
+from streams_sched.worker.leasebook import LeaseBook
+from streams_sched.worker.ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, Release
 
 
 def _entry(n: int, site: str = "a.test", stream: int = 1, suspect: bool = False) -> LeasedEntry:

@@ -13,8 +13,8 @@ import pytest
 import redis
 
 from streams_sched import seed
-from streams_sched.frontier import BloomParams, Frontier, Outgoing
-from streams_sched.policy import get_policy, pause_site, resume_site
+from streams_sched.frontier.client import BloomParams, Frontier, Outgoing
+from streams_sched.politeness.policy import get_policy, pause_site, resume_site
 
 from helpers import (
     Worker,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from streams_sched.connection import connect
-from streams_sched.frontier import Frontier
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.client import Frontier
 
 from helpers import Worker, crawl_to_end, max_in_window
 from politeweb import PoliteServer, spider_settings

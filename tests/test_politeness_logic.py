@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from streams_sched.connection import connect
-from streams_sched.frontier import Frontier, Outgoing
-from streams_sched.policy import set_policy
-from streams_sched.politeness import (
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.client import Frontier, Outgoing
+from streams_sched.frontier.sitekey import site_keyer
+from streams_sched.politeness.adaptive import (
     EffectiveRate,
     FeedbackBatch,
     crawl_delay_of,
@@ -23,7 +23,7 @@ from streams_sched.politeness import (
     encode_obs,
     is_timeout,
 )
-from streams_sched.sitekey import site_keyer
+from streams_sched.politeness.policy import set_policy
 
 SITE = "s.test"
 PARAMS = ("1", "0.7", "0.5", "0.1", 600_000)
@@ -295,7 +295,7 @@ def test_monitor_exports_each_sites_rate_reason_and_pause() -> None:
     paused-until time, 429/503 answers, back-offs and requests over the page cap."""
     from monitor.exporter import SiteLabeller, build_families
     from monitor.snapshot import CrawlSnapshot
-    from streams_sched.frontier import SiteStatus
+    from streams_sched.frontier.client import SiteStatus
 
     def site(name: str, policy: dict[str, str], stats: dict[str, int]) -> SiteStatus:
         return SiteStatus(name, 1_000_000, {}, 0, -1, 0, stats, policy)
@@ -326,7 +326,7 @@ def test_status_and_site_set_show_and_change_politeness(plain_redis_url: str, cr
     from click.testing import CliRunner
 
     from streams_sched.cli import main
-    from streams_sched.seeding import Seeder
+    from streams_sched.frontier.seeding import Seeder
 
     r = connect(plain_redis_url)
     r.hset(f"ss:{{{crawl}}}:meta", "site_key", "domain")
@@ -351,7 +351,7 @@ def test_status_and_site_set_show_and_change_politeness(plain_redis_url: str, cr
 
 def test_crawl_delay_from_a_robots_body_for_older_scrapy() -> None:
     """Without Scrapy's robots_parsed signal the delay is read from the robots.txt body with Protego."""
-    from streams_sched.politeness import robots_body_crawl_delay
+    from streams_sched.politeness.adaptive import robots_body_crawl_delay
 
     body = b"User-agent: slowbot\nCrawl-delay: 4\n\nUser-agent: *\nCrawl-delay: 0.5\n"
     assert robots_body_crawl_delay(body, "slowbot") == 4.0

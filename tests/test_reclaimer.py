@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from reclaimer import Reclaimer, ReclaimerSettings
-from streams_sched.frontier import Frontier, Outgoing
-from streams_sched.keys import GROUP, health_key
+from streams_sched.frontier.client import Frontier, Outgoing
+from streams_sched.frontier.keys import GROUP, health_key
 from streams_sched.testing import RedisServer, free_port
 
 from daemons import Daemon, try_scrape, value
@@ -278,7 +278,7 @@ def test_a_pass_costs_the_same_with_thousands_of_idle_sites(plain_redis_url: str
 
 def test_a_crawl_written_before_shards_is_skipped_not_fatal(plain_redis_url: str, crawl: str) -> None:
     """A crawl still in the old layout is left alone (one warning) while the others are reclaimed."""
-    from streams_sched.keys import CrawlKeys
+    from streams_sched.frontier.keys import CrawlKeys
 
     f = frontier(plain_redis_url, crawl)
     f.register()

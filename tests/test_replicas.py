@@ -3,9 +3,9 @@ how the AckGate holds acks while enqueues are confirmed by a primary but not yet
 
 from __future__ import annotations
 
-from streams_sched.frontier import LeasedEntry, Outgoing
-from streams_sched.ops import Ack, AckGate, Enqueue
-from streams_sched.replicas import NodeView, ReplicaBook, Verdict, parse_replication
+from streams_sched.frontier.client import LeasedEntry, Outgoing
+from streams_sched.worker.io.replicas import NodeView, ReplicaBook, Verdict, parse_replication
+from streams_sched.worker.ops import Ack, AckGate, Enqueue
 
 PRIMARY = "10.0.0.1:7000"
 

@@ -12,9 +12,9 @@ import scrapy
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.config import StreamsConfig
-from streams_sched.frontier import Frontier
-from streams_sched.keys import GROUP
-from streams_sched.scheduler import StreamsScheduler
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.keys import GROUP
+from streams_sched.worker.scheduler import StreamsScheduler
 
 from helpers import wait_for
 
@@ -90,7 +90,7 @@ def test_a_refused_command_is_logged_once_and_retried_with_back_off(
     r.hset(child_keys.seen, "x", "wrong type")  # enqueue.lua now fails with WRONGTYPE, every time
     pump = sched._pump
     assert pump is not None
-    with caplog.at_level(logging.INFO, logger="streams_sched.pump"):
+    with caplog.at_level(logging.INFO, logger="streams_sched.worker.io.pump"):
         sched.enqueue_request(scrapy.Request("http://child.test/"))
         wait_for(
             lambda: sum(n for (what, _), n in pump.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
@@ -134,7 +134,7 @@ def test_has_pending_requests_until_the_crawl_is_drained(sched: StreamsScheduler
 
 def test_served_and_weights_follow_the_sites_held(sched: StreamsScheduler) -> None:
     """With the real I/O thread, a site's policy weight is there while the worker holds its request, and Exchange.served / weights keep nothing of the sites once they are done."""
-    from streams_sched.policy import set_policy
+    from streams_sched.politeness.policy import set_policy
 
     assert sched.frontier is not None and sched._x is not None
     sites = [f"w{i}.test" for i in range(30)]
@@ -190,7 +190,7 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
 
 def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, dedupe: str, crawl: str, r: redis.Redis) -> None:
     """With a stable STREAMS_NODE_ID, a restarted worker releases what its previous run held."""
-    from streams_sched.frontier import Outgoing
+    from streams_sched.frontier.client import Outgoing
 
     from helpers import frontier
 

@@ -14,8 +14,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from scrapy.core import engine
 
-from streams_sched._engine import SUPPORTED_SCRAPY, EngineHooks, check_scrapy
 from streams_sched.errors import ScrapyCompatError
+from streams_sched.worker.engine import SUPPORTED_SCRAPY, EngineHooks, check_scrapy
 
 from helpers import scrapy_crawl, scrapy_project, start_errors
 
@@ -140,7 +140,7 @@ from scrapy import Request
 from scrapy.core.engine import _Slot
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from scrapy.utils.reactor import CallLaterOnce
-from streams_sched._engine import EngineHooks
+from streams_sched.worker.engine import EngineHooks
 
 def closed_by_engine(in_progress):
     class Engine: pass

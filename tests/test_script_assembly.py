@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from streams_sched import scripts
-from streams_sched.scripts import SCRIPT_NAMES, _chunks, _without_comments, assemble
+from streams_sched.frontier import scripts
+from streams_sched.frontier.scripts import SCRIPT_NAMES, _chunks, _without_comments, assemble
 
 LIB = scripts._LIB
 HELPERS = {name for names, _ in _chunks(LIB) for name in names}

@@ -13,12 +13,12 @@ import pytest
 import redis
 from redis_tools import make_tls_files
 
-from streams_sched import acl
-from streams_sched.connection import connect, connect_ready
+from streams_sched.admin import acl
+from streams_sched.connect.clients import connect, connect_ready
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.errors import RedisUnavailable
-from streams_sched.frontier import Frontier
-from streams_sched.keys import CrawlKeys
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.keys import CrawlKeys
 from streams_sched.testing import RedisServer, TlsFiles
 
 from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, missing, wait_for, with_user
@@ -99,12 +99,12 @@ BANNED_CALLS = {"eval", "exec", "__import__", "compile", "load_object", "import_
 BANNED_METHODS = {"__import__", "load_object", "import_module", "locate", "find_spec", "spec_from_file_location"}
 #: The only reviewed exceptions: (file, function, name) -> why no stream entry reaches it.
 ALLOWED = {
-    ("streams_sched/codec.py", "_load", "load_object"): "imports STREAMS_REQUEST_CLASSES / STREAMS_META_CLASSES, settings, at start",
-    ("streams_sched/codec.py", "<module>", "load_object"): "the import of the above",
-    ("streams_sched/meta_codecs.py", "registered_codecs", "load_object"): "imports STREAMS_META_CODECS, a setting, at start",
-    ("streams_sched/meta_codecs.py", "<module>", "importlib.util"): "for the find_spec below",
-    ("streams_sched/meta_codecs.py", "_page_method_codec", "find_spec"): "is scrapy-playwright installed? (a fixed name)",
-    ("streams_sched/migrate.py", "<module>", "pickle"): "scrapy-redis queues, only with --trust-pickle; only the CLI imports migrate.py",
+    ("streams_sched/wire/codec.py", "_load", "load_object"): "imports STREAMS_REQUEST_CLASSES / STREAMS_META_CLASSES, settings, at start",
+    ("streams_sched/wire/codec.py", "<module>", "load_object"): "the import of the above",
+    ("streams_sched/wire/meta_codecs.py", "registered_codecs", "load_object"): "imports STREAMS_META_CODECS, a setting, at start",
+    ("streams_sched/wire/meta_codecs.py", "<module>", "importlib.util"): "for the find_spec below",
+    ("streams_sched/wire/meta_codecs.py", "_page_method_codec", "find_spec"): "is scrapy-playwright installed? (a fixed name)",
+    ("streams_sched/scrapy_redis/migrate.py", "<module>", "pickle"): "scrapy-redis queues, only with --trust-pickle; only the CLI imports migrate.py",
 }
 SCANNED = ("streams_sched", "reclaimer", "monitor")
 
@@ -289,7 +289,7 @@ def _expired_work(url: str, crawl: str) -> Any:
     """A crawl with 5 expired leases of a gone worker and one due delayed request."""
     import hashlib
 
-    from streams_sched.frontier import Outgoing
+    from streams_sched.frontier.client import Outgoing
 
     def out(i: Any, delay_ms: int = 0) -> Outgoing:
         return Outgoing(hashlib.sha1(str(i).encode()).digest(), 1, delay_ms, f"payload-{i}".encode())
@@ -370,7 +370,7 @@ def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) 
     every shard in one call per node (EVALSHA_RO), denied nothing."""
     import hashlib
 
-    from streams_sched.frontier import Frontier, Outgoing
+    from streams_sched.frontier.client import Frontier, Outgoing
 
     f = frontier(redis_url, crawl)
     per_node: dict[str, list[str]] = {}

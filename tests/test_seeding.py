@@ -17,13 +17,13 @@ from scrapy.utils.request import fingerprint as scrapy_fingerprint
 
 from streams_sched import Seeder, seed
 from streams_sched.cli import main
-from streams_sched.codec import RequestCodec
-from streams_sched.connection import connect
+from streams_sched.connect.clients import connect
 from streams_sched.errors import SerializationError
-from streams_sched.frontier import Frontier, Outgoing, crawl_bloom
-from streams_sched.legacy import LEGACY_FIELD, legacy_fingerprint
-from streams_sched.policy import set_policy
-from streams_sched.seeding import _facts_agree, _url_facts, _Wire, outgoing_for
+from streams_sched.frontier.client import Frontier, Outgoing, crawl_bloom
+from streams_sched.frontier.seeding import _facts_agree, _url_facts, _Wire, outgoing_for
+from streams_sched.politeness.policy import set_policy
+from streams_sched.scrapy_redis.legacy import LEGACY_FIELD, legacy_fingerprint
+from streams_sched.wire.codec import RequestCodec
 
 from helpers import queued
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from streams_sched.frontier import Frontier, Outgoing
-from streams_sched.keys import GROUP
+from streams_sched.frontier.client import Frontier, Outgoing
+from streams_sched.frontier.keys import GROUP
 
 from helpers import error_replies, false_positive_rate, frontier
 
 pytestmark = pytest.mark.cluster
 
-#: EXACT_MAX in streams_sched/lua/_lib.lua
+#: EXACT_MAX in streams_sched/frontier/lua/_lib.lua
 EXACT_MAX = 1024
 LEGACY = Path(__file__).resolve().parent / "legacy" / "enqueue_e8fee4f.lua"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from streams_sched.retry_after import retry_after_seconds
-from streams_sched.seen import SeenCache
-from streams_sched.selection import (
+from streams_sched.politeness.retry_after import retry_after_seconds
+from streams_sched.worker.seen import SeenCache
+from streams_sched.worker.selection import (
     DrainDetector,
     ShardPlan,
     SiteHint,
@@ -121,7 +121,7 @@ def test_seen_cache_is_bounded() -> None:
 
 def test_empty_lease_backoff_doubles_to_the_idle_poll_and_stops_at_the_next_due_request() -> None:
     """Back-off after empty leases: 0.1 s doubling, capped by STREAMS_IDLE_POLL_SECONDS and by the next due delay."""
-    from streams_sched.selection import empty_lease_backoff
+    from streams_sched.worker.selection import empty_lease_backoff
 
     assert [empty_lease_backoff(n, 5.0) for n in (1, 2, 3)] == [0.1, 0.2, 0.4]
     assert empty_lease_backoff(30, 5.0) == 5.0

@@ -20,14 +20,15 @@ import redis
 from click.testing import CliRunner
 from redis_tools import LocalSentinel, make_tls_files
 
-from streams_sched import Seeder, acl
+from streams_sched import Seeder
+from streams_sched.admin import acl
 from streams_sched.cli import main
 from streams_sched.config import StreamsConfig
-from streams_sched.connection import TRANSIENT, SentinelMaster, connect, connect_ready, is_cluster_url
+from streams_sched.connect.clients import TRANSIENT, SentinelMaster, connect, connect_ready, is_cluster_url
+from streams_sched.connect.urls import parse_sentinel_url, redact, validate_redis_url
 from streams_sched.errors import ConfigError, RedisUnavailable
-from streams_sched.keys import health_key
+from streams_sched.frontier.keys import health_key
 from streams_sched.testing import free_port, redis_server_binary
-from streams_sched.urls import parse_sentinel_url, redact, validate_redis_url
 
 from daemons import Daemon, try_scrape, value
 from helpers import missing, wait_for

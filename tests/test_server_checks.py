@@ -1,10 +1,10 @@
-"""The eviction-policy decision and the error hints, without Redis (streams_sched/server_checks.py)."""
+"""The eviction-policy decision and the error hints, without Redis (streams_sched/connect/server_checks.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from streams_sched.server_checks import (
+from streams_sched.connect.server_checks import (
     OK,
     REFUSE,
     TTL_KEYS,
@@ -93,7 +93,7 @@ def test_hint_depends_on_the_error() -> None:
     assert "maxmemory" in oom and "raise maxmemory" in oom and "add a shard" in oom and "streams-sched purge" in oom
     assert "NOPERM" not in oom and "WRONGTYPE" not in oom
     noperm = hint_for("NOPERM no permissions", role="reclaimer")
-    assert "reclaimer's ACL user" in noperm and "python -m streams_sched.acl reclaimer" in noperm and "maxmemory" not in noperm
+    assert "reclaimer's ACL user" in noperm and "python -m streams_sched.admin.acl reclaimer" in noperm and "maxmemory" not in noperm
     assert "something else wrote" in hint_for("WRONGTYPE Operation against a key")
     assert hint_for("ERR unknown command") == ""
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from streams_sched.frontier import Frontier, Outgoing, parse_shard_lease
-from streams_sched.keys import GROUP, STREAMS, TASK_TYPES, stream_for
-from streams_sched.policy import pause_site, resume_site, set_policy
+from streams_sched.frontier.client import Frontier, Outgoing, parse_shard_lease
+from streams_sched.frontier.keys import GROUP, STREAMS, TASK_TYPES, stream_for
+from streams_sched.politeness.policy import pause_site, resume_site, set_policy
 
 from helpers import frontier, inbox_of, wait_for
 

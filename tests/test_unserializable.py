@@ -15,7 +15,7 @@ import scrapy
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.config import StreamsConfig
-from streams_sched.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import StreamsScheduler
 
 from helpers import wait_for
 
@@ -175,7 +175,7 @@ def test_one_warning_per_reason_that_says_how_to_fix_it(sched: StreamsScheduler,
         assert sched.enqueue_request(lambda_request(f"http://a.test/cb{i}"))
     for i in range(2):
         assert sched.enqueue_request(scrapy.Request(f"http://a.test/obj{i}", meta={"obj": object()}))
-    warnings = [rec.getMessage() for rec in caplog.records if rec.name == "streams_sched.unserializable"]
+    warnings = [rec.getMessage() for rec in caplog.records if rec.name == "streams_sched.worker.unserializable"]
     assert len(warnings) == 2, warnings
     assert "callback" in warnings[0] and "method of the spider" in warnings[0] and "lost if this worker dies" in warnings[0]
     assert "meta['obj']" in warnings[1] and "STREAMS_META_CLASSES" in warnings[1]
@@ -228,7 +228,7 @@ def test_worker_metrics_count_local_requests(sched: StreamsScheduler) -> None:
     (not counted among the prefetched leases)."""
     from types import SimpleNamespace
 
-    from streams_sched.metrics import WorkerMetrics
+    from streams_sched.worker.metrics import WorkerMetrics
 
     for i in range(2):
         assert sched.enqueue_request(lambda_request(f"http://a.test/{i}"))

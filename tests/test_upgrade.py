@@ -12,12 +12,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from streams_sched.cli import main
-from streams_sched.connection import connect
-from streams_sched.errors import LayoutError
-from streams_sched.frontier import BloomParams, Frontier, Outgoing, crawl_bloom
-from streams_sched.keys import DEFAULT_SHARDS, GROUP, CrawlKeys, SiteKeys
-from streams_sched.upgrade import (
+from streams_sched.admin.upgrade import (
     UPGRADE_FIELD,
     NodesOnline,
     Upgrade,
@@ -25,6 +20,11 @@ from streams_sched.upgrade import (
     key_pairs,
     online_nodes,
 )
+from streams_sched.cli import main
+from streams_sched.connect.clients import connect
+from streams_sched.errors import LayoutError
+from streams_sched.frontier.client import BloomParams, Frontier, Outgoing, crawl_bloom
+from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, CrawlKeys, SiteKeys
 
 from helpers import wait_for
 

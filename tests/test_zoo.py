@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streams_sched.connection import connect
+from streams_sched.connect.clients import connect
 
 from helpers import Worker, frontier, wait_for
 from zoo.harness import (

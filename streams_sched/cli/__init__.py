@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import click
 
-from . import dead_letters, nodes, purge, scrapy_redis, seed, sites, status, upgrade
+from streams_sched.cli import dead_letters, nodes, purge, scrapy_redis, seed, sites, status, upgrade
 
 __all__ = ["main"]
 

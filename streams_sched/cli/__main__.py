@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import main
+from streams_sched.cli import main
 
 main()

@@ -6,10 +6,17 @@ import json
 
 import click
 
-from ..dlq import DeadLetter, iter_letters, purge_letters, requeue_letters
-from ..frontier import Frontier
-from .formatting import Column, format_age, render_table
-from .options import CliError, allow_eviction_option, connect, connect_for_writes, known_crawl, shared_options
+from streams_sched.admin.dlq import DeadLetter, iter_letters, purge_letters, requeue_letters
+from streams_sched.cli.formatting import Column, format_age, render_table
+from streams_sched.cli.options import (
+    CliError,
+    allow_eviction_option,
+    connect,
+    connect_for_writes,
+    known_crawl,
+    shared_options,
+)
+from streams_sched.frontier.client import Frontier
 
 __all__ = ["dlq"]
 

@@ -6,12 +6,12 @@ import json
 
 import click
 
-from ..errors import LayoutError
-from ..frontier import Frontier
-from ..liveness import node_states
-from .formatting import Column, format_age, format_rate, render_table
-from .options import connect, known_crawl, redis_option, shared_options
-from .report import DEFAULT_TOP, read_report, totals
+from streams_sched.cli.formatting import Column, format_age, format_rate, render_table
+from streams_sched.cli.options import connect, known_crawl, redis_option, shared_options
+from streams_sched.cli.report import DEFAULT_TOP, read_report, totals
+from streams_sched.errors import LayoutError
+from streams_sched.frontier.client import Frontier
+from streams_sched.service.liveness import node_states
 
 __all__ = ["crawls", "nodes"]
 

@@ -21,12 +21,12 @@ from typing import Any
 import click
 import redis
 
-from ..connection import connect_ready, redact
-from ..errors import RedisUnavailable, StreamsSchedError
-from ..exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
-from ..frontier import Frontier
-from ..keys import CrawlKeys, validate_crawl_name
-from ..server_checks import check_eviction, hint_for
+from streams_sched.connect.clients import connect_ready, redact
+from streams_sched.connect.server_checks import check_eviction, hint_for
+from streams_sched.errors import RedisUnavailable, StreamsSchedError
+from streams_sched.exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.keys import CrawlKeys, validate_crawl_name
 
 __all__ = [
     "CliError",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..connection import redact
-from ..frontier import Frontier
-from .options import connect, shared_options
+from streams_sched.cli.options import connect, shared_options
+from streams_sched.connect.clients import redact
+from streams_sched.frontier.client import Frontier
 
 __all__ = ["purge"]
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..frontier import Frontier, SiteStatus
-from ..indexes import ShardSizes, indexed_sites, shard_sizes
-from ..keys import BANDS
-from ..politeness import effective_rate
-from ..rates import ack_rate_per_s
-from .formatting import Column, format_age, format_rate, format_until
+from streams_sched.cli.formatting import Column, format_age, format_rate, format_until
+from streams_sched.frontier.client import Frontier, SiteStatus
+from streams_sched.frontier.indexes import ShardSizes, indexed_sites, shard_sizes
+from streams_sched.frontier.keys import BANDS
+from streams_sched.politeness.adaptive import effective_rate
+from streams_sched.politeness.rates import ack_rate_per_s
 
 __all__ = ["DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "read_report", "sort_rows",
            "status_rows", "summary_line", "totals"]

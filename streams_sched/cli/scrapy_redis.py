@@ -1,6 +1,6 @@
 """``streams-sched migrate-scrapy-redis``: copy a scrapy-redis crawl into a streams-sched crawl.
 
-The only module of the package that imports :mod:`streams_sched.migrate` (pickle,
+The only module of the package that imports :mod:`streams_sched.scrapy_redis.migrate` (pickle,
 behind ``--trust-pickle``); it does so, and imports Scrapy, only when the command runs.
 """
 
@@ -10,9 +10,15 @@ import sys
 
 import click
 
-from ..exit_codes import EXIT_USAGE
-from ..keys import validate_crawl_name
-from .options import CliError, allow_eviction_option, connect, connect_for_writes, redis_option
+from streams_sched.cli.options import (
+    CliError,
+    allow_eviction_option,
+    connect,
+    connect_for_writes,
+    redis_option,
+)
+from streams_sched.exit_codes import EXIT_USAGE
+from streams_sched.frontier.keys import validate_crawl_name
 
 __all__ = ["migrate_scrapy_redis"]
 
@@ -38,8 +44,10 @@ def migrate_scrapy_redis(redis_url: str, spider: str, crawl: str | None, from_re
 
     The scrapy-redis keys are only read. Running it again adds nothing new. Stop the
     scrapy-redis workers first (their queue is read as it is at this moment)."""
-    from ..migrate import ScrapyRedisCrawl  # imports Scrapy and pickle: only when migrating
-    from ..seeding import Seeder
+    from streams_sched.frontier.seeding import Seeder
+    from streams_sched.scrapy_redis.migrate import (
+        ScrapyRedisCrawl,  # imports Scrapy and pickle: only when migrating
+    )
 
     crawl = crawl or spider
     try:
@@ -66,7 +74,7 @@ def migrate_scrapy_redis(redis_url: str, spider: str, crawl: str | None, from_re
         click.echo(f"dry run: nothing written to crawl {crawl}")
         return
     if counts.queue.found and not skip_queue and not trust_pickle:
-        from ..migrate import PickleRefused
+        from streams_sched.scrapy_redis.migrate import PickleRefused
 
         try:
             job.copy_queue(counts.queue_kind, trust_pickle=False)

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ..keys import validate_site_name
-from .options import CliError, allow_eviction_option, connect_for_writes, shared_options
+from streams_sched.cli.options import CliError, allow_eviction_option, connect_for_writes, shared_options
+from streams_sched.frontier.keys import validate_site_name
 
 __all__ = ["push"]
 
@@ -41,7 +41,9 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
     if callback and not callback.isidentifier():
         raise click.BadParameter(f"{callback!r} is not a method name", param_hint="--callback")
     client = connect_for_writes(redis_url, allow_eviction)
-    from ..seeding import Seeder  # imports Scrapy (its request fingerprinter): only when seeding
+    from streams_sched.frontier.seeding import (
+        Seeder,  # imports Scrapy (its request fingerprinter): only when seeding
+    )
 
     added = dups = 0
     try:

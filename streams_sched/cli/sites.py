@@ -6,12 +6,12 @@ import json
 
 import click
 
-from ..frontier import Frontier
-from ..keys import validate_site_name
-from ..policy import POLICY_FIELDS, get_policy, pause_site, resume_site, set_policy
-from ..replies import text
-from .formatting import Column, render_table
-from .options import CliError, connect, known_crawl, shared_options
+from streams_sched.cli.formatting import Column, render_table
+from streams_sched.cli.options import CliError, connect, known_crawl, shared_options
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.keys import validate_site_name
+from streams_sched.frontier.replies import text
+from streams_sched.politeness.policy import POLICY_FIELDS, get_policy, pause_site, resume_site, set_policy
 
 __all__ = ["pause", "resume", "site"]
 

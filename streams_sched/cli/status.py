@@ -15,10 +15,18 @@ from typing import Any
 
 import click
 
-from ..exit_codes import EXIT_INTERRUPTED, EXIT_TIMEOUT
-from .formatting import format_duration, format_rate, render_table
-from .options import connect, known_crawl, shared_options
-from .report import DEFAULT_TOP, SORT_KEYS, STATUS_COLUMNS, read_report, sort_rows, summary_line, totals
+from streams_sched.cli.formatting import format_duration, format_rate, render_table
+from streams_sched.cli.options import connect, known_crawl, shared_options
+from streams_sched.cli.report import (
+    DEFAULT_TOP,
+    SORT_KEYS,
+    STATUS_COLUMNS,
+    read_report,
+    sort_rows,
+    summary_line,
+    totals,
+)
+from streams_sched.exit_codes import EXIT_INTERRUPTED, EXIT_TIMEOUT
 
 __all__ = ["Progress", "progress_line", "status", "top_options", "watch"]
 

@@ -7,9 +7,9 @@ import time
 
 import click
 
-from ..keys import DEFAULT_SHARDS, MAX_SHARDS
-from ..upgrade import Counts, Upgrade, UpgradeResult
-from .options import CliError, allow_eviction_option, connect_for_writes, shared_options
+from streams_sched.admin.upgrade import Counts, Upgrade, UpgradeResult
+from streams_sched.cli.options import CliError, allow_eviction_option, connect_for_writes, shared_options
+from streams_sched.frontier.keys import DEFAULT_SHARDS, MAX_SHARDS
 
 __all__ = ["upgrade"]
 

@@ -26,13 +26,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..cli.formatting import render_table
-from ..cli.report import STATUS_COLUMNS, status_rows
-from ..connection import connect, redact
-from ..frontier import Frontier
-from ..seeding import seed
-from ..testing import RedisServer, find_redisbloom, free_port
-from .server import SyntheticServer
+from streams_sched.cli.formatting import render_table
+from streams_sched.cli.report import STATUS_COLUMNS, status_rows
+from streams_sched.connect.clients import connect, redact
+from streams_sched.demo.server import SyntheticServer
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.seeding import seed
+from streams_sched.testing import RedisServer, find_redisbloom, free_port
 
 WORKER = """
 import json, sys
@@ -50,7 +50,7 @@ def say(text: str) -> None:
 
 def worker_settings(redis_url: str, crawl: str, items: Path, tag: str, lease_s: float) -> dict[str, Any]:
     return {
-        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_PREFIX": crawl,
         "STREAMS_LEASE_SECONDS": lease_s,
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 def browser_part(client: Any, redis_url: str, workdir: Path, args: argparse.Namespace) -> bool | None:
     """Pages only a browser can read, crawled by a worker with the browser capability: whether
     it read them all, or None (skipped) without a Chromium and scrapy-playwright."""
-    from .browser import ScriptServer, browser_settings, find_chromium, token
+    from streams_sched.demo.browser import ScriptServer, browser_settings, find_chromium, token
 
     chromium = find_chromium()
     if chromium is None:

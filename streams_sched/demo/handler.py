@@ -29,7 +29,7 @@ except ImportError:  # Scrapy 2.13: download_request(request, spider) and close(
     BaseDownloadHandler = object  # type: ignore[assignment,misc]
     _DEFERRED_API = True
 
-from .web import SyntheticWeb
+from streams_sched.demo.web import SyntheticWeb
 
 __all__ = ["SyntheticHandler"]
 

@@ -11,7 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .web import SyntheticWeb
+from streams_sched.demo.web import SyntheticWeb
 
 __all__ = ["SyntheticServer"]
 

@@ -8,7 +8,7 @@ from typing import Any
 import scrapy
 from scrapy.http import Response
 
-from .handler import web_from_settings
+from streams_sched.demo.handler import web_from_settings
 
 __all__ = ["SyntheticSpider"]
 

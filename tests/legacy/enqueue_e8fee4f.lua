@@ -1,7 +1,7 @@
 -- The seen-filter scripts of streams-sched before issue 10 (commit e8fee4f):
 -- _lib.lua followed by enqueue.lua, verbatim. tests/test_seen_forms.py creates
 -- crawls with them to prove the current scripts continue such crawls.
--- _lib.lua: helpers shared by every script. streams_sched/scripts.py prepends
+-- _lib.lua: helpers shared by every script. streams_sched/frontier/scripts.py prepends
 -- this file to each script before registering it, so every script stays one
 -- atomic server-side call that touches only the keys it is given in KEYS.
 --

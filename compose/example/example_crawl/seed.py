@@ -3,7 +3,7 @@
 import os
 
 from streams_sched import seed
-from streams_sched.connection import connect, wait_ready
+from streams_sched.connect.clients import connect, wait_ready
 from streams_sched.demo.web import SyntheticWeb
 
 

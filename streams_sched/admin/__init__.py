@@ -1,0 +1,8 @@
+"""Operator tools on a crawl: dead letters, ACL users, rights, layout upgrades.
+
+It owns reading and re-queueing dead letters (:mod:`.dlq`), the minimal ACL rules of
+each role (:mod:`.acl`), checking at start that a user may run its role's commands
+(:mod:`.rights`) and moving an older key layout to the sharded one (:mod:`.upgrade`).
+The command line in :mod:`streams_sched.cli` and the daemons call it. It may import
+:mod:`streams_sched.frontier`, :mod:`streams_sched.connect` and the top-level modules.
+"""

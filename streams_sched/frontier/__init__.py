@@ -1,0 +1,11 @@
+"""The frontier in Redis: key names, the Lua scripts, and thin I/O for them.
+
+It owns every key name (:mod:`.keys`), the server-side scripts in ``lua/`` and the KEYS
+each is called with (:mod:`.scripts`, :mod:`.script_keys`), the client with one method
+per script or command (:mod:`.client`), reading replies (:mod:`.replies`), the
+daemons' read-only index scans (:mod:`.indexes`), what a site is (:mod:`.sitekey`) and
+the producer side, :class:`Seeder` (:mod:`.seeding`). Decisions live elsewhere (pure
+modules in :mod:`streams_sched.worker` and :mod:`streams_sched.politeness`); this
+package only names keys and moves bytes. It may import :mod:`streams_sched.wire`,
+:mod:`streams_sched.connect` and the top-level modules.
+"""

@@ -1,0 +1,379 @@
+"""Redis key names, in one place.
+
+A crawl's sites are spread over a fixed number of shards (``shards`` in the
+crawl's meta hash, STREAMS_SHARDS when the crawl is created; a site's shard is
+the CRC-32 of its name modulo that number). Every key of a shard's sites, and
+the shard's own indexes, carry the same Redis Cluster hash tag ``{crawl/#n}``,
+so one script can lease, ack or enqueue for several sites of a shard at once,
+on one server or on a cluster. Crawl-level keys carry ``{crawl}``.
+
+The shard's indexes are what makes a worker's cost follow the work: a worker
+finds sites with work in ``#ready:<task>`` instead of asking every site, takes
+over expired leases from ``#leased``, and decides that the crawl is drained
+from the shards' sizes, whatever the number of idle sites. Every script that
+gives a site backlog, a delayed request or a lease indexes it in the same call;
+a site the index still names after its work is gone is dropped by the next
+lease or takeover that finds it empty.
+
+Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
+
+    ss:crawls                       SET     names of every crawl (daemons find crawls here)
+    ss:health:<daemon>:<name>       STRING  a daemon's last pass (JSON), expires when it stops
+    ss:{C}:sites                    SET     the site registry of a crawl written before shards
+                                            (``streams-sched upgrade`` moves such a crawl)
+    ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen, ...}
+    ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
+    ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
+    ss:{C}:feed-lock                STRING  node moving the scrapy-redis feed now (short TTL)
+    ss:{C}:legacy-seen              SET     a migrated scrapy-redis dupefilter (read-only)
+    ss:{C/#n}:_feed:dlq             STREAM  feed entries that are not requests, with the reason
+    ss:{C/#n}:#sites                SET     the shard's site registry (no KEYS/SCAN needed)
+    ss:{C/#n}:#ready:<task>         ZSET    sites with backlog (or delayed requests) of that task
+                                            type, scored by the time (ms) they may be leased again
+    ss:{C/#n}:#leased               ZSET    sites with leased entries, scored by their oldest lease (ms)
+    ss:{C/#n}:#inbox                HASH    site -> the few queued requests of a small site, packed
+                                            (msgpack: stream code, payload, ...), until it is leased
+                                            or grows: a site with one queued URL has no stream
+    ss:{C/#n}:#stats                HASH    the shard's counters (enqueued), read by the drain check
+    ss:{C/#n}:S:q:<task>:<band>     STREAM  requests; consumer group "workers"; task in
+                                            (http, browser), band in (high, default, low);
+                                            deleted with its group once empty (ack.lua, dead.lua),
+                                            recreated by the next enqueue
+    ss:{C/#n}:S:delayed             ZSET    requests that must wait, scored by due time (ms)
+    ss:{C/#n}:S:seen                STRING  up to 1,024 fingerprints: their first 8 bytes, concatenated
+                                    Bloom   past that: RedisBloom BF or a bitmap Bloom string holding
+                                            the 8-byte prefixes (older crawls may
+                                            keep 20-byte Bloom filters)
+    ss:{C/#n}:S:seen:meta           HASH    w = 8 on filters converted from the exact set; layers and
+                                            count of the bitmap Bloom filter
+    ss:{C/#n}:S:seen:<n>[:meta]     (same)  with STREAMS_REVISIT_AFTER_SECONDS: one filter per time
+                                            bucket n, expiring on its own (TTL)
+    ss:{C/#n}:S:dlq                 STREAM  dead letters: the entry, the reason, its origin
+    ss:{C/#n}:S:stats               HASH    counters kept in Redis (enqueued, acked, ...); absent = 0
+    ss:{C/#n}:S:policy              HASH    per-site policy (rate, burst, weight, paused, max_pages, ...),
+                                            its token bucket, and its shared politeness state
+                                            (a_rate, a_until, robots_delay, ...; see feedback.lua)
+    ss:{C/#n}:S:window              STRING  answers seen over the last second, "o_ts,o_n,o_ok,o_rate,
+                                            o_okrate" (feedback.lua), expires 3 s after the last report
+    ss:{C/#n}:S:obs                 HASH    the same, as the previous version kept it: only its workers
+                                            write it during a rolling upgrade; it expires the same way
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from streams_sched.errors import ConfigError
+
+__all__ = [
+    "BANDS",
+    "BROWSER_FIRST_STREAM",
+    "GROUP",
+    "ROOT",
+    "SITE_TASK",
+    "STREAMS",
+    "TASK_TYPES",
+    "stream_code",
+    "stream_for",
+    "stream_mask",
+    "stream_of_code",
+    "health_key",
+    "CrawlKeys",
+    "DEFAULT_SHARDS",
+    "ShardKeys",
+    "SiteKeys",
+    "shard_of",
+    "validate_crawl_name",
+    "validate_site_name",
+]
+
+#: Root of every key name.
+ROOT = "ss"
+#: The one consumer group of every request stream.
+GROUP = "workers"
+#: Priority bands, most urgent first.
+BANDS: tuple[str, ...] = ("high", "default", "low")
+#: Task types; each has its own streams so only capable workers lease them.
+TASK_TYPES: tuple[str, ...] = ("http", "browser")
+#: Every (task, band) stream of a site, in the order scripts receive them in KEYS.
+STREAMS: tuple[tuple[str, str], ...] = tuple((t, b) for t in TASK_TYPES for b in BANDS)
+#: Index in :data:`STREAMS` of the first browser stream (the http streams come first).
+BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
+
+# Stream codes: the Python<->Lua contract (lua/_codes.lua holds the Lua side; tests/
+# test_contract.py checks the two agree). In Python a stream is its 0-based index in
+# STREAMS; the scripts get and return it as a 1-based code (Lua arrays start at 1):
+#
+#   index 0..5   code 1..6     the (task, band) streams, in STREAMS order
+#   SITE_TASK+b  code 11..13   band b (0 high, 1 default, 2 low), task type from the
+#                              site's policy (or the crawl's default): enqueue only
+
+#: ``Outgoing.stream`` of ``SITE_TASK + band``: the site's policy picks the task type.
+SITE_TASK = 10
+
+
+def stream_for(task: str | None, band: int) -> int:
+    """``Outgoing.stream`` of a request: its (task, band) stream, or ``SITE_TASK + band``
+    when the request names no task type (the site's policy decides in enqueue.lua)."""
+    if task is None:
+        return SITE_TASK + band
+    return TASK_TYPES.index(task) * len(BANDS) + band
+
+
+def stream_code(index: int) -> int:
+    """The code a script gets for stream ``index`` (or ``SITE_TASK + band``)."""
+    return index + 1
+
+
+def stream_of_code(code: int) -> int:
+    """The stream index of a code a script returns (the inverse of :func:`stream_code`)."""
+    return code - 1
+
+
+def stream_mask(tasks: Iterable[str]) -> str:
+    """claim.lua's stream mask: one char per stream of STREAMS, '1' = a task type in ``tasks``."""
+    wanted = set(tasks)
+    return "".join("1" if task in wanted else "0" for task, _ in STREAMS)
+
+#: shards of a new crawl (STREAMS_SHARDS): enough that a cluster's masters share them
+#: evenly and one lease call serves several sites, few enough that a drain check
+#: (a few commands per shard) stays cheap
+DEFAULT_SHARDS = 16
+#: the most shards a crawl may have (a drain check reads every shard)
+MAX_SHARDS = 1024
+
+
+def shard_of(site: str, shards: int) -> int:
+    """The shard of ``site`` in a crawl of ``shards`` shards (stable across processes)."""
+    return zlib.crc32(site.encode("utf-8")) % shards
+
+
+_CRAWL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+_SITE_RE = re.compile(r"^[A-Za-z0-9._:\[\]@-]{1,253}$")
+
+
+def health_key(daemon: str, name: str) -> str:
+    """Key of a daemon's health record (``daemon`` is e.g. "reclaimer")."""
+    return f"{ROOT}:health:{daemon}:{name}"
+
+
+def validate_crawl_name(name: str, setting: str = "STREAMS_PREFIX") -> str:
+    """Return ``name`` if it is usable as a crawl namespace, else raise ConfigError."""
+    if not isinstance(name, str) or not _CRAWL_RE.match(name):
+        raise ConfigError(
+            setting,
+            name,
+            "a crawl name is 1-128 characters of letters, digits and . _ : @ -,"
+            " starting with a letter or digit (no braces: they would break the"
+            " Redis Cluster hash tag)",
+        )
+    return name
+
+
+def validate_site_name(site: str) -> str:
+    """Return ``site`` if it is usable as a site name, else raise ValueError."""
+    if not isinstance(site, str) or not _SITE_RE.match(site):
+        raise ValueError(
+            f"invalid site name {site!r}: a site is a host name (letters, digits, . - _ :)"
+        )
+    return site
+
+
+@dataclass(frozen=True)
+class CrawlKeys:
+    """Key names of one crawl's crawl-level keys."""
+
+    crawl: str
+
+    @property
+    def tag(self) -> str:
+        return "{" + self.crawl + "}"
+
+    @cached_property
+    def sites(self) -> str:
+        return f"{ROOT}:{self.tag}:sites"
+
+    @cached_property
+    def nodes(self) -> str:
+        return f"{ROOT}:{self.tag}:nodes"
+
+    @cached_property
+    def meta(self) -> str:
+        return f"{ROOT}:{self.tag}:meta"
+
+    @cached_property
+    def events(self) -> str:
+        return f"{ROOT}:{self.tag}:events"
+
+    @cached_property
+    def feed_lock(self) -> str:
+        return f"{ROOT}:{self.tag}:feed-lock"
+
+    @cached_property
+    def legacy_seen(self) -> str:
+        return f"{ROOT}:{self.tag}:legacy-seen"
+
+    @cached_property
+    def sync(self) -> str:
+        """Written just before a WAIT for replicas of this shard (replicas.py); expires by itself."""
+        return f"{ROOT}:{self.tag}:sync"
+
+    @staticmethod
+    def registry() -> str:
+        """The global SET of crawl names."""
+        return f"{ROOT}:crawls"
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """Key names of one shard's indexes; they share the hash tag of the shard's sites."""
+
+    crawl: str
+    shard: int
+
+    @cached_property
+    def tag(self) -> str:
+        return "{" + self.crawl + "/#" + str(self.shard) + "}"
+
+    @cached_property
+    def base(self) -> str:
+        return f"{ROOT}:{self.tag}:#"
+
+    def ready(self, task: str) -> str:
+        return f"{self.base}ready:{task}"
+
+    @cached_property
+    def readies(self) -> tuple[str, ...]:
+        """The ready index of every task type, in :data:`TASK_TYPES` order."""
+        return tuple(self.ready(t) for t in TASK_TYPES)
+
+    @cached_property
+    def leased(self) -> str:
+        return f"{self.base}leased"
+
+    @cached_property
+    def inbox(self) -> str:
+        return f"{self.base}inbox"
+
+    @cached_property
+    def sites(self) -> str:
+        return f"{self.base}sites"
+
+    @cached_property
+    def stats(self) -> str:
+        return f"{self.base}stats"
+
+    @cached_property
+    def sync(self) -> str:
+        """Written just before a WAIT for replicas of this shard's primary (replicas.py)."""
+        return f"{self.base}sync"
+
+    @cached_property
+    def all(self) -> tuple[str, ...]:
+        return (*self.readies, self.leased, self.inbox, self.sites, self.stats, self.sync)
+
+
+@dataclass(frozen=True)
+class SiteKeys:
+    """Key names of one site of one crawl; all share the hash tag of the site's shard,
+    ``{crawl/#n}`` (``shard`` None: the per-site tag ``{crawl/site}`` of crawls written
+    before shards, kept so that ``streams-sched upgrade`` can find their keys)."""
+
+    crawl: str
+    site: str
+    shard: int | None = None
+
+    @cached_property
+    def tag(self) -> str:
+        if self.shard is None:
+            return "{" + self.crawl + "/" + self.site + "}"
+        return "{" + self.crawl + "/#" + str(self.shard) + "}"
+
+    @cached_property
+    def base(self) -> str:
+        if self.shard is None:
+            return f"{ROOT}:{self.tag}"
+        return f"{ROOT}:{self.tag}:{self.site}"
+
+    @cached_property
+    def index(self) -> ShardKeys:
+        """The keys of the site's shard."""
+        if self.shard is None:
+            raise ValueError(f"site {self.site!r} has no shard: its crawl was written before shards")
+        return ShardKeys(self.crawl, self.shard)
+
+    def stream(self, task: str, band: str) -> str:
+        return f"{self.base}:q:{task}:{band}"
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """Every request stream of the site, in :data:`STREAMS` order."""
+        return tuple(self.stream(t, b) for t, b in STREAMS)
+
+    @cached_property
+    def delayed(self) -> str:
+        return f"{self.base}:delayed"
+
+    @cached_property
+    def seen(self) -> str:
+        return f"{self.base}:seen"
+
+    @cached_property
+    def seen_meta(self) -> str:
+        return f"{self.base}:seen:meta"
+
+    def seen_bucket(self, bucket: int) -> tuple[str, str]:
+        """The seen filter (and its meta) of one revisit time bucket."""
+        return f"{self.base}:seen:{bucket}", f"{self.base}:seen:{bucket}:meta"
+
+    @cached_property
+    def dlq(self) -> str:
+        return f"{self.base}:dlq"
+
+    @cached_property
+    def stats(self) -> str:
+        return f"{self.base}:stats"
+
+    @cached_property
+    def policy(self) -> str:
+        return f"{self.base}:policy"
+
+    @cached_property
+    def obs(self) -> str:
+        """The answers the workers saw in the last second (feedback.lua): a string that
+        expires when idle. It has a name of its own, so workers of the previous version,
+        which keep a hash at :attr:`obs_v1`, go on working beside these in a rolling upgrade."""
+        return f"{self.base}:window"
+
+    @cached_property
+    def sync(self) -> str:
+        """Written just before a WAIT for replicas of this site's primary (replicas.py); expires
+        by itself. With shards this is the shard's key: one barrier covers all its sites."""
+        if self.shard is not None:
+            return self.index.sync
+        return f"{self.base}:sync"
+
+    @cached_property
+    def obs_v1(self) -> str:
+        """The previous version's observed window (a hash that expires when idle); purged only."""
+        return f"{self.base}:obs"
+
+    @cached_property
+    def all(self) -> tuple[str, ...]:
+        """Every key of the site (used by purge)."""
+        return (
+            *self.streams,
+            self.delayed,
+            self.seen,
+            self.seen_meta,
+            self.dlq,
+            self.stats,
+            self.policy,
+            self.obs,
+            self.obs_v1,
+            *(() if self.shard is not None else (self.sync,)),
+        )

@@ -1,0 +1,14 @@
+-- _codes.lua: the stream codes, the Lua side of the Python<->Lua contract
+-- (streams_sched/frontier/keys.py holds the Python side; tests/test_contract.py checks
+-- that both agree). streams_sched/frontier/scripts.py prepends it to every script.
+--
+-- A site has STREAM_COUNT request streams, passed in KEYS in this order:
+--   http:high http:default http:low browser:high browser:default browser:low
+-- Scripts get and return a stream as its code, its 1-based position in that list:
+--   1..STREAM_COUNT                        the (task, band) stream
+--   SITE_TASK + 1 .. SITE_TASK + BANDS     band 1..BANDS (high, default, low) with the
+--                                          task type from the site's policy (enqueue only)
+
+local STREAM_COUNT = 6
+local BANDS = 3
+local SITE_TASK = 10

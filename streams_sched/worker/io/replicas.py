@@ -1,0 +1,294 @@
+"""Acks wait until a request's follow-ups are on a replica.
+
+Replication is asynchronous: a primary confirms a write before any replica has
+it, and a failover promotes a replica that may lack the last writes. If a
+parent's ack survives (on this primary or on another shard) while its child
+enqueue does not, the child and everything under it is never crawled. So the
+worker sends the acks of a cycle only after each primary that took the
+enqueues before them has passed a *barrier*: on one connection,
+``SET <sync key> <node> PX`` and then ``WAIT <n> <timeout>``. WAIT counts the
+replicas that acknowledged that connection's last write; a primary streams
+its writes to its replicas in the order it ran them, so a replica that has
+the SET has every enqueue that primary ran before it, whichever connection
+sent them. (A WAIT on a connection that wrote nothing returns at once and
+proves nothing, hence the SET.)
+
+A barrier ends one of three ways, decided by :meth:`ReplicaBook.judge` (pure,
+tested without Redis):
+
+- ``PASS``: enough replicas have the writes; the acks may go.
+- ``HOLD``: the primary is lagging, or has fewer replicas than required; the
+  acks wait and the barrier is tried again. An ack is never dropped.
+- ``RESEND``: the node no longer is the primary of those keys (a ``MOVED``
+  reply, it answers as a replica, it is unreachable): its writes may be wiped
+  by the resync that follows, so the enqueues are sent again, to whichever
+  node owns them now. Dedupe makes that safe.
+
+How many replicas (``STREAMS_MIN_REPLICAS``): a number, or ``auto``: 1 where
+the primary reports a connected replica, else 0. In auto, a primary that has
+had a replica keeps needing one until it has had none for
+:data:`LOSS_GRACE_S`; only then are its acks let through without one, logged
+once. The grace matters: a master killed and restarted at its old address
+answers as a primary with no replica (its replica was promoted) until the
+cluster demotes it, within about a second. Writes it takes in that time are
+wiped by its resync, so they must not count. The node's identity is its
+replication id, which changes when it restarts or is promoted; a changed
+identity is reported, so the worker forgets the fingerprints it remembers
+sending (they may not have arrived).
+
+What this cannot save: a primary and all of its replicas lost together, and
+the writes of a primary whose requirement is 0 (no replica, or
+``STREAMS_MIN_REPLICAS = 0``).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LOSS_GRACE_S", "NodeView", "ReplicaBook", "ReplicaGuard", "Verdict", "parse_replication"]
+
+logger = logging.getLogger(__name__)
+
+#: how long a primary that had a replica may go without one before auto stops waiting
+LOSS_GRACE_S = 10.0
+#: how often the replicas of a primary are counted again: often while auto finds none
+#: (a replica attached later must be waited for within a second), seldom once it has one
+RECHECK_S, RECHECK_NONE_S = 10.0, 1.0
+#: how long the sync key lives; it only has to outlive one barrier
+SYNC_TTL_MS = 60_000
+
+
+class Verdict(enum.Enum):
+    PASS = "pass"
+    HOLD = "hold"
+    RESEND = "resend"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What a node says of its replication (INFO replication)."""
+
+    role: str
+    #: replicas in sync (state=online)
+    connected: int
+    replid: str
+    offset: int
+
+
+def parse_replication(info: dict[str, Any]) -> NodeView:
+    """INFO replication, as redis-py parses it, to a :class:`NodeView`."""
+    connected = 0
+    for key, value in info.items():
+        if key.startswith("slave") and isinstance(value, dict) and str(value.get("state", "")) == "online":
+            connected += 1
+    return NodeView(
+        role=str(info.get("role", "")),
+        connected=connected,
+        replid=str(info.get("master_replid", "")),
+        offset=int(info.get("master_repl_offset", 0) or 0),
+    )
+
+
+@dataclass(slots=True)
+class _Primary:
+    required: int
+    replid: str
+    offset: int
+    checked_at: float
+    #: since when it has had no replica while still required to have one (auto)
+    zero_since: float | None = None
+    short_logged: bool = False
+    lost_logged: bool = False
+
+
+@dataclass(slots=True)
+class ReplicaBook:
+    """Per primary: how many replicas an ack waits for, and what a barrier's result means.
+
+    ``min_replicas`` is STREAMS_MIN_REPLICAS, -1 for auto. Pure: time comes in
+    as ``now``; :class:`ReplicaGuard` does the Redis I/O.
+    """
+
+    min_replicas: int = -1
+    grace_s: float = LOSS_GRACE_S
+    primaries: dict[str, _Primary] = field(default_factory=dict)
+    #: primaries that changed identity (restarted, promoted, replaced) since the caller
+    #: last asked (:meth:`take_changed`): what they confirmed before may be gone
+    changed: set[str] = field(default_factory=set)
+
+    def take_changed(self) -> set[str]:
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def needs_look(self, name: str, now: float) -> bool:
+        known = self.primaries.get(name)
+        if known is None:
+            return True
+        every = RECHECK_NONE_S if known.required == 0 and self.min_replicas < 0 else RECHECK_S
+        return now - known.checked_at >= every
+
+    def required(self, name: str) -> int | None:
+        """Replicas an ack waits for on ``name``; None while it was never seen."""
+        known = self.primaries.get(name)
+        return known.required if known is not None else None
+
+    def look(self, name: str, view: NodeView, now: float) -> bool:
+        """Take in what node ``name`` said of its replication; True if it is not the
+        node it was when last seen (its earlier writes may be gone)."""
+        known = self.primaries.get(name)
+        changed = known is not None and (view.replid != known.replid or view.offset < known.offset)
+        if known is not None and changed:
+            logger.warning(
+                "Redis primary %s is not the one this worker wrote to before (replication id %s,"
+                " offset %d; was %s, %d): it restarted or was replaced, so this worker forgets"
+                " which requests it remembers sending",
+                name, view.replid, view.offset, known.replid, known.offset,
+            )
+            self.changed.add(name)
+        if self.min_replicas >= 0:
+            required = self.min_replicas
+        elif view.connected > 0:
+            required = 1
+        elif known is not None and known.required > 0:
+            required = known.required  # lost its replicas, or a stale primary: see judge()
+        else:
+            required = 0
+        if known is None:
+            self.primaries[name] = _Primary(required, view.replid, view.offset, now)
+            return False
+        known.required, known.replid, known.offset, known.checked_at = required, view.replid, view.offset, now
+        if view.connected > 0:
+            known.zero_since = None
+            if known.lost_logged or known.short_logged:
+                logger.warning("Redis primary %s has %d replica(s) again; acks wait for them", name, view.connected)
+            known.lost_logged = known.short_logged = False
+        return changed
+
+    def judge(self, name: str, acked: int | None, view: NodeView | None, now: float) -> Verdict:
+        """What a barrier on ``name`` means: ``acked`` is WAIT's reply (None if the
+        barrier failed), ``view`` what the node said afterwards (None if it could not say)."""
+        if view is None or view.role != "master":
+            return Verdict.RESEND
+        if self.look(name, view, now):
+            return Verdict.RESEND
+        known = self.primaries[name]
+        if acked is not None and acked >= known.required:
+            return Verdict.PASS
+        if self.min_replicas < 0 and view.connected == 0:
+            if known.zero_since is None:
+                known.zero_since = now
+            if now - known.zero_since >= self.grace_s:
+                known.required = 0
+                if not known.lost_logged:
+                    logger.error(
+                        "Redis primary %s has had no replica for %gs: acks no longer wait for one"
+                        " (STREAMS_MIN_REPLICAS=auto), so a failover of it now loses what it took"
+                        " since; attach a replica, or set STREAMS_MIN_REPLICAS=1 to hold acks until one is back",
+                        name, self.grace_s,
+                    )
+                    known.lost_logged = True
+                return Verdict.PASS
+        if not known.short_logged and view.connected < known.required:
+            logger.warning(
+                "Redis primary %s has %d of the %d replica(s) acks wait for (STREAMS_MIN_REPLICAS=%s);"
+                " acks are held until they are back",
+                name, view.connected, known.required, "auto" if self.min_replicas < 0 else self.min_replicas,
+            )
+            known.short_logged = True
+        return Verdict.HOLD
+
+
+class ReplicaGuard:
+    """The Redis side of the barriers: which primary holds a key, its replication, SET + WAIT.
+
+    ``client`` is the worker's client (standalone, Sentinel-managed or cluster).
+    A cluster's barrier runs on that node's own client, never through the cluster
+    pipeline, which would retry a redirected command on another connection and
+    make WAIT count the wrong writes.
+    """
+
+    def __init__(self, client: Any, book: ReplicaBook, wait_ms: int, node_id: str) -> None:
+        from streams_sched.connect.clients import is_cluster_client
+
+        self.client = client
+        self.book = book
+        self.wait_ms = wait_ms
+        self.node_id = node_id
+        self.cluster = is_cluster_client(client)
+        #: primaries whose INFO this user may not read (warned once each)
+        self.denied: set[str] = set()
+
+    def primary_of(self, key: str) -> str:
+        """The name of the primary that owns ``key`` (a standalone server is "")."""
+        if not self.cluster:
+            return ""
+        return str(self.client.get_node_from_key(key).name)
+
+    def _node_client(self, name: str) -> Any:
+        if not self.cluster:
+            return self.client
+        node = self.client.get_node(node_name=name)
+        if node is None:
+            raise LookupError(name)
+        return self.client.get_redis_connection(node)
+
+    def view(self, name: str) -> NodeView | None:
+        from redis.exceptions import ResponseError
+
+        from streams_sched.connect.clients import TRANSIENT
+
+        try:
+            return parse_replication(self._node_client(name).info("replication"))
+        except (LookupError, *TRANSIENT):  # type: ignore[misc]  # a tuple of exception classes
+            return None
+        except ResponseError as exc:
+            if name not in self.denied:
+                self.denied.add(name)
+                logger.warning(
+                    "cannot count the replicas of Redis primary %s (%s): writes are not waited for on"
+                    " a replica, so a failover may lose the last of them; give this ACL user +info and +wait",
+                    name or "(this server)", exc,
+                )
+            return NodeView("master", 0, "", 0)  # taken as a primary without replicas
+
+    def required(self, name: str, now: float) -> int | None:
+        """Replicas an ack waits for on ``name`` (counted again now and then); None if
+        ``name`` could not say (a barrier then decides)."""
+        book = self.book
+        if book.needs_look(name, now):
+            view = self.view(name)
+            if view is not None and view.role == "master":
+                book.look(name, view, now)
+        return book.required(name)
+
+    def barrier(self, name: str, sync_key: str, now: float) -> Verdict:
+        """SET ``sync_key`` and WAIT on one connection of primary ``name``; judge the result."""
+        from redis.exceptions import ResponseError
+
+        from streams_sched.connect.clients import TRANSIENT
+
+        needed = self.required(name, now)
+        if needed is None:
+            return Verdict.RESEND  # it cannot even say whether it is a primary
+        acked: int | None = None
+        try:
+            pipe = self._node_client(name).pipeline(transaction=False)
+            pipe.set(sync_key, self.node_id, px=SYNC_TTL_MS)
+            pipe.execute_command("WAIT", needed, self.wait_ms)
+            pipe.info("replication")
+            set_reply, wait_reply, info_reply = pipe.execute(raise_on_error=False)
+            if isinstance(set_reply, ResponseError):
+                # MOVED / READONLY: the key is no longer this node's to take
+                logger.info("barrier on %s refused (%s): sending its writes again", name or "Redis", set_reply)
+                return Verdict.RESEND
+            if isinstance(set_reply, Exception):
+                raise set_reply
+            if not isinstance(wait_reply, Exception):
+                acked = int(wait_reply)
+        except (LookupError, *TRANSIENT):  # type: ignore[misc]  # a tuple of exception classes
+            return Verdict.RESEND
+        view = None if isinstance(info_reply, Exception) else parse_replication(info_reply)
+        return self.book.judge(name, acked, view, now)

@@ -1,0 +1,99 @@
+"""What each command of the I/O thread's pipeline was, to apply its reply (pump.py).
+
+The pump queues several commands per cycle in one pipeline and keeps one of
+these records per command, in order; ``Pump._handle`` zips them with the
+replies. Pure data, no Redis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streams_sched.worker.ops import Ack, DeadLetter, Enqueue, Extend, Failed, LeaseOp, Release
+from streams_sched.worker.selection import ShardPlan
+
+__all__ = [
+    "AFTER_STAT", "HEARTBEAT", "Enqueued", "FeedbackSent", "Heartbeat", "LeaseOpsSent", "Leased",
+    "Sent", "Waited", "describe",
+]
+
+#: each kind of lease operation in log lines
+AFTER_NAME: dict[type, str] = {
+    Ack: "ack", DeadLetter: "dead-letter", Release: "release", Failed: "failed delivery", Extend: "lease extension",
+}
+#: the crawl stat each kind of lease operation counts
+AFTER_STAT: dict[type, str] = {
+    Ack: "streams/acked",
+    DeadLetter: "streams/dead_lettered",
+    Release: "streams/released",
+    Failed: "streams/delivery_failed",
+    Extend: "streams/extended",
+}
+
+
+@dataclass(slots=True, frozen=True)
+class Enqueued:
+    """One enqueue.lua call for sites of one shard: ``parts`` = (site, its enqueues) in
+    call order, ``chunk`` all of them, ``site`` the first (its shard's primary took them)."""
+
+    site: str
+    chunk: list[Enqueue]
+    parts: tuple[tuple[str, list[Enqueue]], ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class LeaseOpsSent:
+    """One call for a group of lease operations of one kind: of one site, or for acks
+    (ack.lua) of the sites of one shard."""
+
+    kind: type
+    group: list[LeaseOp]
+    #: healthy answers per site that rode along with its acks (given back if it fails)
+    answered: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class Leased:
+    """One lease.lua call, as planned by selection.plan_shards."""
+
+    plan: ShardPlan
+
+
+@dataclass(slots=True, frozen=True)
+class FeedbackSent:
+    """One feedback.lua call: the politeness answers of ``site``."""
+
+    site: str
+
+
+@dataclass(slots=True, frozen=True)
+class Waited:
+    """WAIT for replicas (``part`` "wait") or INFO replication ("info") right after the
+    cycle's writes, on their connection (a server that is not a cluster)."""
+
+    part: str
+
+
+@dataclass(slots=True, frozen=True)
+class Heartbeat:
+    """The node record or its published heartbeat."""
+
+
+Sent = Enqueued | LeaseOpsSent | Leased | FeedbackSent | Waited | Heartbeat
+HEARTBEAT = Heartbeat()
+
+
+def describe(cmd: Sent) -> str:
+    """What a pipeline command was, for a log line."""
+    if isinstance(cmd, Enqueued):
+        more = len(cmd.parts) - 1
+        return f"enqueue to site {cmd.site}" + (f" and {more} more of its shard" if more > 0 else "")
+    if isinstance(cmd, LeaseOpsSent):
+        return f"{AFTER_NAME[cmd.kind]} of site {cmd.group[0].entry.site}"
+    if isinstance(cmd, Leased):
+        return f"lease from shard {cmd.plan.shard}"
+    if isinstance(cmd, FeedbackSent):
+        return f"politeness feedback of site {cmd.site}"
+    if isinstance(cmd, Waited):
+        return "wait for replicas"
+    return "heartbeat"
