@@ -93,15 +93,15 @@ def test_a_refused_command_is_logged_once_and_retried_with_back_off(
     with caplog.at_level(logging.INFO, logger="streams_sched.worker.io.pump"):
         sched.enqueue_request(scrapy.Request("http://child.test/"))
         wait_for(
-            lambda: sum(n for (what, _), n in pump.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
+            lambda: sum(n for (what, _), n in pump.trouble.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
             timeout=30, what="four refused tries",
         )
-        assert pump.retry.current_s >= 0.4  # 0.1, 0.2, 0.4: the tries back off
+        assert pump.trouble.retry.current_s >= 0.4  # 0.1, 0.2, 0.4: the tries back off
         errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
         assert len(errors) == 1 and "refused the enqueue to site child.test" in errors[0].getMessage(), [e.getMessage() for e in errors]
         r.delete(child_keys.seen)
         wait_for(lambda: f.status("child.test").stats.get("enqueued") == 1, timeout=30, what="the enqueue")
-        wait_for(lambda: not pump.refusals, timeout=30, what="the refusal to clear")
+        wait_for(lambda: not pump.trouble.refusals, timeout=30, what="the refusal to clear")
     ended = [rec.getMessage() for rec in caplog.records if "accepts the enqueue to site child.test again" in rec.getMessage()]
     assert len(ended) == 1 and "after refusing it" in ended[0], ended
     assert int(ended[0].split("after refusing it ")[1].split()[0]) >= 4
@@ -179,7 +179,7 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
     s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=1.5)
     try:
         started = time.monotonic()
-        wait_for(lambda: s._pump.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
+        wait_for(lambda: s._pump.upkeep.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
         pump_cycles(s, 5)
         assert s.has_pending_requests()  # not drained: nothing was ever enqueued
         wait_for(lambda: not s.has_pending_requests(), timeout=10, what="drain after the wait")

@@ -87,7 +87,7 @@ def test_request_that_cannot_travel_is_crawled_by_this_worker(sched: StreamsSche
     local = lambda_request("http://a.test/local")
     assert sched.enqueue_request(local)
     assert sched.has_pending_requests() and len(sched) == 1 and sched.local_held == 1
-    assert sched._pump is not None and sched._pump._node_record("online")["local"] == 1  # heartbeats show it
+    assert sched._pump is not None and sched._pump.presence.record("online")["local"] == 1  # heartbeats show it
     got = sched.next_request()
     assert got is local and sched.lease_of(got) is None
     assert sched.has_pending_requests()  # in progress
