@@ -193,6 +193,8 @@ class StreamsConfig:
     max_crawl_delay_seconds: float = 30.0
     #: STREAMS_SITE_KEY: "host" (a site is a host name) or "domain" (its registered domain).
     site_key: str = "host"
+    #: with Scrapy's own fingerprinter, a GET URL this worker already sent is a duplicate
+    url_shortcut: bool = True
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url)
@@ -484,6 +486,7 @@ SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "feedback_interval_seconds": ("STREAMS_FEEDBACK_INTERVAL_SECONDS", _num),
     "max_crawl_delay_seconds": ("STREAMS_MAX_CRAWL_DELAY", _num),
     "site_key": ("STREAMS_SITE_KEY", _word),
+    "url_shortcut": ("STREAMS_URL_SHORTCUT", _bool),
 }
 
 

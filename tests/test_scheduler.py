@@ -14,7 +14,7 @@ from scrapy.utils.request import RequestFingerprinter
 from streams_sched.config import StreamsConfig
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP
-from streams_sched.worker.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
 from helpers import wait_for
 
@@ -33,7 +33,7 @@ def sched(redis_url: str, dedupe: str, crawl: str) -> Iterator[StreamsScheduler]
          "STREAMS_IDLE_POLL_SECONDS": 0.1, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005},
         "unit",
     )
-    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=4, per_site_concurrency=4)
+    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(4, 4))
     s.open(Spider())
     yield s
     s.close("test")
@@ -153,7 +153,7 @@ def test_served_and_weights_follow_the_sites_held(sched: StreamsScheduler) -> No
     x = sched._x
     wait_for(lambda: sched.next_request() is None and not x.served and len(x.weights) <= 1, timeout=10,
              what="served and weights to let go of the sites done")
-    assert not sched._held and len(sched._fair) == 0
+    assert not sched.ready.held and len(sched.ready.fair) == 0
 
 
 def pump_cycles(s: StreamsScheduler, n: int) -> None:
@@ -169,7 +169,7 @@ def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> Streams
          "STREAMS_IDLE_POLL_SECONDS": 0.1, **settings},
         "unit",
     )
-    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=4, per_site_concurrency=4)
+    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(4, 4))
     s.open(Spider())
     return s
 
