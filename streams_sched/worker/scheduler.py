@@ -224,7 +224,7 @@ class StreamsScheduler(BaseScheduler):
             per_site_concurrency=settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") or settings.getint("CONCURRENT_REQUESTS"),
             download_delay=settings.getfloat("DOWNLOAD_DELAY"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
-            url_shortcut=settings.getbool("STREAMS_URL_SHORTCUT", True),
+            url_shortcut=config.url_shortcut,
             robots_obey=settings.getbool("ROBOTSTXT_OBEY"),
             robots_user_agent=settings.get("ROBOTSTXT_USER_AGENT") or "",
             user_agent=settings.get("USER_AGENT") or "",
