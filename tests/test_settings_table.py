@@ -164,3 +164,24 @@ def test_markdown_reference_lists_every_setting() -> None:
         assert len(re.findall(r"(?<!\\)\|", line)) == 4, line  # three cells: any "|" in the text is escaped
     assert "| `STREAMS_LEASE_SECONDS` | 300 |" in text
     assert "| `REDIS_URL` | env `REDIS_URL` |" in text
+
+
+def test_sphinx_directive_renders_every_setting(tmp_path: Path) -> None:
+    """docs/reference/settings.md builds warning-free with the streams-settings directive and lists every setting."""
+    pytest.importorskip("myst_parser")
+    from sphinx.cmd.build import build_main
+
+    source = tmp_path / "src"
+    (source / "reference").mkdir(parents=True)
+    (source / "reference" / "settings.md").write_text((ROOT / "docs/reference/settings.md").read_text())
+    (source / "index.md").write_text("# streams-sched\n\n```{toctree}\nreference/settings\n```\n")
+    (source / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'docs' / '_ext')!r})\n"
+        'project = "streams-sched"\nextensions = ["myst_parser", "settings_ref"]\n'
+    )
+    out = tmp_path / "html"
+    assert build_main(["-W", "-q", "-b", "html", str(source), str(out)]) == 0
+    page = (out / "reference" / "settings.html").read_text()
+    for row in SETTINGS:
+        assert f'<span class="pre">{row.name}</span>' in page, row.name
+    assert page.count("<h2>") == len(SECTIONS)
