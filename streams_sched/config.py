@@ -125,7 +125,7 @@ S = Setting
 SETTINGS: tuple[Setting, ...] = (
     S("REDIS_URL", "redis_url", _env("REDIS_URL", ""),
       "`redis://`, `rediss://` (TLS) or `unix://`; user and password in the URL for ACLs; `?cluster=1` for Redis Cluster; "
-      "`redis+sentinel://host:port,host:port/service[/db]` (`rediss+sentinel://` with TLS) for the master of a Redis Sentinel service",
+      "`redis+sentinel://host:port,host:port/service[/db]` (`rediss+sentinel://` with TLS) for the master of a Redis Sentinel service (see *Redis Sentinel*)",
       CONNECTION, p.as_is, p.redis_url, "env `REDIS_URL`"),
     S("STREAMS_PREFIX", "crawl", Lookup(lambda spider: spider or ""), "the crawl namespace",
       CONNECTION, p.as_is, p.crawl_name, "spider name"),
@@ -190,7 +190,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("STREAMS_RETRY_AFTER_MAX_SECONDS", "retry_after_max_seconds", 3600.0, "cap on a `Retry-After` delay",
       POLITENESS, p.number, p.positive),
     S("STREAMS_ADAPTIVE", "adaptive", True, "cluster-wide AIMD back-off on 429 / 503 / download timeouts, and a "
-      "`Retry-After` pauses the whole site for every worker", POLITENESS, p.flag, p.is_flag),
+      "`Retry-After` pauses the whole site for every worker (see *Per-site policy*)", POLITENESS, p.flag, p.is_flag),
     S("STREAMS_ADAPTIVE_DECREASE", "adaptive_decrease", 0.7, "a congestion signal multiplies the site's rate by this",
       POLITENESS, p.number, p.between_0_and_1("expected a factor between 0 and 1, e.g. 0.7")),
     S("STREAMS_ADAPTIVE_INCREASE", "adaptive_increase", 0.5, "healthy answers raise a backed-off rate by this many req/s per second",
@@ -209,7 +209,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("STREAMS_CAPABILITIES", "capabilities", ("http",), "task types this worker leases (`http`, `browser`)",
       BROWSER, p.names, p.capabilities),
     S("STREAMS_BROWSER_MAX", "browser_max", 4,
-      "most browser requests a worker holds at once: leased, prefetched, rendering or taken over", BROWSER, p.whole, p.at_least(0)),
+      "most browser requests a worker holds at once: leased, prefetched, rendering or taken over (see *Browser pages*)", BROWSER, p.whole, p.at_least(0)),
 
     S("STREAMS_REQUEST_CLASSES", "request_classes", (),
       "import paths of extra Request subclasses allowed in entries (e.g. `scrapy_splash.SplashRequest`)",
@@ -261,11 +261,12 @@ SETTINGS: tuple[Setting, ...] = (
     S("STREAMS_METRICS_ADDR", "metrics_addr", "0.0.0.0", "address the metrics server binds", WORKER, p.bind_address, p.address),
 
     S("STREAMS_ALLOW_UNTESTED_SCRAPY", "allow_untested_scrapy", _env_flag("STREAMS_ALLOW_UNTESTED_SCRAPY"),
-      "let a Scrapy release above the tested range start, with a warning; the engine's hook points are checked all the same",
+      "let a Scrapy release above the tested range start, with a warning (see *Scrapy versions*); the engine's hook points "
+      "are checked all the same",
       SAFETY, p.flag, p.is_flag, "env `STREAMS_ALLOW_UNTESTED_SCRAPY`, else False"),
     S("STREAMS_ALLOW_EVICTION", "allow_eviction", _env_flag("STREAMS_ALLOW_EVICTION"),
       "start even on a Redis whose `maxmemory-policy` is `allkeys-*` (which evicts queued requests silently), with a "
-      "warning; without it such a worker refuses to start", SAFETY, p.flag, p.is_flag,
+      "warning; without it such a worker refuses to start (see *Faults*)", SAFETY, p.flag, p.is_flag,
       "env `STREAMS_ALLOW_EVICTION`, else False"),
 )
 del S
@@ -393,12 +394,14 @@ class StreamsConfig:
         return cls(**values)
 
 
-def settings_markdown(level: int = 2) -> str:
-    """The settings reference in Markdown: per section a heading of ``level`` and a table
-    (setting, default, meaning) of its rows of :data:`SETTINGS`."""
+def settings_markdown(level: int | None = 2) -> str:
+    """The settings reference in Markdown: per section a heading of ``level`` (None: a bold
+    line, for a page whose headings must stay its own) and a table (setting, default,
+    meaning) of its rows of :data:`SETTINGS`."""
     lines: list[str] = []
     for section in SECTIONS:
-        lines += ["", f"{'#' * level} {section}", "", "| setting | default | meaning |", "| --- | --- | --- |"]
+        title = f"**{section}**" if level is None else f"{'#' * level} {section}"
+        lines += ["", title, "", "| setting | default | meaning |", "| --- | --- | --- |"]
         for row in SETTINGS:
             if row.section == section:
                 lines.append(f"| `{row.name}` | {_cell(row.default_text())} | {_cell(row.doc)} |")
