@@ -41,13 +41,15 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import scrapy
 from scrapy.http import Response
+
+from streams_sched.demo.serving import Answer, answering_server
 
 CHROMIUM = "/usr/bin/chromium"
 #: Chromium's flags for a headless worker: no sandbox (root in a container), no GPU, and
@@ -220,31 +222,15 @@ class BrowserServer:
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def get(handler: BaseHTTPRequestHandler) -> Answer:
+            hit = Hit(time.monotonic(), handler.path, handler.headers.get("User-Agent") or "")
+            with self._lock:
+                self.log.append(hit)
+            status, kind, body = self.web.answer(handler.path, self._stop)
+            return status, {"Content-Type": kind}, body
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                hit = Hit(time.monotonic(), self.path, self.headers.get("User-Agent") or "")
-                with server._lock:
-                    server.log.append(hit)
-                status, kind, body = server.web.answer(self.path, server._stop)
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass  # the browser gave up on it (a timeout, a crashed tab, a killed worker)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
+        self.httpd = answering_server(get)
         self.port = self.httpd.server_address[1]
         self.web = BrowserWeb(self.port, self.plain, self.js, self.frames, self.hang, self.crash,
                               self.render_delay_s, self.plain_delay_s)

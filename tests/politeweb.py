@@ -15,12 +15,14 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import scrapy
 from scrapy.resolver import CachingThreadedResolver
 from twisted.internet import defer
+
+from streams_sched.demo.serving import Answer, answering_server
 
 #: Host names the resolver sends to 127.0.0.1.
 LOOPBACK_SUFFIXES = (".test", ".co.uk")
@@ -50,28 +52,14 @@ class PoliteServer:
         self.log: list[tuple[str, str, float, int]] = []
         self._served: dict[str, deque[float]] = defaultdict(deque)
         self._lock = threading.Lock()
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def get(handler: BaseHTTPRequestHandler) -> Answer:
+            host = (handler.headers.get("Host") or "").split(":")[0]
+            status, body, headers = self.answer(host, handler.path)
+            kind = "text/html" if handler.path != "/robots.txt" else "text/plain"
+            return status, {**headers, "Content-Type": kind}, body
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                host = (self.headers.get("Host") or "").split(":")[0]
-                status, body, headers = server.answer(host, self.path)
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Type", "text/html" if self.path != "/robots.txt" else "text/plain")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda request, client_address: None  # type: ignore[method-assign]  # clients that timed out
+        self.httpd = answering_server(get)
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

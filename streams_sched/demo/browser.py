@@ -18,11 +18,13 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import scrapy
 from scrapy.http import Response
+
+from streams_sched.demo.serving import Answer, answering_server
 
 __all__ = ["ScriptServer", "ScriptSpider", "browser_settings", "find_chromium", "token"]
 
@@ -65,28 +67,13 @@ class ScriptServer:
     def __init__(self, pages: int, port: int, delay_s: float = 0.3) -> None:
         self.pages = pages
         self.loads: list[tuple[float, str]] = []
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        def get(handler: BaseHTTPRequestHandler) -> Answer:
+            self.loads.append((time.monotonic(), handler.path))
+            status, kind, body = self.answer(handler.path, delay_s)
+            return status, {"Content-Type": kind}, body
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                server.loads.append((time.monotonic(), self.path))
-                status, kind, body = server.answer(self.path, delay_s)
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = answering_server(get, port)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 

@@ -8,42 +8,12 @@ DNS set-up.
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import BaseHTTPRequestHandler
 
+from streams_sched.demo.serving import Answer, answering_server
 from streams_sched.demo.web import SyntheticWeb
 
 __all__ = ["SyntheticServer"]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    web: SyntheticWeb
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        host, port = self.server.server_address[:2]  # type: ignore[index,str-unpack]
-        url = f"http://{host}:{port}{self.path}"
-        where = self.web.parse(url)
-        if where is None:
-            body, status = b"<html>not found</html>", 404
-        else:
-            body, status = self.web.html(*where), 200
-        self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # a worker killed mid-request resets its connections: nothing to report
-        pass
 
 
 class SyntheticServer:
@@ -51,9 +21,15 @@ class SyntheticServer:
 
     def __init__(self, sites: int, pages: int, port: int) -> None:
         self.web = SyntheticWeb(sites=sites, pages=pages, base="http://127.0.0.{ip}:" + str(port) + "/p/{page}")
-        handler = type("Handler", (_Handler,), {"web": self.web})
-        self.servers = [_Server((f"127.0.0.{s + 1}", port), handler) for s in range(sites)]
+        self.servers = [answering_server(self._answer, port, f"127.0.0.{s + 1}") for s in range(sites)]
         self.threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in self.servers]
+
+    def _answer(self, handler: BaseHTTPRequestHandler) -> Answer:
+        host, port = handler.server.server_address[:2]  # type: ignore[str-unpack,index]
+        where = self.web.parse(f"http://{host}:{port}{handler.path}")
+        if where is None:
+            return 404, {"Content-Type": "text/html; charset=utf-8"}, b"<html>not found</html>"
+        return 200, {"Content-Type": "text/html; charset=utf-8"}, self.web.html(*where)
 
     def start(self) -> SyntheticServer:
         for t in self.threads:
