@@ -67,6 +67,7 @@ from streams_sched.worker.counters import Counters
 from streams_sched.worker.dedupe import LocalDedupe
 from streams_sched.worker.engine import EngineHooks, check_scrapy
 from streams_sched.worker.exchange import Exchange
+from streams_sched.worker.handback import hand_back_in_progress, hand_back_unstarted
 from streams_sched.worker.io.pump import Pump, make_node_id
 from streams_sched.worker.opening import announce, feed_mover, node_info, open_frontier
 from streams_sched.worker.ops import Ack, Enqueue, Extend, Failed, Op, Release
@@ -255,7 +256,7 @@ class StreamsScheduler(BaseScheduler):
         if pump is None:
             return
         pump.begin_close()
-        unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
+        unstarted = self._hand_back_unstarted() + hand_back_in_progress(self._leases, self.ready, self._put, self._x)
         self.ready.local_busy.clear()
         self.ready.held.clear()
         self.answers.clear()
@@ -275,39 +276,6 @@ class StreamsScheduler(BaseScheduler):
             reason, self.node_id, unstarted, flushed,
         )
 
-    def _hand_back_unstarted(self) -> int:
-        """Release every prefetched request the engine has not started (local requests,
-        which cannot travel, are lost: counted and logged)."""
-        ready = self.ready
-        ready.absorb()
-        local = ready.local
-        leases = ready.take_all()
-        for entry in leases:
-            self._put(Release(entry))
-        if local:
-            self.counts.inc("streams/unserializable_lost", local)
-            logger.warning(
-                "streams-sched closing with %d local requests not crawled: they could not travel"
-                " through the shared queue (see the warnings above), so no other worker will crawl them",
-                local, extra={"spider": self.spider},
-            )
-        ready.local = 0
-        if self._x is not None:
-            self._x.kick()
-        return len(leases)
-
-    def _hand_back_in_progress(self) -> int:
-        """Release the leases of requests the engine started but did not finish."""
-        n = len(self._leases)
-        for entry in self._leases.values():
-            self._put(Release(entry))
-            self.ready.release_site(entry.site)
-        self._leases.clear()
-        if self._x is not None:
-            self._x.inflight = 0
-            self._x.kick()
-        return n
-
     def _begin_shutdown(self) -> None:
         """The spider is closing (SIGTERM, Ctrl-C, CLOSESPIDER_*): lease nothing more and
         hand back at once what was prefetched, so other workers get it without waiting
@@ -324,8 +292,11 @@ class StreamsScheduler(BaseScheduler):
                 n, self.config.shutdown_timeout_seconds, len(self._leases),
             )
 
+    def _hand_back_unstarted(self) -> int:
+        return hand_back_unstarted(self.ready, self._put, self.counts, self.spider)
+
     def _shutdown_timed_out(self, in_progress: int) -> None:
-        n = self._hand_back_in_progress()
+        n = hand_back_in_progress(self._leases, self.ready, self._put, self._x)
         self.counts.inc("streams/shutdown_handed_back", n)
         logger.warning(
             "streams-sched: %d requests still in progress after STREAMS_SHUTDOWN_TIMEOUT_SECONDS=%g;"
