@@ -517,12 +517,12 @@ def test_all_values_in_one_request_and_non_init_fields() -> None:
 
 def test_zoneinfo_unknown_on_the_worker_falls_back_to_the_fixed_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     """A zone key this worker does not know arrives as the fixed offset of that instant."""
-    from streams_sched.wire import values as values_module
+    from streams_sched.wire import times as times_module
 
     codec = RequestCodec(MySpider())
     when = VALUES["datetime_zoneinfo"]
     payload = codec.encode(Request("http://a.test/", meta={"t": when}))
-    monkeypatch.setattr(values_module, "_ZONE_KEYS", {"Europe/Paris": False})
+    monkeypatch.setattr(times_module, "_ZONE_KEYS", {"Europe/Paris": False})
     back = codec.decode(payload).meta["t"]
     assert back == when and back.utcoffset() == when.utcoffset()
     assert isinstance(back.tzinfo, dt.timezone)
