@@ -138,7 +138,7 @@ def test_emptied_stream_is_retired_and_recreated_on_enqueue(redis_url: str, dedu
 
 
 def _legacy_enqueue(f: Frontier, site: str, names: list[str]) -> None:
-    """Enqueue with the scripts of the previous release (Bloom filters pre-sized from the start)."""
+    """Enqueue with the Bloom-only scripts (Bloom filters pre-sized from the start)."""
     k = f.site(site)
     b = f.bloom
     args: list[object] = [f.group, b.mode, b.error_rate, b.capacity, b.expansion, 0, "http"]

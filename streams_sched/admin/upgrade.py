@@ -1,6 +1,6 @@
 """Moving a crawl written before shards to the sharded layout (``streams-sched upgrade``).
 
-A crawl of the previous layout gives each site a hash tag of its own, ``{C/site}``
+A crawl of the per-site layout gives each site a hash tag of its own, ``{C/site}``
 (:class:`~streams_sched.frontier.keys.SiteKeys` without a shard), keeps one registry of its
 sites, ``ss:{C}:sites``, and has no shard indexes. The sharded layout (keys.py) puts a
 site's keys under its shard's tag ``{C/#n}`` and names it in the shard's indexes.
