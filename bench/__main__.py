@@ -1,4 +1,4 @@
-"""``python -m bench``: every benchmark of issue 5, side by side in one run.
+"""``python -m bench``: every benchmark side by side in one run.
 
 (a) one worker crawling the synthetic web: Scrapy's in-memory scheduler,
     scrapy-redis 0.9.1 and streams-sched;

@@ -1,4 +1,4 @@
-"""``python -m bench broad``: a broad crawl, many small sites (issue 10).
+"""``python -m bench broad``: a broad crawl, many small sites, and the Redis memory it keeps.
 
 ``--sites`` sites (default 10,000) of ``--pages`` pages (default 3) each, every page
 linking to pages of its own site and to the same page of the next site; Scrapy
@@ -22,7 +22,7 @@ every key, by kind of key. Then the two sizes that do not need a crawl:
   default; ``--quick``: 20,000) on both back-ends, through the same exact-set ->
   Bloom conversion as a crawl (bench/memory.py).
 
-A kind written ``KIND@REV`` (``--kinds streams-sched:1,streams-sched@e8fee4f:1``) runs
+A kind written ``KIND@REV`` (``--kinds streams-sched:1,streams-sched@HEAD~5:1``) runs
 streams-sched as it was at git revision REV (bench/revision.py) in the same run, and
 the report compares today's KIND with it: Redis CPU, commands and bytes per page,
 pages/s, as ratios. List both twice, alternating, to see the noise.

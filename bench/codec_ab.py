@@ -1,7 +1,8 @@
-"""A/B the request codec against an earlier commit's, for plain requests (issue 9's "within 10%").
+"""A/B the request codec against an earlier revision's, for plain requests (they stay within 10%).
 
-``python -m bench.codec_ab [--rev e8fee4f] [--runs 25]`` loads ``streams_sched/wire/codec.py`` as
-it was at ``--rev`` (schema 1 at e8fee4f) beside the current one, times encode and decode of
+``python -m bench.codec_ab [--rev REV] [--runs 25]`` loads ``streams_sched/wire/codec.py`` as
+it was at ``--rev`` (by default the last revision whose codec writes schema version 1
+only) beside the current one, times encode and decode of
 the codec bench's plain requests (``link``, ``form``) interleaved in one process, and prints
 the best of ``--runs`` runs of 3,000 each and the ratio current / earlier. Best-of, because on
 a shared machine noise only ever adds time.
@@ -50,7 +51,7 @@ def _us(fn: Callable[[], Any], loops: int = 3000) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.codec_ab", description=__doc__.splitlines()[0])
-    p.add_argument("--rev", default="e8fee4f", help="the earlier commit (default: schema 1, e8fee4f)")
+    p.add_argument("--rev", default="e8fee4f", help="the revision to compare with (default: the last one whose codec writes schema version 1 only)")
     p.add_argument("--runs", type=int, default=25)
     args = p.parse_args(argv)
     spider = SyntheticSpider()

@@ -34,7 +34,7 @@ RATE_HZ = 250
 #: (area, substrings of the innermost frame's file), first match wins
 AREAS: list[tuple[str, tuple[str, ...]]] = [
     ("streams-sched I/O thread (pump.py)", ("streams_sched/worker/io/pump.py", "streams_sched/worker/selection.py")),
-    ("streams-sched codec + msgpack", ("streams_sched/wire/codec.py", "msgpack")),
+    ("streams-sched codec + msgpack", ("streams_sched/wire/", "msgpack")),
     ("streams-sched frontier.py", ("streams_sched/frontier/client.py", "streams_sched/frontier/scripts.py")),
     ("streams-sched scheduler.py (reactor side)", ("streams_sched/worker/scheduler.py", "streams_sched/worker/engine.py", "streams_sched/worker/seen.py")),
     ("redis-py + hiredis", ("/redis/",)),

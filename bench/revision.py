@@ -1,6 +1,6 @@
 """Run the bench's crawls with streams-sched as it was at an earlier git revision.
 
-A kind written ``KIND@REV`` (``streams-sched@e8fee4f``, ``streams-sched/bitmap@v0.3``)
+A kind written ``KIND@REV`` (``streams-sched@HEAD~5``, ``streams-sched/bitmap@v0.3``)
 crawls with the settings of KIND, but its workers import the package
 ``streams_sched`` from revision REV of this repository (taken with ``git archive``
 into a temporary directory), while the harness, the worker script and the probe

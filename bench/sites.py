@@ -35,7 +35,7 @@ any crawl (the difference over the push, divided by N), and the push rate:
 URLs / wall time of the whole ``streams-sched push`` command, and net of its
 start-up (the wall time of the same command with an empty file taken off).
 
-A kind written ``KIND@REV`` (``--kinds streams-sched,streams-sched@4f72f0c``) runs
+A kind written ``KIND@REV`` (``--kinds streams-sched,streams-sched@HEAD~5``) runs
 streams-sched as it was at git revision REV (bench/revision.py): its workers,
 its ``streams-sched push`` and its Seeder import that revision's streams_sched;
 the report compares today's KIND with it per row.

@@ -95,9 +95,9 @@ class Monitor:
         self._view = View(ok=False, error="not read yet")
         self._frontiers: dict[str, Frontier] = {}
         self._books: dict[str, SiteBook] = {}
-        self._layout_warned: set[str] = set()
-        self._seen_off: set[str] = set()
-        self._info_off = False
+        #: (what, crawl) said once and turned off: "seen" (the seen estimate is refused),
+        #: "layout" (a crawl written before shards), ("info", "") (INFO is refused)
+        self._said: set[tuple[str, str]] = set()
         self._crawls: list[str] = list(settings.crawls)
         self.passes = 0
         self.alerts_sent = 0
@@ -195,9 +195,9 @@ class Monitor:
 
         try:
             try:
-                return read(crawl not in self._seen_off)
+                return read(("seen", crawl) not in self._said)
             except PermissionError as exc:
-                self._seen_off.add(crawl)
+                self._said.add(("seen", crawl))
                 log.warning(
                     "seen_estimate_off", crawl=crawl, error=str(exc),
                     hint="allow +bf.card for streams_sched_seen_estimate with RedisBloom",
@@ -206,20 +206,20 @@ class Monitor:
         except LayoutError as exc:
             self._frontiers.pop(crawl, None)
             self._books.pop(crawl, None)
-            if crawl not in self._layout_warned:
-                self._layout_warned.add(crawl)
+            if ("layout", crawl) not in self._said:
+                self._said.add(("layout", crawl))
                 log.warning("crawl_needs_upgrade", crawl=crawl, error=str(exc))
             return None
 
     def _read_servers(self) -> list[ServerMemory]:
         """INFO memory stats of every master; none (said once) where INFO is refused: the
         rest of the read goes on."""
-        if self._info_off:
+        if ("info", "") in self._said:
             return []
         try:
             return read_memory(self.client)
         except ResponseError as exc:  # NOPERM (an ACL user without +info), or INFO renamed away
-            self._info_off = True
+            self._said.add(("info", ""))
             log.warning(
                 "redis_metrics_off", error=str(exc),
                 hint="allow +info for the streams_sched_redis_* metrics (evictions, memory) and their alerts",

@@ -145,6 +145,10 @@ class SiteLabeller:
         return sum(1 for s in snap.sites if s.site not in mine)
 
 
+#: metric families by name, as ``_family`` builds them (counter or gauge families)
+Families = dict[str, Any]
+
+
 def build_families(
     snaps: Sequence[CrawlSnapshot],
     states: Mapping[str, Mapping[str, NodeState]],
@@ -154,74 +158,95 @@ def build_families(
     skip = {"streams_sched_redis_up", "streams_sched_monitor_read_seconds", *SERVER_FAMILIES}
     fam = {name: _family(name) for name in FAMILIES if name not in skip}
     for snap in snaps:
-        c = snap.crawl
-        per: dict[str, dict[str, Any]] = {}
-        for st in snap.sites:
-            label = labeller.label(c, st.site)
-            row = per.setdefault(label, _blank_row())
-            if label != OTHER:
-                eff = effective_rate(st.policy, st.now_ms, default_rate=snap.default_rate)
-                fam["streams_sched_site_rate_limit"].add_metric([c, label, eff.reason], eff.rate)
-                fam["streams_sched_site_paused_until_seconds"].add_metric([c, label], eff.paused_until_ms / 1000.0)
-            row["throttled"] += st.stats.get("throttled", 0)
-            row["over_cap"] += st.stats.get("over_cap", 0)
-            for band in BANDS:
-                row["bands"][band] += st.band_backlog(band)
-            row["pending"] += st.pending
-            row["oldest"] = max(row["oldest"], st.oldest_pending_ms / 1000.0)
-            row["delayed"] += st.delayed
-            row["enqueued"] += st.stats.get("enqueued", 0)
-            row["acked"] += st.stats.get("acked", 0)
-        if snap.totals is not None:
-            # the counters of site="_other": every site's (the book's sums) less the labelled ones'
-            labelled = [r for label, r in per.items() if label != OTHER]
-            if snap.site_count > len(labelled) or OTHER in per:
-                other = per.setdefault(OTHER, _blank_row())
-                for name in ("enqueued", "acked", "throttled", "over_cap"):
-                    other[name] = max(0, snap.stat(name) - sum(r[name] for r in labelled))
-        for label in sorted(per):
-            row = per[label]
-            for band in BANDS:
-                fam["streams_sched_backlog"].add_metric([c, label, band], row["bands"][band])
-            fam["streams_sched_pending"].add_metric([c, label], row["pending"])
-            fam["streams_sched_oldest_pending_seconds"].add_metric([c, label], row["oldest"])
-            fam["streams_sched_delayed"].add_metric([c, label], row["delayed"])
-            fam["streams_sched_enqueued"].add_metric([c, label], row["enqueued"])
-            fam["streams_sched_acked"].add_metric([c, label], row["acked"])
-            fam["streams_sched_throttled"].add_metric([c, label], row["throttled"])
-            fam["streams_sched_over_cap"].add_metric([c, label], row["over_cap"])
-        fam["streams_sched_dead_letters"].add_metric([c], snap.dead_letters)
-        fam["streams_sched_dead_lettered"].add_metric([c], snap.stat("dead"))
-        fam["streams_sched_reclaimed"].add_metric([c], snap.stat("reclaimed"))
-        fam["streams_sched_duplicates"].add_metric([c], snap.stat("duplicates"))
-        fam["streams_sched_timeouts"].add_metric([c], snap.stat("timeouts"))
-        fam["streams_sched_backoffs"].add_metric([c], snap.stat("backoffs"))
-        crawl_states = states.get(c, {})
-        for state in (ALIVE, DEAD):
-            fam["streams_sched_nodes"].add_metric([c, state], sum(1 for n in crawl_states.values() if n.state == state))
-            fam["streams_sched_local_requests"].add_metric(
-                [c, state], sum(_count(n.info.get("local")) for n in crawl_states.values() if n.state == state)
-            )
-        for n in crawl_states.values():
-            cap = _count(n.info.get("browser_max"))
-            if n.state != ALIVE or not cap:
-                continue  # one sample per live browser node: the label count follows the fleet
-            fam["streams_sched_node_browser_leases"].add_metric([c, n.node], _count(n.info.get("browser")))
-            fam["streams_sched_node_browser_max"].add_metric([c, n.node], cap)
-            fam["streams_sched_node_renders"].add_metric([c, n.node], _count(n.info.get("renders")))
-            fam["streams_sched_node_render_seconds"].add_metric([c, n.node], _seconds(n.info.get("render_s")))
-        paused = snap.paused_count
-        fam["streams_sched_sites"].add_metric([c, "active"], max(0, snap.site_count - paused))
-        fam["streams_sched_sites"].add_metric([c, "paused"], paused)
-        fam["streams_sched_sites_unlabelled"].add_metric([c], labeller.unlabelled(snap))
-        fam["streams_sched_monitor_sites_read"].add_metric([c], len(snap.sites))
-        if snap.shards is not None:
-            for index, count in (("ready_http", snap.shards.ready_http), ("ready_browser", snap.shards.ready_browser),
-                             ("leased", snap.shards.leased)):
-                fam["streams_sched_indexed_sites"].add_metric([c, index], count)
-        if snap.seen_estimate is not None:
-            fam["streams_sched_seen_estimate"].add_metric([c], snap.seen_estimate)
+        _add_site_rows(fam, snap, _site_rows(fam, snap, labeller))
+        _add_crawl(fam, snap, labeller)
+        _add_nodes(fam, snap.crawl, states.get(snap.crawl, {}))
     return list(fam.values())
+
+
+def _site_rows(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> dict[str, dict[str, Any]]:
+    """The sums of each site label (site="_other" summing the sites without their own);
+    the rate limits and pauses of the labelled sites go straight into ``fam``."""
+    c = snap.crawl
+    per: dict[str, dict[str, Any]] = {}
+    for st in snap.sites:
+        label = labeller.label(c, st.site)
+        row = per.setdefault(label, _blank_row())
+        if label != OTHER:
+            eff = effective_rate(st.policy, st.now_ms, default_rate=snap.default_rate)
+            fam["streams_sched_site_rate_limit"].add_metric([c, label, eff.reason], eff.rate)
+            fam["streams_sched_site_paused_until_seconds"].add_metric([c, label], eff.paused_until_ms / 1000.0)
+        row["throttled"] += st.stats.get("throttled", 0)
+        row["over_cap"] += st.stats.get("over_cap", 0)
+        for band in BANDS:
+            row["bands"][band] += st.band_backlog(band)
+        row["pending"] += st.pending
+        row["oldest"] = max(row["oldest"], st.oldest_pending_ms / 1000.0)
+        row["delayed"] += st.delayed
+        row["enqueued"] += st.stats.get("enqueued", 0)
+        row["acked"] += st.stats.get("acked", 0)
+    if snap.totals is not None:
+        # the counters of site="_other": every site's (the book's sums) less the labelled ones'
+        labelled = [r for label, r in per.items() if label != OTHER]
+        if snap.site_count > len(labelled) or OTHER in per:
+            other = per.setdefault(OTHER, _blank_row())
+            for name in ("enqueued", "acked", "throttled", "over_cap"):
+                other[name] = max(0, snap.stat(name) - sum(r[name] for r in labelled))
+    return per
+
+
+def _add_site_rows(fam: Families, snap: CrawlSnapshot, per: Mapping[str, Mapping[str, Any]]) -> None:
+    c = snap.crawl
+    for label in sorted(per):
+        row = per[label]
+        for band in BANDS:
+            fam["streams_sched_backlog"].add_metric([c, label, band], row["bands"][band])
+        fam["streams_sched_pending"].add_metric([c, label], row["pending"])
+        fam["streams_sched_oldest_pending_seconds"].add_metric([c, label], row["oldest"])
+        fam["streams_sched_delayed"].add_metric([c, label], row["delayed"])
+        fam["streams_sched_enqueued"].add_metric([c, label], row["enqueued"])
+        fam["streams_sched_acked"].add_metric([c, label], row["acked"])
+        fam["streams_sched_throttled"].add_metric([c, label], row["throttled"])
+        fam["streams_sched_over_cap"].add_metric([c, label], row["over_cap"])
+
+
+def _add_crawl(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> None:
+    """The crawl-wide families: dead letters, counters, sites and indexes."""
+    c = snap.crawl
+    fam["streams_sched_dead_letters"].add_metric([c], snap.dead_letters)
+    fam["streams_sched_dead_lettered"].add_metric([c], snap.stat("dead"))
+    fam["streams_sched_reclaimed"].add_metric([c], snap.stat("reclaimed"))
+    fam["streams_sched_duplicates"].add_metric([c], snap.stat("duplicates"))
+    fam["streams_sched_timeouts"].add_metric([c], snap.stat("timeouts"))
+    fam["streams_sched_backoffs"].add_metric([c], snap.stat("backoffs"))
+    paused = snap.paused_count
+    fam["streams_sched_sites"].add_metric([c, "active"], max(0, snap.site_count - paused))
+    fam["streams_sched_sites"].add_metric([c, "paused"], paused)
+    fam["streams_sched_sites_unlabelled"].add_metric([c], labeller.unlabelled(snap))
+    fam["streams_sched_monitor_sites_read"].add_metric([c], len(snap.sites))
+    if snap.shards is not None:
+        for index, count in (("ready_http", snap.shards.ready_http), ("ready_browser", snap.shards.ready_browser),
+                             ("leased", snap.shards.leased)):
+            fam["streams_sched_indexed_sites"].add_metric([c, index], count)
+    if snap.seen_estimate is not None:
+        fam["streams_sched_seen_estimate"].add_metric([c], snap.seen_estimate)
+
+
+def _add_nodes(fam: Families, c: str, crawl_states: Mapping[str, NodeState]) -> None:
+    """Nodes and local requests by state, and the browser families of each live browser node."""
+    for state in (ALIVE, DEAD):
+        fam["streams_sched_nodes"].add_metric([c, state], sum(1 for n in crawl_states.values() if n.state == state))
+        fam["streams_sched_local_requests"].add_metric(
+            [c, state], sum(_count(n.info.get("local")) for n in crawl_states.values() if n.state == state)
+        )
+    for n in crawl_states.values():
+        cap = _count(n.info.get("browser_max"))
+        if n.state != ALIVE or not cap:
+            continue  # one sample per live browser node: the label count follows the fleet
+        fam["streams_sched_node_browser_leases"].add_metric([c, n.node], _count(n.info.get("browser")))
+        fam["streams_sched_node_browser_max"].add_metric([c, n.node], cap)
+        fam["streams_sched_node_renders"].add_metric([c, n.node], _count(n.info.get("renders")))
+        fam["streams_sched_node_render_seconds"].add_metric([c, n.node], _seconds(n.info.get("render_s")))
 
 
 def _blank_row() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,8 +305,33 @@ def read_crawl(
     first slice of the registry); ``labelled`` sites are read every time; ``seen=False``
     skips the seen-filter sizes."""
     book = book if book is not None else SiteBook()
-    client = frontier.client
-    pipe = client.pipeline(transaction=False)
+    now_s, nodes, meta = _read_head(frontier)
+    sizes = ShardSizes()
+    for part in shard_sizes(frontier):
+        sizes.add(part)
+    indexed = indexed_sites(frontier, index_per_shard)
+    swept, finished = _sweep(frontier, book, sweep)
+    names = list(dict.fromkeys([*indexed.sites, *labelled, *book.indexed, *swept]))
+    statuses = read_statuses(frontier, names, chunk)
+    sizes_seen = read_seen(frontier, names, meta, now_s, chunk) if seen else None
+    # every read is in hand: now the book changes (a PermissionError above leaves it as it was)
+    read = _update_book(book, frontier.shards, swept, finished, statuses, sizes_seen)
+    book.indexed = indexed.sites
+    snap = CrawlSnapshot(frontier.crawl, now_s, read, nodes, totals=dict(book.totals), shards=sizes,
+                         truncated=indexed.truncated)
+    try:
+        snap.default_rate = float(meta.get("default_rate") or 0)
+    except ValueError:
+        snap.default_rate = 0.0
+    if sizes_seen is not None:
+        snap.seen_estimate = book.totals["seen"]
+    return snap
+
+
+def _read_head(frontier: Frontier) -> tuple[float, dict[str, dict[str, Any]], dict[str, str]]:
+    """Redis time, the node records (unreadable ones left out) and the crawl's meta, in
+    one round trip."""
+    pipe = frontier.client.pipeline(transaction=False)
     pipe.time()
     pipe.hgetall(frontier.keys.nodes)
     pipe.hgetall(frontier.keys.meta)
@@ -320,17 +345,18 @@ def read_crawl(
         if isinstance(info, dict):
             nodes[text(k)] = info
     meta = {text(k): text(v) for k, v in raw_meta.items()}
-    now_s = int(sec) + int(usec) / 1e6
-    sizes = ShardSizes()
-    for part in shard_sizes(frontier):
-        sizes.add(part)
-    indexed = indexed_sites(frontier, index_per_shard)
-    swept, finished = _sweep(frontier, book, sweep)
-    names = list(dict.fromkeys([*indexed.sites, *labelled, *book.indexed, *swept]))
-    statuses = read_statuses(frontier, names, chunk)
-    sizes_seen = read_seen(frontier, names, meta, now_s, chunk) if seen else None
-    # every read is in hand: now the book changes (a PermissionError above leaves it as it was)
-    shards = frontier.shards
+    return int(sec) + int(usec) / 1e6, nodes, meta
+
+
+def _update_book(
+    book: SiteBook,
+    shards: int,
+    swept: Iterable[str],
+    finished: Iterable[int],
+    statuses: Iterable[SiteStatus],
+    sizes_seen: Mapping[str, int] | None,
+) -> list[SiteStatus]:
+    """Put this read's sites into ``book``; the statuses of the sites with something in them."""
     for site in swept:
         book.found(shard_of(site, shards), site)
     read: list[SiteStatus] = []
@@ -344,13 +370,4 @@ def read_crawl(
         read.append(st)
     for shard in finished:
         book.round_done(shard)
-    book.indexed = indexed.sites
-    snap = CrawlSnapshot(frontier.crawl, now_s, read, nodes, totals=dict(book.totals), shards=sizes,
-                         truncated=indexed.truncated)
-    try:
-        snap.default_rate = float(meta.get("default_rate") or 0)
-    except ValueError:
-        snap.default_rate = 0.0
-    if sizes_seen is not None:
-        snap.seen_estimate = book.totals["seen"]
-    return snap
+    return read

@@ -18,7 +18,8 @@ at the sites its shards' indexes name (keys.py), never at the whole site registr
    of the sites in the leased index and the first ``sites_per_shard`` of each ready
    index (an idle site has no stream left: an empty stream is deleted with its group),
    and records of nodes dead or offline for ``--node-retention`` are deleted, unless a
-   leased index was too long to read whole (then who owns leases is not known).
+   leased index was too long to read whole (then who owns leases is not known)
+   (:mod:`.prune`).
 
 What a pass costs, per crawl: TIME, HGETALL of the nodes, one pipeline of one
 ZRANGEBYSCORE per shard and index (at most ``sites_per_shard`` sites each), one
@@ -42,7 +43,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -51,8 +51,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from streams_sched.errors import LayoutError
 from streams_sched.frontier.client import NO_MASK, Frontier, parse_claim
 from streams_sched.frontier.indexes import due_delays, ready_sites, server_ms
-from streams_sched.frontier.keys import GROUP, STREAMS, health_key
-from streams_sched.frontier.replies import text
+from streams_sched.frontier.keys import health_key
 from streams_sched.service.daemon import (
     TRANSIENT,
     MetricsServer,
@@ -61,95 +60,17 @@ from streams_sched.service.daemon import (
     connect_at_start,
     run_passes,
 )
-from streams_sched.service.liveness import ALIVE, DEFAULT_HEARTBEAT_S, NodeState, node_states
+from streams_sched.service.liveness import ALIVE, node_states
 
-from .logic import crawl_limits, nodes_to_forget, prune_candidates
+from .logic import crawl_limits
+from .metrics import ReclaimerMetrics
+from .prune import prune as prune_consumers
+from .results import CrawlPass, PassResult
 from .settings import DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES, ReclaimerSettings
 
-__all__ = ["CrawlPass", "PassResult", "Reclaimer"]
+__all__ = ["Reclaimer"]
 
 log = structlog.get_logger("reclaimer")
-
-
-@dataclass
-class CrawlPass:
-    crawl: str
-    #: sites looked at (expired leases, due delayed requests): not the crawl's number of sites
-    sites: int = 0
-    requeued: int = 0
-    dead_lettered: int = 0
-    promoted: int = 0
-    consumers_removed: int = 0
-    nodes_forgotten: int = 0
-    lease_s: float = DEFAULT_LEASE_S
-    max_deliveries: int = DEFAULT_MAX_DELIVERIES
-
-
-@dataclass
-class PassResult:
-    crawls: list[CrawlPass] = field(default_factory=list)
-    pruned: bool = False
-    duration_s: float = 0.0
-
-    def total(self, name: str) -> int:
-        return sum(int(getattr(c, name)) for c in self.crawls)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "crawls": len(self.crawls),
-            "sites": self.total("sites"),
-            "requeued": self.total("requeued"),
-            "dead_lettered": self.total("dead_lettered"),
-            "promoted": self.total("promoted"),
-            "consumers_removed": self.total("consumers_removed"),
-            "nodes_forgotten": self.total("nodes_forgotten"),
-            "pruned": self.pruned,
-            "duration_s": round(self.duration_s, 4),
-        }
-
-
-class _Metrics:
-    """The reclaimer's own Prometheus metrics (served with --metrics-port)."""
-
-    def __init__(self) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.passes = Counter("streams_sched_reclaimer_passes", "Passes run.", registry=r)
-        self.errors = Counter(
-            "streams_sched_reclaimer_redis_errors", "Passes that failed because of Redis.", registry=r
-        )
-        self.moved = {
-            name: Counter(f"streams_sched_reclaimer_{name}", doc, ["crawl"], registry=r)
-            for name, doc in (
-                ("requeued", "Expired leases put back in their stream."),
-                ("dead_lettered", "Entries moved to dead letters (over the delivery limit)."),
-                ("promoted", "Delayed requests moved into their stream."),
-                ("consumers_removed", "Gone consumers removed (they owned no entries)."),
-                ("nodes_forgotten", "Records of long-gone nodes deleted."),
-            )
-        }
-        self.duration = Histogram(
-            "streams_sched_reclaimer_pass_duration_seconds",
-            "Seconds one pass took.",
-            buckets=(0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=r,
-        )
-        self.last_pass = Gauge(
-            "streams_sched_reclaimer_last_pass_timestamp_seconds",
-            "Unix time of the last successful pass.",
-            registry=r,
-        )
-
-    def record(self, result: PassResult) -> None:
-        self.passes.inc()
-        self.duration.observe(result.duration_s)
-        self.last_pass.set(time.time())
-        for c in result.crawls:
-            for name, counter in self.moved.items():
-                n = int(getattr(c, name))
-                counter.labels(c.crawl).inc(n)
 
 
 class Reclaimer:
@@ -165,7 +86,7 @@ class Reclaimer:
         self.settings = settings
         self.client = client
         self.stop_flag = StopFlag()
-        self.metrics = _Metrics()
+        self.metrics = ReclaimerMetrics()
         self.metrics_server: MetricsServer | None = None
         self._frontiers: dict[str, Frontier] = {}
         self._next_prune = 0.0
@@ -303,7 +224,7 @@ class Reclaimer:
         for i in range(0, len(due), s.sites_per_round_trip):
             self._promote(f, due[i : i + s.sites_per_round_trip], out)
         if prune:
-            self._prune(f, states, out)
+            prune_consumers(f, states, s, out)
         return out
 
     def _reclaim(self, f: Frontier, sites: list[str], lease_ms: int, max_deliveries: int, out: CrawlPass) -> None:
@@ -356,91 +277,6 @@ class Reclaimer:
                     raise reply
             todo = [site for site, reply in zip(todo, replies, strict=True) if done(site, reply)]
             calls += 1
-
-    def _prune(self, f: Frontier, states: dict[str, NodeState], out: CrawlPass) -> None:
-        s = self.settings
-        # sites with pending entries (all of them, so that the owners of leases are known)
-        # and with backlog; an idle site has no stream, hence no consumer
-        leased = f.leased_sites(LEASED_PER_SHARD)
-        sites = list(dict.fromkeys([*leased, *ready_sites(f, s.sites_per_shard)]))
-        owners_known = not any(len(part) >= LEASED_PER_SHARD for part in _per_shard(f, leased))
-        heartbeat_s = max((st.heartbeat_s for st in states.values()), default=DEFAULT_HEARTBEAT_S)
-        gone_after_ms = int(s.dead_after_heartbeats * heartbeat_s * 1000)
-        owners: set[str] = set()
-        for i in range(0, len(sites), s.sites_per_round_trip):
-            chunk = sites[i : i + s.sites_per_round_trip]
-            # only streams that exist: XINFO of a missing one is an error reply, and
-            # operators watch INFO errorstats
-            pipe = f.client.pipeline(transaction=False)
-            for site in chunk:
-                for stream in f.site(site).streams:
-                    pipe.exists(stream)
-            exists = iter(pipe.execute())
-            asked = [[bool(next(exists)) for _ in STREAMS] for _ in chunk]
-            pipe = f.client.pipeline(transaction=False)
-            for site, there in zip(chunk, asked, strict=True):
-                for stream, wanted in zip(f.site(site).streams, there, strict=True):
-                    if wanted:
-                        pipe.xinfo_consumers(stream, GROUP)
-            answers = iter(pipe.execute(raise_on_error=False))
-            plans: list[tuple[str, list[tuple[int, str]]]] = []
-            for site, there in zip(chunk, asked, strict=True):
-                rows = []
-                for idx in range(len(STREAMS)):
-                    if not there[idx]:
-                        continue
-                    reply = next(answers)
-                    if isinstance(reply, Exception):
-                        if isinstance(reply, ResponseError):
-                            continue  # no such stream or group: nothing to prune
-                        raise reply
-                    for c in reply:
-                        name = text(c.get("name"))
-                        pending = int(c.get("pending", 0))
-                        if pending:
-                            owners.add(name)
-                        rows.append((idx, name, pending, int(c.get("idle", 0))))
-                victims = prune_candidates(rows, states, gone_after_ms)
-                if victims:
-                    plans.append((site, victims))
-            if plans:
-                pipe = f.client.pipeline(transaction=False)
-                for site, victims in plans:
-                    f.prune(site, victims, pipe=pipe)
-                for (site, victims), reply in zip(plans, pipe.execute(raise_on_error=False), strict=True):
-                    if isinstance(reply, NoScriptError):
-                        f.load_scripts()
-                        reply = f.prune(site, victims)
-                    elif isinstance(reply, Exception):
-                        raise reply
-                    if int(reply):
-                        log.info(
-                            "consumers_removed", crawl=f.crawl, site=site, removed=int(reply),
-                            consumers=sorted({name for _, name in victims}),
-                        )
-                    out.consumers_removed += int(reply)
-        if not owners_known:
-            log.warning("nodes_kept", crawl=f.crawl, why=f"a shard has {LEASED_PER_SHARD} or more sites with leases:"
-                        " the owners of leases are not all known, so no node record is forgotten this time")
-            return
-        forget = nodes_to_forget(states, owners, s.node_retention_s)
-        if forget:
-            f.client.hdel(f.keys.nodes, *forget)
-            out.nodes_forgotten = len(forget)
-            log.info("nodes_forgotten", crawl=f.crawl, nodes=forget, retention_s=s.node_retention_s)
-
-
-#: sites of one shard's leased index a prune pass reads (they are bounded by the leases
-#: in flight, not by the number of sites)
-LEASED_PER_SHARD = 10_000
-
-
-def _per_shard(f: Frontier, sites: Any) -> list[list[str]]:
-    by: dict[int, list[str]] = {}
-    for site in sites:
-        by.setdefault(f.site(site).shard or 0, []).append(site)
-    return list(by.values())
-
 
 def _server_time(client: Any) -> float:
     sec, usec = client.time()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark suite of issue 5: every benchmark side by side in one run, with
+# The benchmark suite: every benchmark side by side in one run, with
 # ratios (see bench/__main__.py and docs/benchmarks.md). Installs the bench
 # extra (scrapy-redis 0.9.1, py-spy, pyinstrument) into .venv if missing.
 #   scripts/bench.sh --quick          # tiny sizes, well under a minute

@@ -212,7 +212,7 @@ def test_status_reads_rows_only_for_sites_with_work_unless_all(plain_redis_url: 
 
 
 def test_commands_on_a_crawl_written_before_shards_say_run_upgrade(plain_redis_url: str, crawl: str, cli) -> None:
-    """status, nodes' crawls and pause on a crawl of the old layout name the upgrade; after it they work."""
+    """status, nodes' crawls and pause on a crawl of the per-site layout name the upgrade; after it they work."""
     from streams_sched.frontier.keys import CrawlKeys
 
     client = __import__("redis").Redis.from_url(plain_redis_url)

@@ -237,7 +237,7 @@ def test_schema_shaped_garbage_never_crashes(d: dict) -> None:
         pass
 
 
-# -- issue 9: callbacks by one rule, values of every kind, upgrades -------------------
+# -- callbacks by one rule, values of every kind, upgrades ---------------------------
 
 
 
@@ -517,12 +517,12 @@ def test_all_values_in_one_request_and_non_init_fields() -> None:
 
 def test_zoneinfo_unknown_on_the_worker_falls_back_to_the_fixed_offset(monkeypatch: pytest.MonkeyPatch) -> None:
     """A zone key this worker does not know arrives as the fixed offset of that instant."""
-    from streams_sched.wire import values as values_module
+    from streams_sched.wire import times as times_module
 
     codec = RequestCodec(MySpider())
     when = VALUES["datetime_zoneinfo"]
     payload = codec.encode(Request("http://a.test/", meta={"t": when}))
-    monkeypatch.setattr(values_module, "_ZONE_KEYS", {"Europe/Paris": False})
+    monkeypatch.setattr(times_module, "_ZONE_KEYS", {"Europe/Paris": False})
     back = codec.decode(payload).meta["t"]
     assert back == when and back.utcoffset() == when.utcoffset()
     assert isinstance(back.tzinfo, dt.timezone)
@@ -729,7 +729,8 @@ def test_json_request_keeps_its_dumps_kwargs() -> None:
 
 # -- upgrades ---------------------------------------------------------------------
 
-# Made by the schema version 1 encoder (commit e8fee4f) for V1Spider below; kept verbatim.
+# Made by a schema version 1 encoder for V1Spider below, kept verbatim: a version 1
+# entry already in a queue must decode to the same request.
 V1_PAYLOADS: dict[str, bytes] = {
     'plain': b'\x82\xa1u\xb1http://a.test/p/1\xa2mt\x81\xa5depth\x02',
     'full': b'\x8d\xa1u\xb3http://a.test/a?b=1\xa1c\xaaparse_item\xa1e\xa8on_error\xa1m\xa4POST\xa1h\x91\x92\xc4\x03X-A\x92\xc4\x011\xc4\x012\xa1b\xc4\x05\x00bin\xff\xa1k\x81\xa7session\xa2s1\xa2mt\x83\xa5depth\x03\xa6nested\x81\xa1k\x95\x01\xcb@\x04\x00\x00\x00\x00\x00\x00\xc0\xc3\xc4\x03raw\x07\xa7int key\xa1a\x81\xa4page\x02\xa1p\xfd\xa2df\xc3\xa2en\xa7latin-1\xa1f\x91\xa2f1',

@@ -37,7 +37,7 @@ def sample_names(registry: Any) -> set[str]:
 
 def exported_names() -> set[str]:
     """Every sample name the monitor, the reclaimer and a worker can expose."""
-    from reclaimer.core import _Metrics
+    from reclaimer.metrics import ReclaimerMetrics
     from streams_sched.worker.metrics import WorkerMetrics
 
     stats = SimpleNamespace(get_value=lambda key, default=0: 0)
@@ -46,7 +46,7 @@ def exported_names() -> set[str]:
     worker = WorkerMetrics(SimpleNamespace(stats=stats), sched, [0])
     worker.on_ack(None, 0.1)
     worker.on_render(None, 1.5)
-    rec = _Metrics()
+    rec = ReclaimerMetrics()
     for counter in rec.moved.values():
         counter.labels("c")  # labelled families expose samples once a label is used
     names = monitor_names() | sample_names(rec.registry) | sample_names(worker.registry)

@@ -350,7 +350,7 @@ def test_crawl_totals_catch_up_with_sites_read_in_turn_and_forget_purged_ones(pl
 
 
 def test_a_crawl_written_before_shards_is_skipped_with_a_warning(plain_redis_url: str, crawl: str) -> None:
-    """The monitor reads the other crawls when one is still in the old layout."""
+    """The monitor reads the other crawls when one is still in the per-site layout."""
     from streams_sched.frontier.keys import CrawlKeys
 
     f = frontier(plain_redis_url, crawl)

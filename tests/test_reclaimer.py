@@ -277,7 +277,7 @@ def test_a_pass_costs_the_same_with_thousands_of_idle_sites(plain_redis_url: str
 
 
 def test_a_crawl_written_before_shards_is_skipped_not_fatal(plain_redis_url: str, crawl: str) -> None:
-    """A crawl still in the old layout is left alone (one warning) while the others are reclaimed."""
+    """A crawl still in the per-site layout is left alone (one warning) while the others are reclaimed."""
     from streams_sched.frontier.keys import CrawlKeys
 
     f = frontier(plain_redis_url, crawl)

@@ -181,7 +181,7 @@ reactor.run()
 )
 def test_the_close_hook_returns_what_the_engine_expects_and_bounds_the_wait(reactor_path: str) -> None:
     """On the installed Scrapy's real engine slot, the hooked close() is a Deferred on 2.13 and a
-    coroutine from 2.14 (the 2.13 worker hung on it, issue 14); it calls begin, and with requests
+    coroutine from 2.14 (a worker that returns the wrong one hangs at close); it calls begin, and with requests
     still in progress it reports them after the timeout and the close goes on."""
     import subprocess
     import sys

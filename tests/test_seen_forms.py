@@ -1,5 +1,6 @@
-"""Seen filters that start as exact sets and become Bloom filters (issue 10), and
-crawls made by the previous layout continuing under the current scripts."""
+"""Seen filters that start as exact sets and become Bloom filters, so a small site keeps a
+few bytes, and crawls whose seen filters are Bloom filters from the start continuing
+under the current scripts."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.cluster
 
 #: EXACT_MAX in streams_sched/frontier/lua/_lib.lua
 EXACT_MAX = 1024
-LEGACY = Path(__file__).resolve().parent / "legacy" / "enqueue_e8fee4f.lua"
+LEGACY = Path(__file__).resolve().parent / "legacy" / "enqueue_bloom_only.lua"
 
 
 def fp(i: int | str) -> bytes:
@@ -137,7 +138,7 @@ def test_emptied_stream_is_retired_and_recreated_on_enqueue(redis_url: str, dedu
 
 
 def _legacy_enqueue(f: Frontier, site: str, names: list[str]) -> None:
-    """Enqueue with the scripts of the previous release (Bloom filters pre-sized from the start)."""
+    """Enqueue with the Bloom-only scripts (Bloom filters pre-sized from the start)."""
     k = f.site(site)
     b = f.bloom
     args: list[object] = [f.group, b.mode, b.error_rate, b.capacity, b.expansion, 0, "http"]
@@ -148,7 +149,8 @@ def _legacy_enqueue(f: Frontier, site: str, names: list[str]) -> None:
 
 
 def test_crawl_made_by_the_previous_layout_continues(redis_url: str, dedupe: str, crawl: str) -> None:
-    """A crawl created before issue 10 keeps its Bloom filters, its queue and its groups after the upgrade."""
+    """A crawl whose seen filters are Bloom filters from the start keeps them, its queue and its
+    groups under the current scripts."""
     old = frontier(redis_url, crawl, dedupe, capacity=2000)
     _legacy_enqueue(old, "old.test", [f"p{i}" for i in range(1500)])
     kind_before = old.client.type(old.site("old.test").seen)

@@ -24,7 +24,8 @@ from streams_sched import Seeder
 from streams_sched.admin import acl
 from streams_sched.cli import main
 from streams_sched.config import StreamsConfig
-from streams_sched.connect.clients import TRANSIENT, SentinelMaster, connect, connect_ready, is_cluster_url
+from streams_sched.connect.clients import TRANSIENT, connect, connect_ready, is_cluster_url
+from streams_sched.connect.sentinel import SentinelMaster
 from streams_sched.connect.urls import parse_sentinel_url, redact, validate_redis_url
 from streams_sched.errors import ConfigError, RedisUnavailable
 from streams_sched.frontier.keys import health_key

@@ -12,14 +12,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from streams_sched.admin.upgrade import (
-    UPGRADE_FIELD,
-    NodesOnline,
-    Upgrade,
-    bucket_window,
-    key_pairs,
-    online_nodes,
-)
+from streams_sched.admin.upgrade import UPGRADE_FIELD, Upgrade
+from streams_sched.admin.upgrade_plan import NodesOnline, bucket_window, key_pairs, online_nodes
 from streams_sched.cli import main
 from streams_sched.connect.clients import connect
 from streams_sched.errors import LayoutError

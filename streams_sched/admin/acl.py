@@ -100,7 +100,7 @@ _BASE = ("ping", "evalsha", "evalsha_ro", "eval_ro", "script|load")
 _CLUSTER = ("cluster|slots", "cluster|shards", "cluster|nodes", "command", "readonly")
 
 #: A Sentinel client (redis+sentinel://) checks with ROLE that a new connection reached the
-#: master (streams_sched/connect/clients.py).
+#: master (streams_sched/connect/sentinel.py).
 _SENTINEL = ("role",)
 
 #: The scripts each role runs (the monitor runs status.lua read-only: +@read covers it).

@@ -1,6 +1,6 @@
 """Moving a crawl written before shards to the sharded layout (``streams-sched upgrade``).
 
-A crawl of the previous layout gives each site a hash tag of its own, ``{C/site}``
+A crawl of the per-site layout gives each site a hash tag of its own, ``{C/site}``
 (:class:`~streams_sched.frontier.keys.SiteKeys` without a shard), keeps one registry of its
 sites, ``ss:{C}:sites``, and has no shard indexes. The sharded layout (keys.py) puts a
 site's keys under its shard's tag ``{C/#n}`` and names it in the shard's indexes.
@@ -43,177 +43,52 @@ or none:
 On Redis Cluster nothing changes: a site's old keys share one slot (the read script
 touches only them), RESTORE is a single-key command, so a key can move to a slot of
 another master; the old registry and the meta hash live
-on the crawl's slot. Pure planning (which keys, which counts) is apart from the thin
-Redis I/O of :class:`Upgrade`.
+on the crawl's slot. Pure planning (which keys, which counts) is in
+:mod:`.upgrade_plan`; this module owns the procedure and its thin Redis I/O.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from streams_sched.errors import StreamsSchedError
-from streams_sched.frontier.client import BloomParams, Frontier
+from streams_sched.admin.upgrade_plan import (
+    DELAYED_AT,
+    DLQ_AT,
+    STATS_AT,
+    Counts,
+    NodesOnline,
+    SiteRead,
+    UpgradeError,
+    UpgradeResult,
+    bucket_window,
+    key_pairs,
+    online_nodes,
+    parse_site_read,
+)
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, MAX_SHARDS, STREAMS, CrawlKeys, SiteKeys
 from streams_sched.frontier.replies import text
 from streams_sched.frontier.scripts import read_lua
-from streams_sched.service.liveness import ALIVE, node_states
 
-__all__ = [
-    "Counts",
-    "NodesOnline",
-    "Upgrade",
-    "UpgradeError",
-    "UpgradeResult",
-    "bucket_window",
-    "key_pairs",
-    "online_nodes",
-]
+__all__ = ["UPGRADE_FIELD", "Progress", "Upgrade"]
 
 #: meta field holding the number of shards an unfinished upgrade moves sites to
 UPGRADE_FIELD = "upgrade_shards"
-#: the site attributes that name one key each, old and new layout alike (streams and
-#: revisit buckets come on top); the old per-site ``sync`` key is not moved: it only
-#: marks a replica barrier and expires by itself
-SITE_KEY_FIELDS = ("delayed", "seen", "seen_meta", "dlq", "stats", "policy", "obs", "obs_v1")
 
-# What an old site holds, in one call (its old keys share a slot): per stream XLEN and
-# pending entries (0 without the group), delayed and dead-letter counts, the enqueued
-# counter, then {position, DUMP, PTTL} of each of KEYS that exists.
-# KEYS: the old keys (streams first); ARGV: group, streams, position of delayed, dlq, stats
-#: upgrade_read.lua: what one site's old keys hold, and the DUMP of those that exist
+#: upgrade_read.lua: what one site's old keys hold, and the DUMP of those that exist (its
+#: old keys share a slot): per stream XLEN and pending entries (0 without the group),
+#: delayed and dead-letter counts, the enqueued counter, then {position, DUMP, PTTL} of
+#: each of KEYS that exists. KEYS: the old keys (streams first); ARGV: group, streams,
+#: position of delayed, dlq, stats
 _READ_SITE = read_lua("upgrade_read.lua")
-#: 1-based positions in key_pairs' old keys of what _READ_SITE counts
-_DELAYED_AT, _DLQ_AT, _STATS_AT = (len(STREAMS) + 1 + SITE_KEY_FIELDS.index(n) for n in ("delayed", "dlq", "stats"))
 
 # Raise a shard's enqueued counter to at least ARGV[1] (never lower it: a worker may have
 # counted more since). One key: fine on a cluster.
 _RAISE_ENQUEUED = read_lua("raise_enqueued.lua")
-
-
-class UpgradeError(StreamsSchedError):
-    """The crawl cannot be upgraded as it is (unknown crawl, shards out of range, ...)."""
-
-
-class NodesOnline(UpgradeError):
-    """Nodes of the crawl are online: their writes would race the move."""
-
-    def __init__(self, crawl: str, nodes: Sequence[str]) -> None:
-        self.nodes = list(nodes)
-        shown = ", ".join(self.nodes[:5]) + (f" and {len(self.nodes) - 5} more" if len(self.nodes) > 5 else "")
-        super().__init__(
-            f"{len(self.nodes)} node(s) of crawl {crawl!r} are online ({shown}): stop the workers first"
-            " (and the reclaimers and Seeders of the previous version), then run the upgrade again;"
-            " --force moves the keys anyway (what a running worker writes meanwhile may be lost)"
-        )
-
-
-@dataclass
-class Counts:
-    """Requests of one site (or summed over sites) in the four places a request can be."""
-
-    queued: int = 0
-    pending: int = 0
-    delayed: int = 0
-    dead_letters: int = 0
-
-    def add(self, other: Counts) -> None:
-        self.queued += other.queued
-        self.pending += other.pending
-        self.delayed += other.delayed
-        self.dead_letters += other.dead_letters
-
-    def as_tuple(self) -> tuple[int, int, int, int]:
-        return (self.queued, self.pending, self.delayed, self.dead_letters)
-
-
-@dataclass
-class UpgradeResult:
-    crawl: str
-    shards: int
-    #: sites of the old registry looked at
-    sites: int = 0
-    #: sites whose keys this run moved
-    moved: int = 0
-    #: sites without any old key: moved by an earlier run (or without keys at all)
-    skipped: int = 0
-    keys_moved: int = 0
-    #: new keys an earlier run restored from old keys that have gone since
-    keys_dropped: int = 0
-    #: the moved sites' requests before (old keys) and after (new keys)
-    before: Counts = field(default_factory=Counts)
-    after: Counts = field(default_factory=Counts)
-    #: moved sites whose counts differ before and after (something wrote meanwhile)
-    mismatched: list[str] = field(default_factory=list)
-    #: sites that could not be moved (site -> Redis' answer); the old registry stays
-    failed: dict[str, str] = field(default_factory=dict)
-    #: the crawl already had the sharded layout: nothing was done
-    already: bool = False
-    #: the old registry is deleted: the crawl runs on this version now
-    finished: bool = False
-    duration_s: float = 0.0
-
-
-# -- pure planning ------------------------------------------------------------------------
-
-
-def online_nodes(records: Mapping[str, Mapping[str, Any]], now_s: float) -> list[str]:
-    """Nodes that are online: state "online" and heard from within three of their heartbeats."""
-    return [n for n, st in node_states(records, now_s).items() if st.state == ALIVE]
-
-
-def bucket_window(meta: Mapping[str, str], now_s: float) -> list[int]:
-    """Revisit buckets whose filters may still exist (none without revisits): the ones
-    dedupe looks at, one newer and two older (a bucket lives on for up to two bucket
-    widths past the window, and writers' clocks differ)."""
-    try:
-        revisit_s = float(meta.get("revisit_seconds") or 0)
-        n = int(float(meta.get("revisit_buckets") or 4))
-    except ValueError:
-        return []
-    if revisit_s <= 0 or n < 1:
-        return []
-    params = BloomParams(revisit_seconds=revisit_s, revisit_buckets=n)
-    current = params.buckets(now_s)[0]
-    return list(range(current + 1, current - n - 3, -1))
-
-
-def key_pairs(old: SiteKeys, new: SiteKeys, buckets: Iterable[int] = ()) -> list[tuple[str, str]]:
-    """(old name, new name) of every key of a site an upgrade moves."""
-    pairs = list(zip(old.streams, new.streams, strict=True))
-    pairs += [(getattr(old, name), getattr(new, name)) for name in SITE_KEY_FIELDS]
-    for bucket in buckets:
-        pairs += zip(old.seen_bucket(bucket), new.seen_bucket(bucket), strict=True)
-    return pairs
-
-
-# -- Redis I/O ----------------------------------------------------------------------------
-
-
-@dataclass
-class _Site:
-    """What the first read of a chunk found of one site."""
-
-    name: str
-    pairs: list[tuple[str, str]]
-    #: DUMP and PTTL of each old key (None: no such key)
-    dumps: list[tuple[bytes, int] | None]
-    before: Counts
-    #: the site's enqueued counter (old stats if it has old keys, else new)
-    enqueued: int
-
-    @property
-    def has_old(self) -> bool:
-        return any(d is not None for d in self.dumps)
-
-    @property
-    def stale(self) -> list[str]:
-        """New names whose old key is gone: what an earlier run restored and is out of date."""
-        return [new for (_, new), dumped in zip(self.pairs, self.dumps, strict=True) if dumped is None]
 
 
 Progress = Callable[[UpgradeResult, int, int], None]
@@ -328,7 +203,7 @@ class Upgrade:
             shard = f.site(s.name).shard or 0
             enqueued[shard] = enqueued.get(shard, 0) + s.enqueued
 
-    def _read(self, f: Frontier, meta: Mapping[str, str], names: Sequence[str]) -> list[_Site]:
+    def _read(self, f: Frontier, meta: Mapping[str, str], names: Sequence[str]) -> list[SiteRead]:
         """One round trip: for each site one read-only script call (what its old keys hold,
         and the DUMP and PTTL of those that exist), and its new enqueued counter."""
         buckets = bucket_window(meta, time.time())
@@ -340,7 +215,7 @@ class Upgrade:
                 keys = [old for old, _ in pairs]
                 # EVALSHA, not EVALSHA_RO: a cluster pipeline routes it by its first key
                 pipe.execute_command("EVALSHA", self._read_sha, len(keys), *keys,
-                                     GROUP, len(STREAMS), _DELAYED_AT, _DLQ_AT, _STATS_AT)
+                                     GROUP, len(STREAMS), DELAYED_AT, DLQ_AT, STATS_AT)
                 pipe.hget(f.site(name).stats, "enqueued")
             return list(pipe.execute(raise_on_error=False))
 
@@ -351,22 +226,12 @@ class Upgrade:
         for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
-        out = []
-        for (name, pairs), read, new_enq in zip(plans, replies[::2], replies[1::2], strict=True):
-            n = len(STREAMS)
-            queued = sum(max(0, int(read[2 * i]) - int(read[2 * i + 1])) for i in range(n))
-            pending = sum(int(read[2 * i + 1]) for i in range(n))
-            delayed, dead, old_enq = int(read[2 * n]), int(read[2 * n + 1]), read[2 * n + 2]
-            dumps: list[tuple[bytes, int] | None] = [None] * len(pairs)
-            rest = read[2 * n + 3 :]
-            for i in range(0, len(rest), 3):
-                dumps[int(rest[i]) - 1] = (rest[i + 1], int(rest[i + 2]))
-            site = _Site(name, pairs, dumps, Counts(queued, pending, delayed, dead), 0)
-            site.enqueued = int((old_enq if site.has_old else new_enq) or 0)
-            out.append(site)
-        return out
+        return [
+            parse_site_read(name, pairs, read, new_enq)
+            for (name, pairs), read, new_enq in zip(plans, replies[::2], replies[1::2], strict=True)
+        ]
 
-    def _write(self, f: Frontier, sites: Sequence[_Site], movers: Sequence[_Site], result: UpgradeResult) -> list[_Site]:
+    def _write(self, f: Frontier, sites: Sequence[SiteRead], movers: Sequence[SiteRead], result: UpgradeResult) -> list[SiteRead]:
         """One round trip: every RESTORE, the deletion of new keys without an old one, the reindex of each moved site and the registration
         of the skipped ones. -> the sites whose every write succeeded."""
         pipe = self.client.pipeline(transaction=False)

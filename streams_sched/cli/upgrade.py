@@ -7,7 +7,8 @@ import time
 
 import click
 
-from streams_sched.admin.upgrade import Counts, Upgrade, UpgradeResult
+from streams_sched.admin.upgrade import Upgrade
+from streams_sched.admin.upgrade_plan import Counts, UpgradeResult
 from streams_sched.cli.options import CliError, allow_eviction_option, connect_for_writes, shared_options
 from streams_sched.frontier.keys import DEFAULT_SHARDS, MAX_SHARDS
 

@@ -1,7 +1,8 @@
 """Reaching Redis: URLs, clients, and what a component checks of its server at start.
 
 It owns the forms of ``REDIS_URL``, checked and masked (:mod:`.urls`), building clients
-for a plain server, a cluster or a Sentinel service and waiting for Redis at start
-(:mod:`.clients`), and the start-up checks of the server: eviction policy, modules,
-error replies (:mod:`.server_checks`). It may import only the top-level modules.
+for a plain server, a cluster or a Sentinel service (:mod:`.clients`, the Sentinel
+master's in :mod:`.sentinel`), waiting for Redis at start with back-off (:mod:`.waiting`),
+and the start-up checks of the server: eviction policy, modules, error replies
+(:mod:`.server_checks`). It may import only the top-level modules.
 """

@@ -8,22 +8,15 @@ work the same everywhere. Clients do not retry by themselves: the worker's I/O
 thread and the daemons retry with back-off and know which operations are safe
 to repeat.
 
-A Sentinel client asks the sentinels for the master's address each time it
-opens a connection (redis-py's ``SentinelConnectionPool``), and checks with
-``ROLE`` that the server it reached is the master, as Redis' guidelines for
-Sentinel clients ask: a sentinel can still name a server that has just been
-demoted. A write that reaches a demoted master on a connection opened before
-the failover fails with READONLY, which redis-py turns into a ConnectionError
-and a new connection. Either way the caller sees a transient error, retries,
-and the retry goes to the new master: a long-running client follows a
-failover without a restart.
+It owns choosing the kind of client and waiting until it answers; Sentinel clients
+are built in :mod:`.sentinel`, the back-off and the errors of waiting are in
+:mod:`.waiting`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import ssl
 import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -33,8 +26,9 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from streams_sched.connect.urls import is_sentinel_url, parse_sentinel_url, redact, validate_redis_url
-from streams_sched.errors import ConfigError, RedisUnavailable
+from streams_sched.connect.sentinel import sentinel_master
+from streams_sched.connect.urls import is_sentinel_url, redact, validate_redis_url
+from streams_sched.connect.waiting import Waiter
 
 #: Errors that mean "Redis is not answering right now" (also a cluster mid-failover or
 #: resharding, or sentinels that know no master yet): retry with back-off instead of failing.
@@ -52,7 +46,6 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 
 __all__ = [
     "TRANSIENT",
-    "SentinelMaster",
     "connect",
     "connect_ready",
     "is_cluster_client",
@@ -116,129 +109,13 @@ def connect(
         "health_check_interval": 30,
     }
     if is_sentinel_url(url):
-        return _sentinel_master(url, options, setting)
+        return sentinel_master(url, options, setting)
     if is_cluster_url(url):
         from redis.cluster import RedisCluster
 
         options.pop("health_check_interval")
         return RedisCluster.from_url(_strip_cluster(url), **options)
     return redis.Redis.from_url(url, **options)
-
-
-class SentinelMaster(redis.Redis):
-    """The client :func:`connect` builds for a Sentinel URL: a ``redis.Redis`` on the
-    service's master whose :meth:`close` also closes its connections to the sentinels."""
-
-    def close(self) -> None:
-        super().close()
-        pool = getattr(self, "connection_pool", None)
-        if isinstance(pool, redis.sentinel.SentinelConnectionPool):
-            pool.sentinel_manager.close()
-
-
-#: Sentinel query options that apply to the connections to the sentinels too.
-_SENTINEL_SOCKET_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
-
-
-def _sentinel_master(url: str, options: dict[str, Any], setting: str) -> Any:
-    """A client of the master of the URL's service (see the module docstring)."""
-    from redis.connection import URL_QUERY_ARGUMENT_PARSERS
-
-    parsers: dict[str, Any] = URL_QUERY_ARGUMENT_PARSERS
-    parsed = parse_sentinel_url(url, setting)
-    extra: dict[str, Any] = {}
-    for name, text in parsed.options:  # parsed as redis-py parses a redis:// URL's query
-        parser = parsers.get(name)
-        try:
-            extra[name] = parser(text) if parser else text
-        except (TypeError, ValueError):
-            raise ConfigError(setting, redact(url), f"{name}={text!r} is not a valid value") from None
-    master = {**options, **extra, "db": parsed.db, "username": parsed.username, "password": parsed.password}
-    sentinel_options: dict[str, Any] = {
-        "retry": Retry(NoBackoff(), 0),  # Sentinel.discover_master asks the next sentinel itself
-        "username": parsed.sentinel_username,
-        "password": parsed.sentinel_password,
-        **{k: master[k] for k in _SENTINEL_SOCKET_OPTIONS if k in master},
-    }
-    if parsed.tls:
-        tls = {k: v for k, v in extra.items() if k.startswith("ssl_")}
-        sentinel_options.update(ssl=True, **tls)
-        master["connection_class"] = redis.sentinel.SentinelManagedSSLConnection
-    else:
-        master["connection_class"] = redis.sentinel.SentinelManagedConnection
-    master["redis_connect_func"] = _master_handshake
-    make: Any = _Sentinels  # (redis-py's Sentinel is untyped)
-    sentinels = make(list(parsed.sentinels), sentinel_kwargs=sentinel_options)
-    return sentinels.master_for(parsed.service, redis_class=SentinelMaster, **master)
-
-
-class _Sentinels(redis.sentinel.Sentinel):
-    """redis-py's Sentinel, with a "no master" error that says what each sentinel answered
-    (redis-py's names each sentinel by its client's repr and each error by its type alone)."""
-
-    def discover_master(self, service_name: str) -> tuple[str, int]:
-        """Ask every sentinel, and take the master of the newest configuration (the highest
-        config epoch; the most sentinels on a tie). redis-py takes the first sentinel that
-        reports a master up, and a sentinel that has not yet learned of a failover names the
-        old master, which, restarted at its old address, says it is a master until it is
-        demoted: writes sent there are wiped by its resync. Else MasterNotFoundError, from
-        the last error, saying what each sentinel answered."""
-        seen: list[str] = []
-        last: BaseException | None = None
-        votes: dict[tuple[str, int], list[int]] = {}
-        for sentinel in self.sentinels:
-            kwargs = sentinel.connection_pool.connection_kwargs
-            where = f"sentinel {kwargs.get('host')}:{kwargs.get('port')}"
-            try:
-                masters: Any = sentinel.sentinel_masters()  # {name: state}
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                hint = ""
-                if _refused_credentials(exc):  # the error to raise from: waiting cannot help
-                    hint = " (check sentinel_username and sentinel_password in the URL)"
-                if hint or last is None or not _refused_credentials(last):
-                    last = exc
-                seen.append(f"{where}: {_one_line(exc)}{hint}")
-                continue
-            state = masters.get(service_name)
-            if state and self.check_master_state(state, service_name):  # type: ignore[no-untyped-call]
-                address = (str(state["ip"]), int(state["port"]))
-                votes.setdefault(address, []).append(int(state.get("config-epoch", 0) or 0))
-            elif not state:
-                seen.append(f"{where} monitors no {service_name!r} (it monitors {sorted(map(str, masters)) or 'nothing'})")
-            else:
-                seen.append(f"{where} reports the master {state['ip']}:{state['port']} down ({state['flags']})")
-        if votes:
-            return max(votes, key=lambda a: (max(votes[a]), len(votes[a])))
-        raise redis.sentinel.MasterNotFoundError(
-            f"no master for {service_name!r} from the sentinels: {'; '.join(seen)}"
-        ) from last
-
-
-def _refused_credentials(exc: BaseException) -> bool:
-    """Wrong user or password, from Redis or (a "no master" error raised from it) a sentinel."""
-    for seen in (exc, exc.__cause__):
-        text = str(seen)
-        if isinstance(seen, redis.exceptions.AuthenticationError) or "WRONGPASS" in text or "NOAUTH" in text:
-            return True
-    return False
-
-
-def _master_handshake(conn: Any) -> None:
-    """Each new connection of a Sentinel client: redis-py's handshake (AUTH, SELECT,
-    ...), then ROLE, refusing a server that is not the master any more. The
-    ConnectionError makes redis-py drop the connection; the next one asks the
-    sentinels again."""
-    conn.on_connect()
-    conn.send_command("ROLE", check_health=False)
-    reply = conn.read_response()
-    role = reply[0] if isinstance(reply, (list, tuple)) and reply else reply
-    role = role.decode(errors="replace") if isinstance(role, bytes) else str(role)
-    if role != "master":
-        service = getattr(conn.connection_pool, "service_name", "?")
-        raise redis.ConnectionError(
-            f"{conn.host}:{conn.port} is a {role}, not the master of {service!r} (a failover in progress?);"
-            " the next connection asks the sentinels again"
-        )
 
 
 def connect_ready(
@@ -263,7 +140,7 @@ def connect_ready(
     """
     validate_redis_url(url, setting)
     deadline = time.monotonic() + timeout_s
-    waiter = _Waiter(url, timeout_s, what, deadline, setting, quiet)
+    waiter = Waiter(url, timeout_s, what, deadline, setting, quiet)
     while True:
         try:
             client = connect(
@@ -287,10 +164,10 @@ def wait_ready(client: Any, url: str, timeout_s: float, what: str = "Redis") -> 
     once when retrying cannot help: wrong credentials, a user without the
     right to PING, a server certificate that does not verify.
     """
-    _wait(client, _Waiter(url, timeout_s, what, time.monotonic() + timeout_s, "REDIS_URL", False))
+    _wait(client, Waiter(url, timeout_s, what, time.monotonic() + timeout_s, "REDIS_URL", False))
 
 
-def _wait(client: Any, waiter: _Waiter) -> None:
+def _wait(client: Any, waiter: Waiter) -> None:
     while True:
         try:
             client.ping()
@@ -298,101 +175,6 @@ def _wait(client: Any, waiter: _Waiter) -> None:
             return
         except Exception as exc:
             waiter.failed(exc)
-
-
-class _Waiter:
-    """Back-off and the one-line errors of waiting for Redis."""
-
-    def __init__(self, url: str, timeout_s: float, what: str, deadline: float, setting: str, quiet: bool) -> None:
-        self.url = url
-        self.timeout_s = timeout_s
-        self.what = f"{what} at {redact(url)}"
-        self.deadline = deadline
-        self.setting = setting if setting == "REDIS_URL" else f"{setting} / REDIS_URL"
-        self.delay = 0.1
-        self.warned = quiet
-
-    def answered(self) -> None:
-        if self.warned:
-            logger.info("%s answers now", self.what)
-
-    def failed(self, exc: BaseException) -> None:
-        """Sleep before the next try, or raise RedisUnavailable if trying again cannot help."""
-        from redis.exceptions import (
-            ClusterDownError,
-            ConnectionError,
-            NoPermissionError,
-            RedisClusterException,
-            ResponseError,
-            TryAgainError,
-        )
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-        from redis.sentinel import MasterNotFoundError, SlaveNotFoundError
-
-        # (the sentinels' "no master" errors are ConnectionErrors; named for the reader)
-        retryable = (
-            ConnectionError, RedisTimeoutError, OSError, RedisClusterException, ClusterDownError, TryAgainError,
-            MasterNotFoundError, SlaveNotFoundError,
-        )
-
-        text = _one_line(exc)
-        if _refused_credentials(exc):
-            raise RedisUnavailable(
-                f"{self.what} refused the credentials ({text}); check the user and password in {self.setting}"
-            ) from None
-        if isinstance(exc, NoPermissionError) or (isinstance(exc, ResponseError) and "NOPERM" in text):
-            # (redis-py strips the NOPERM prefix from a NoPermissionError's text)
-            raise RedisUnavailable(
-                f"{self.what}: the ACL user may not run a command it needs ({text});"
-                " give it the rules of its role (see docs/operations/security.md, 'ACL rules')"
-            ) from None
-        if "CERTIFICATE_REQUIRED" in text or "BAD_CERTIFICATE" in text or "CERTIFICATE_UNKNOWN" in text:
-            raise RedisUnavailable(
-                f"{self.what}: the server wants a client certificate it trusts ({text}); set"
-                f" ssl_certfile and ssl_keyfile in {self.setting}"
-            ) from None
-        if _tls_verify_failed(exc):
-            raise RedisUnavailable(
-                f"{self.what}: TLS certificate verification failed ({text}); check ssl_ca_certs"
-                f" in {self.setting} (the CA that signed the server's certificate) and the host name"
-            ) from None
-        if not isinstance(exc, retryable):
-            raise exc
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            hint = f" check {self.setting} and that the server is running"
-            if is_sentinel_url(self.url):
-                hint = (
-                    f" check the sentinels and the service name in {self.setting}, that the sentinels are"
-                    " running and that they know a master (SENTINEL get-master-addr-by-name SERVICE)"
-                )
-            if self.url.startswith("rediss:") and "EOF" in text:
-                hint += " (a TLS server may also require a client certificate: ssl_certfile, ssl_keyfile)"
-            raise RedisUnavailable(
-                f"{self.what} did not answer within {self.timeout_s:g}s ({text});{hint}"
-            ) from None
-        if not self.warned:
-            logger.warning(
-                "%s is not answering (%s); retrying for up to %gs", self.what, text, self.timeout_s
-            )
-            self.warned = True
-        time.sleep(min(self.delay, max(left, 0.01)))
-        self.delay = min(self.delay * 2, 2.0)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _tls_verify_failed(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(5):
-        if seen is None:
-            break
-        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
 
 
 def refresh_topology(client: Any) -> bool:

@@ -138,25 +138,11 @@ def parse_sentinel_url(url: str, setting: str = "REDIS_URL") -> SentinelUrl:
             f"no service name: the path names the master the sentinels monitor, e.g. {_SENTINEL_EXAMPLE}",
         )
     query = parse_qs(query_text, keep_blank_values=True)
-    if "cluster" in query:
-        raise ConfigError(
-            setting, shown,
-            "?cluster= in a Sentinel URL: Redis Sentinel and Redis Cluster are two different set-ups;"
-            " drop ?cluster for Sentinel, or use redis://node:6379/0?cluster=1 for a cluster",
-        )
-    if os.environ.get("REDIS_CLUSTER", "").strip().lower() in _TRUE:
-        raise ConfigError(
-            setting, shown,
-            "REDIS_CLUSTER is set in the environment, but a Sentinel URL is not a Redis Cluster; unset REDIS_CLUSTER",
-        )
-    unknown = sorted(set(query) - SENTINEL_URL_OPTIONS)
-    if unknown:
-        raise ConfigError(setting, shown, f"unknown option(s) {unknown}; known: {sorted(SENTINEL_URL_OPTIONS)}")
+    _check_sentinel_query(query, setting, shown)
     if "db" in query:  # as in redis://, ?db= wins over the path
         db_text = query["db"][0]
     if db_text and not db_text.isdigit():
         raise ConfigError(setting, shown, f"database {db_text!r} is not a number (the path is /service[/db])")
-    _check_files(query, setting, shown)
     tls = scheme == "rediss+sentinel"
     if not tls and any(o in query for o in _URL_FILES):
         raise ConfigError(setting, shown, "TLS options need a rediss+sentinel:// URL")
@@ -187,6 +173,26 @@ def parse_sentinel_url(url: str, setting: str = "REDIS_URL") -> SentinelUrl:
 
 
 _TRUE = {"1", "true", "yes", "on"}
+
+
+def _check_sentinel_query(query: dict[str, list[str]], setting: str, shown: str) -> None:
+    """Refuse a Sentinel URL's query that asks for a cluster, or names unknown options or
+    files that cannot be read."""
+    if "cluster" in query:
+        raise ConfigError(
+            setting, shown,
+            "?cluster= in a Sentinel URL: Redis Sentinel and Redis Cluster are two different set-ups;"
+            " drop ?cluster for Sentinel, or use redis://node:6379/0?cluster=1 for a cluster",
+        )
+    if os.environ.get("REDIS_CLUSTER", "").strip().lower() in _TRUE:
+        raise ConfigError(
+            setting, shown,
+            "REDIS_CLUSTER is set in the environment, but a Sentinel URL is not a Redis Cluster; unset REDIS_CLUSTER",
+        )
+    unknown = sorted(set(query) - SENTINEL_URL_OPTIONS)
+    if unknown:
+        raise ConfigError(setting, shown, f"unknown option(s) {unknown}; known: {sorted(SENTINEL_URL_OPTIONS)}")
+    _check_files(query, setting, shown)
 _BRACKETED = re.compile(r"\[([^\]]+)\](?::(.*))?")
 
 

@@ -99,42 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"started redis-server on {redis_url}" + (" with RedisBloom" if server.bloom_module else ""))
     web = SyntheticServer(args.sites, args.pages, free_port()).start()
     say(f"serving {args.sites} sites x {args.pages} pages on http://127.0.0.1-{args.sites} (real HTTP)")
-    crawl = f"demo-{int(time.time())}"
-    items = workdir / "items.jsonl"
     procs: list[subprocess.Popen[bytes]] = []
     try:
         client = connect(redis_url)
-        added = len(seed(client, crawl, web.web.seeds()).added)
-        say(f"crawl {crawl}: pushed {added} seeds")
-        started = time.time()
-        for n in (1, 2):
-            procs.append(start_worker(worker_settings(redis_url, crawl, items, f"worker{n}", args.lease_seconds), workdir / f"worker{n}.log"))
-        say("started worker1 and worker2")
-        total = args.sites * args.pages
-        if not args.no_kill:
-            while len(count_items(items)) < total * 0.4 and procs[0].poll() is None:
-                time.sleep(0.1)
-            procs[0].kill()
-            procs[0].wait()
-            say(f"SIGKILLed worker1 at {len(count_items(items))} pages: its leases expire in {args.lease_seconds:g}s")
-            procs.append(start_worker(worker_settings(redis_url, crawl, items, "worker3", args.lease_seconds), workdir / "worker3.log"))
-            say("started worker3")
-        for p in procs[1:] if not args.no_kill else procs:
-            p.wait(timeout=600)
-        elapsed = time.time() - started
-        seen = count_items(items)
-        missing = web.web.all_urls() - set(seen)
-        repeats = sum(n - 1 for n in seen.values())
-        frontier = Frontier(client, crawl)
-        print()
-        print(render_table(status_rows(frontier.status_many(frontier.sites())), STATUS_COLUMNS))
-        print()
-        say(f"crawled {len(seen)}/{total} pages in {elapsed:.1f}s with {len(procs)} workers"
-            f" ({len(seen) / elapsed:.0f} pages/s); crawled twice: {repeats}; never crawled: {len(missing)}")
-        exits = [p.returncode for p in procs]
-        say(f"worker exit codes: {exits} (-9 = killed on purpose); logs in {workdir}")
-        ok = not missing and all(code in (0, -9) for code in exits)
-        say("OK: every page crawled, nothing lost" if ok else "FAILED: see the logs")
+        ok = crawl_part(client, redis_url, web, workdir, args, procs)
         if args.browser_pages > 0:
             browser_ok = browser_part(client, redis_url, workdir, args)
             if browser_ok is not None:
@@ -148,6 +116,48 @@ def main(argv: list[str] | None = None) -> int:
         web.stop()
         if server is not None:
             server.cleanup()
+
+
+def crawl_part(
+    client: Any, redis_url: str, web: SyntheticServer, workdir: Path, args: argparse.Namespace,
+    procs: list[subprocess.Popen[bytes]],
+) -> bool:
+    """Two workers crawl the synthetic web, one SIGKILLed mid-crawl and replaced (unless
+    --no-kill): whether every page was crawled. The workers started go into ``procs``."""
+    crawl = f"demo-{int(time.time())}"
+    items = workdir / "items.jsonl"
+    added = len(seed(client, crawl, web.web.seeds()).added)
+    say(f"crawl {crawl}: pushed {added} seeds")
+    started = time.time()
+    for n in (1, 2):
+        procs.append(start_worker(worker_settings(redis_url, crawl, items, f"worker{n}", args.lease_seconds), workdir / f"worker{n}.log"))
+    say("started worker1 and worker2")
+    total = args.sites * args.pages
+    if not args.no_kill:
+        while len(count_items(items)) < total * 0.4 and procs[0].poll() is None:
+            time.sleep(0.1)
+        procs[0].kill()
+        procs[0].wait()
+        say(f"SIGKILLed worker1 at {len(count_items(items))} pages: its leases expire in {args.lease_seconds:g}s")
+        procs.append(start_worker(worker_settings(redis_url, crawl, items, "worker3", args.lease_seconds), workdir / "worker3.log"))
+        say("started worker3")
+    for p in procs[1:] if not args.no_kill else procs:
+        p.wait(timeout=600)
+    elapsed = time.time() - started
+    seen = count_items(items)
+    missing = web.web.all_urls() - set(seen)
+    repeats = sum(n - 1 for n in seen.values())
+    frontier = Frontier(client, crawl)
+    print()
+    print(render_table(status_rows(frontier.status_many(frontier.sites())), STATUS_COLUMNS))
+    print()
+    say(f"crawled {len(seen)}/{total} pages in {elapsed:.1f}s with {len(procs)} workers"
+        f" ({len(seen) / elapsed:.0f} pages/s); crawled twice: {repeats}; never crawled: {len(missing)}")
+    exits = [p.returncode for p in procs]
+    say(f"worker exit codes: {exits} (-9 = killed on purpose); logs in {workdir}")
+    ok = not missing and all(code in (0, -9) for code in exits)
+    say("OK: every page crawled, nothing lost" if ok else "FAILED: see the logs")
+    return ok
 
 
 def browser_part(client: Any, redis_url: str, workdir: Path, args: argparse.Namespace) -> bool | None:

@@ -1,32 +1,10 @@
 """Request <-> stream entry payload, in msgpack. Never pickle.
 
-A payload is a msgpack map with short keys::
-
-    v   schema version (absent: 1; 2 when the entry uses what version 1 could
-        not carry: extension types in meta/cb_kwargs/cookies, callbacks named
-        with a leading underscore, "x")
-    u   url                         (str, required)
-    c   callback name               (absent: spider.parse; "!" : NO_CALLBACK)
-    e   errback name                (absent: none)
-    m   method                      (absent: GET)
-    h   headers [[name, [value, ...]], ...] as bytes
-    b   body                        (bytes)
-    k   cookies                     (dict or list of dicts)
-    mt  meta                        (map with str keys)
-    a   cb_kwargs                   (map with str keys)
-    p   priority                    (int, absent: 0)
-    df  dont_filter                 (bool, absent: False)
-    en  encoding                    (absent: utf-8)
-    f   flags                       (list of str)
-    t   request class               (absent: scrapy.Request; else a name from the allowlist)
-    x   extra attributes of the request class (Request.attributes beyond
-        scrapy.Request's, e.g. JsonRequest's dumps_kwargs), when not their default
-
-Values in meta, cb_kwargs and cookies use the extension codes of values.py
-(tuples, sets, dates and times, Decimal, UUID, items, STREAMS_META_CLASSES,
-registered codecs). A version 1 entry means the same to this decoder as it
-did to version 1's; a worker still on version 1 refuses a version 2 entry
-with the reason, and still reads the version 2 entries that do not need it.
+It owns turning a Scrapy request into the payload laid out in :mod:`.schema` and back:
+naming callbacks (:mod:`.callbacks`), the allowlist of request classes and their extra
+attributes, and finding which field cannot travel. Values in meta, cb_kwargs and cookies
+are packed by :mod:`.values`; many GET payloads that differ by URL only come from
+:mod:`.url_template`.
 
 Nothing in a payload is evaluated or imported: callbacks resolve by name to
 the spider's own methods (callbacks.py), classes in values are looked up
@@ -42,35 +20,30 @@ from typing import Any
 
 import msgpack
 from scrapy import Request, Spider
-from scrapy.http import FormRequest, JsonRequest
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.misc import load_object
 
 from streams_sched.errors import ConfigError, EntryError, SerializationError
+from streams_sched.wire import url_template
 from streams_sched.wire.callbacks import method_name, spider_method
 from streams_sched.wire.meta_codecs import registered_codecs
+from streams_sched.wire.schema import (
+    BASE_ATTRIBUTES,
+    DEFAULT_REQUEST_CLASSES,
+    FIELD_LABELS,
+    KEEPS_META,
+    KNOWN_KEYS,
+    NO_CALLBACK_MARK,
+    READABLE_VERSIONS,
+    size_message,
+    with_version,
+    without_transient,
+)
 from streams_sched.wire.values import ValueCodec
 
-__all__ = ["RequestCodec", "DEFAULT_REQUEST_CLASSES", "TRANSIENT_META_KEYS"]
+__all__ = ["RequestCodec"]
 
-SCHEMA_VERSION = 2
-#: versions this decoder reads
-READABLE_VERSIONS = frozenset({1, 2})
-_NO_CALLBACK_MARK = "!"
-
-#: Request classes every crawl may carry, by the name stored in entries.
-DEFAULT_REQUEST_CLASSES: dict[str, type[Request]] = {
-    "FormRequest": FormRequest,
-    "JsonRequest": JsonRequest,
-}
-
-#: Meta keys that describe one download and are not carried into the queue.
-TRANSIENT_META_KEYS: frozenset[str] = frozenset({"download_latency"})
-
-_KNOWN_KEYS = frozenset({"v", "u", "c", "e", "m", "h", "b", "k", "mt", "a", "p", "df", "en", "f", "t", "x"})
-_BASE_ATTRIBUTES = frozenset(Request.attributes)
-#: request classes whose __init__ leaves meta as given (no need to restore it on decode)
-_KEEPS_META = frozenset({Request, FormRequest, JsonRequest})
+_NO_DEFAULT = object()
 
 
 class RequestCodec:
@@ -120,6 +93,25 @@ class RequestCodec:
 
     def encode(self, request: Request) -> bytes:
         """Return the payload of ``request``; raise SerializationError if it has none."""
+        d, v2 = self._fields(request)
+        cls = type(request)
+        if cls is not Request:
+            v2 = self._class_fields(request, cls, d) or v2
+        values = self.values
+        values.ext_used = False
+        try:
+            payload: bytes = self._packb(d)
+        except Exception as exc:  # TypeError (Unencodable), ValueError, OverflowError from msgpack
+            raise self.explain(request, d, exc) from None
+        if v2 or values.ext_used:
+            payload = with_version(payload)
+        if self.max_bytes and len(payload) > self.max_bytes:
+            raise SerializationError(repr(request), "size", size_message(len(payload), self.max_bytes))
+        return payload
+
+    def _fields(self, request: Request) -> tuple[dict[str, Any], bool]:
+        """The payload map of the fields every request has, and whether it needs version 2
+        (a callback or errback named with a leading underscore)."""
         d: dict[str, Any] = {"u": request.url}
         v2 = False
         cb = request.callback
@@ -138,11 +130,8 @@ class RequestCodec:
             d["b"] = request.body
         if request.cookies:
             d["k"] = request.cookies
-        meta = request.meta
-        if meta:
-            if not TRANSIENT_META_KEYS.isdisjoint(meta):
-                meta = {k: v for k, v in meta.items() if k not in TRANSIENT_META_KEYS}
-            d["mt"] = meta
+        if request.meta:
+            d["mt"] = without_transient(request.meta)
         if request.cb_kwargs:
             d["a"] = request.cb_kwargs
         if request.priority:
@@ -153,37 +142,25 @@ class RequestCodec:
             d["en"] = request.encoding
         if request.flags:
             d["f"] = request.flags
-        cls = type(request)
-        if cls is not Request:
-            cls_name = self._name_of.get(cls)
-            if cls_name is None:
-                raise SerializationError(
-                    repr(request),
-                    "class",
-                    f"{cls.__module__}.{cls.__qualname__} is not an allowed request class;"
-                    " add its import path to STREAMS_REQUEST_CLASSES",
-                )
-            d["t"] = cls_name
-            extras = self._extra_attributes(request, cls)
-            if extras:
-                d["x"] = extras
-                v2 = True
-        values = self.values
-        values.ext_used = False
-        try:
-            payload: bytes = self._packb(d)
-        except Exception as exc:  # TypeError (Unencodable), ValueError, OverflowError from msgpack
-            raise self._explain(request, d, exc) from None
-        if v2 or values.ext_used:
-            payload = _with_version(payload)
-        if self.max_bytes and len(payload) > self.max_bytes:
+        return d, v2
+
+    def _class_fields(self, request: Request, cls: type[Request], d: dict[str, Any]) -> bool:
+        """Add the request class ("t") and its extra attributes ("x") to ``d``; whether they
+        need version 2."""
+        cls_name = self._name_of.get(cls)
+        if cls_name is None:
             raise SerializationError(
                 repr(request),
-                "size",
-                f"encoded request is {len(payload)} bytes, over STREAMS_MAX_REQUEST_BYTES="
-                f"{self.max_bytes}; keep large data out of meta and body",
+                "class",
+                f"{cls.__module__}.{cls.__qualname__} is not an allowed request class;"
+                " add its import path to STREAMS_REQUEST_CLASSES",
             )
-        return payload
+        d["t"] = cls_name
+        extras = self._extra_attributes(request, cls)
+        if extras:
+            d["x"] = extras
+            return True
+        return False
 
     def url_encoder(
         self,
@@ -201,57 +178,16 @@ class RequestCodec:
 
         Raises SerializationError (as :meth:`encode` would) if ``meta`` cannot travel;
         the function raises it for a payload over ``max_bytes``."""
-        d: dict[str, Any] = {"u": ""}
-        v2 = False
-        for key, name in (("c", callback), ("e", errback)):
-            if name is not None:
-                d[key] = name
-                v2 = v2 or name[:1] == "_"
-        if meta:
-            if not TRANSIENT_META_KEYS.isdisjoint(meta):
-                meta = {k: v for k, v in meta.items() if k not in TRANSIENT_META_KEYS}
-            d["mt"] = dict(meta)
-        if priority:
-            d["p"] = priority
-        if dont_filter:
-            d["df"] = True
-        values = self.values
-        values.ext_used = False
-        try:
-            template = self._packb(d)
-        except Exception as exc:
-            raise self._explain(_Named("<GET (each URL)>"), d, exc) from None
-        v2 = v2 or values.ext_used
-        # a map's msgpack is its header and then its pairs in order, "u" first: what
-        # follows the empty URL of the template is every URL's tail
-        empty_url = b"\xa1u\xa0"
-        if template[1:4] != empty_url:  # pragma: no cover - the template is a fixmap with "u" first
-            raise AssertionError(f"unexpected payload template {template[:8]!r}")
-        head = (_with_version(template[:1]) if v2 else template[:1]) + b"\xa1u"
-        tail = template[4:]
-        pack_str = msgpack.Packer(use_bin_type=True).pack
-        max_bytes = self.max_bytes
-        method = "GET"
-
-        def encode_url(url: str) -> bytes:
-            payload: bytes = head + pack_str(url) + tail
-            if max_bytes and len(payload) > max_bytes:
-                raise SerializationError(
-                    f"<{method} {url}>",
-                    "size",
-                    f"encoded request is {len(payload)} bytes, over STREAMS_MAX_REQUEST_BYTES="
-                    f"{max_bytes}; keep large data out of meta and body",
-                )
-            return payload
-
-        return encode_url
+        return url_template.url_encoder(
+            self, callback=callback, errback=errback, meta=meta, priority=priority, dont_filter=dont_filter
+        )
 
     def _extra_attributes(self, request: Request, cls: type[Request]) -> dict[str, Any]:
         """The attributes ``cls`` adds to Request.attributes, where they differ from the
         defaults of a fresh instance (as Scrapy's request_from_dict passes them)."""
         defaults = self._extras.get(cls)
         if defaults is None:
-            names = [a for a in cls.attributes if a not in _BASE_ATTRIBUTES]
+            names = [a for a in cls.attributes if a not in BASE_ATTRIBUTES]
             try:
                 fresh = cls("http://defaults.invalid/")
                 defaults = {a: getattr(fresh, a) for a in names}
@@ -267,7 +203,7 @@ class RequestCodec:
 
     def _callback_name(self, request: Request, func: Callable[..., Any], what: str) -> str:
         if func is NO_CALLBACK:
-            return _NO_CALLBACK_MARK
+            return NO_CALLBACK_MARK
         key = getattr(func, "__func__", func)
         known = self._method_names.get(key)
         if known is not None and getattr(func, "__self__", None) is self.spider:
@@ -279,15 +215,15 @@ class RequestCodec:
         self._method_names[key] = name
         return name
 
-    def _explain(self, request: Request | _Named, d: dict[str, Any], exc: Exception) -> SerializationError:
-        """Find which field (and which meta / cb_kwargs key) cannot be encoded."""
-        names = {"mt": "meta", "a": "cb_kwargs", "k": "cookies", "h": "headers", "f": "flags", "x": "attributes"}
+    def explain(self, request: Any, d: dict[str, Any], exc: Exception) -> SerializationError:
+        """Find which field (and which meta / cb_kwargs key) of the payload map ``d`` of
+        ``request`` (anything whose repr names it) cannot be encoded."""
         pack = self._packb
         for field, value in d.items():
             try:
                 pack(value)
             except Exception as inner:
-                label = names.get(field, field)
+                label = FIELD_LABELS.get(field, field)
                 if isinstance(value, Mapping):
                     for key, item in value.items():
                         try:
@@ -306,6 +242,23 @@ class RequestCodec:
 
     def decode(self, payload: bytes) -> Request:
         """Return the request of ``payload``; raise EntryError with the reason if it has none."""
+        d = self._read_map(payload)
+        url = d["u"]
+        kwargs = self._kwargs(d)
+        cls = self._request_class(d, kwargs)
+        try:
+            request = cls(url, **kwargs)
+        except Exception as exc:
+            raise EntryError(f"Scrapy rejects the request: {type(exc).__name__}: {exc}") from None
+        if cls not in KEEPS_META:
+            # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
+            # defaults); the request had exactly the meta that travelled
+            request.meta.clear()
+            request.meta.update(kwargs.get("meta", {}))
+        return request
+
+    def _read_map(self, payload: bytes) -> dict[Any, Any]:
+        """The payload's map, checked: a URL, known keys, a readable schema version."""
         try:
             d = self._unpackb(payload, raw=False, strict_map_key=False, ext_hook=self._ext_hook)
         except EntryError:
@@ -317,7 +270,7 @@ class RequestCodec:
         url = d.get("u")
         if not isinstance(url, str) or not url:
             raise EntryError("payload has no url (key 'u')")
-        unknown = d.keys() - _KNOWN_KEYS
+        unknown = d.keys() - KNOWN_KEYS
         if unknown:
             raise EntryError(f"payload has unknown keys {sorted(map(str, unknown))}")
         v = d.get("v", 1)
@@ -326,6 +279,10 @@ class RequestCodec:
                 f"payload schema version {v!r} is not supported (this worker reads"
                 f" {sorted(READABLE_VERSIONS)}; upgrade it)"
             )
+        return d
+
+    def _kwargs(self, d: dict[Any, Any]) -> dict[str, Any]:
+        """The keyword arguments of the request class from the payload map, type-checked."""
         kwargs: dict[str, Any] = {}
         if "c" in d:
             kwargs["callback"] = self._resolve(d["c"], "callback")
@@ -347,36 +304,29 @@ class RequestCodec:
         _take(d, kwargs, "df", "dont_filter", bool)
         _take(d, kwargs, "en", "encoding", str)
         _take(d, kwargs, "f", "flags", list)
-        cls: type[Request] = Request
-        if "t" in d:
-            found = self._by_name.get(d["t"]) if isinstance(d["t"], str) else None
-            if found is None:
-                raise EntryError(
-                    f"request class {d['t']!r} is not allowed (see STREAMS_REQUEST_CLASSES)"
-                )
-            cls = found
+        return kwargs
+
+    def _request_class(self, d: dict[Any, Any], kwargs: dict[str, Any]) -> type[Request]:
+        """The allowed request class the payload names ("t"), its extra attributes ("x")
+        added to ``kwargs``."""
+        if "t" not in d:
             if "x" in d:
-                extras = d["x"]
-                if not isinstance(extras, dict) or not all(
-                    isinstance(k, str) and k in cls.attributes and k not in _BASE_ATTRIBUTES for k in extras
-                ):
-                    raise EntryError(f"extra attributes (key 'x') {extras!r} are not attributes of {d['t']}")
-                kwargs.update(extras)
-        elif "x" in d:
-            raise EntryError("extra attributes (key 'x') without a request class (key 't')")
-        try:
-            request = cls(url, **kwargs)
-        except Exception as exc:
-            raise EntryError(f"Scrapy rejects the request: {type(exc).__name__}: {exc}") from None
-        if cls not in _KEEPS_META:
-            # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
-            # defaults); the request had exactly the meta that travelled
-            request.meta.clear()
-            request.meta.update(kwargs.get("meta", {}))
-        return request
+                raise EntryError("extra attributes (key 'x') without a request class (key 't')")
+            return Request
+        cls = self._by_name.get(d["t"]) if isinstance(d["t"], str) else None
+        if cls is None:
+            raise EntryError(f"request class {d['t']!r} is not allowed (see STREAMS_REQUEST_CLASSES)")
+        if "x" in d:
+            extras = d["x"]
+            if not isinstance(extras, dict) or not all(
+                isinstance(k, str) and k in cls.attributes and k not in BASE_ATTRIBUTES for k in extras
+            ):
+                raise EntryError(f"extra attributes (key 'x') {extras!r} are not attributes of {d['t']}")
+            kwargs.update(extras)
+        return cls
 
     def _resolve(self, name: Any, what: str) -> Any:
-        if name == _NO_CALLBACK_MARK:
+        if name == NO_CALLBACK_MARK:
             return NO_CALLBACK
         spider = self.spider
         if spider is None:
@@ -391,33 +341,6 @@ class RequestCodec:
             raise EntryError(f"{what} {name!r} of spider {spider.name!r}: {exc}") from None
         self._valid_names.add(name)
         return method
-
-
-_NO_DEFAULT = object()
-
-
-class _Named:
-    """Stands for a request in an error message: its repr is the text given."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-_VERSION_PAIR = b"\xa1v" + bytes([SCHEMA_VERSION])  # msgpack of "v" and of the version
-
-
-def _with_version(payload: bytes) -> bytes:
-    """``payload`` with ``"v": SCHEMA_VERSION`` added, without packing it again: a payload
-    has at most 15 keys before "v", so it starts with a fixmap header (0x80 | count)."""
-    head = payload[0]
-    if head & 0xF0 != 0x80:  # pragma: no cover - every field set is at most 15 keys
-        raise AssertionError(f"payload map header {head:#x} is not a fixmap")
-    count = (head & 0x0F) + 1
-    new_head = bytes([0x80 | count]) if count <= 15 else b"\xde" + count.to_bytes(2, "big")
-    return new_head + _VERSION_PAIR + payload[1:]
 
 
 def _load(path: str, setting: str) -> Any:

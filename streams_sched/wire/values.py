@@ -10,49 +10,42 @@ Everything else goes through msgpack's ``default`` hook and comes back as one
     2     set             msgpack array
     3     frozenset       msgpack array
     (a bytearray is packed natively, as bin: it travels as bytes, as in version 1)
-    5     datetime        [y, mo, d, h, mi, s, us, fold(, tz)]
-    6     date            [y, mo, d]
-    7     time            [h, mi, s, us, fold(, tz)]
-    8     timedelta       [days, seconds, microseconds]
+    5-8   datetime, date, time, timedelta   (:mod:`.times`)
     9     Decimal         its str, utf-8
     10    UUID            16 bytes
     16    class by name   [module, qualname, state]   item classes, STREAMS_META_CLASSES
+                                                      (:mod:`.objects`)
     17    codec by name   [codec name, data]          registered codecs (meta_codecs.py)
 
-    tz:  [0, offset_us, name or None]   a fixed offset (datetime.timezone; other tzinfos
-                                         travel as their offset at that instant)
-         [1, key, offset_us]             a zoneinfo.ZoneInfo; rebuilt from the zone file of
-                                         the system TZPATH, else (or for a time) the offset
-
-Decoding never imports. A class named in an entry is looked up in
-``sys.modules`` only (walking module and class ``__dict__``s, so no module
-``__getattr__`` runs), and is accepted only if it is an item class
-(``ItemAdapter.is_item_class``, dicts excepted: dicts stay dicts) or listed
-in STREAMS_META_CLASSES. Subclasses of plain types that are not registered
+This module owns the codes and the packers and unpackers that dispatch on them.
+Decoding never imports. Subclasses of plain types that are not registered
 (an IntEnum, an OrderedDict, a namedtuple) travel as their base type, as
-they did in schema version 1: equal, not of the same type.
+in schema version 1: equal, not of the same type.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import enum
 import functools
-import os
-import re
-import sys
-import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
 import msgpack
-from itemadapter import ItemAdapter
 
 from streams_sched.errors import EntryError
 from streams_sched.wire.meta_codecs import MetaCodec, class_path
+from streams_sched.wire.objects import build, find_class, is_item_class, object_state
+from streams_sched.wire.times import (
+    Unencodable,
+    dec_date,
+    dec_datetime,
+    dec_time,
+    dec_timedelta,
+    enc_datetime,
+    enc_time,
+)
 
 __all__ = ["ValueCodec", "Unencodable"]
 
@@ -60,211 +53,7 @@ EXT_TUPLE, EXT_SET, EXT_FROZENSET = 1, 2, 3
 EXT_DATETIME, EXT_DATE, EXT_TIME, EXT_TIMEDELTA, EXT_DECIMAL, EXT_UUID = 5, 6, 7, 8, 9, 10
 EXT_CLASS, EXT_CODEC = 16, 17
 
-_US = dt.timedelta(microseconds=1)
 _MAX_DEPTH = 64
-
-
-class Unencodable(TypeError):
-    """Raised inside packing for a value the codec cannot carry; says how to fix it."""
-
-
-# -- time zones ------------------------------------------------------------
-
-def _tz_spec(tz: dt.tzinfo, when: dt.datetime | None) -> list[Any]:
-    key = getattr(tz, "key", None)
-    offset = tz.utcoffset(when)
-    if type(tz).__name__ == "ZoneInfo" and isinstance(key, str):
-        return [1, key, None if offset is None else offset // _US]
-    if offset is None:
-        raise Unencodable(f"time zone {tz!r} has no UTC offset here")
-    name = None
-    if isinstance(tz, dt.timezone):
-        named = tz.tzname(None)
-        if named != dt.timezone(offset).tzname(None):
-            name = named
-    return [0, offset // _US, name]
-
-
-_ZONE_KEY = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
-_ZONE_KEYS: dict[str, bool] = {}
-
-
-def _zone_on_disk(zoneinfo: Any, key: str) -> bool:
-    """Whether ``key`` names a zone file under the system TZPATH (so ZoneInfo(key) reads that
-    file and imports nothing); the key's shape admits no path tricks."""
-    known = _ZONE_KEYS.get(key)
-    if known is None:
-        known = bool(_ZONE_KEY.fullmatch(key)) and any(
-            os.path.isfile(os.path.join(root, key)) for root in zoneinfo.TZPATH
-        )
-        if len(_ZONE_KEYS) < 4096:
-            _ZONE_KEYS[key] = known
-    return known
-
-
-def _zone(key: Any, offset_us: Any) -> dt.tzinfo:
-    zoneinfo = sys.modules.get("zoneinfo")
-    if zoneinfo is not None and isinstance(key, str) and _zone_on_disk(zoneinfo, key):
-        try:
-            tz: dt.tzinfo = zoneinfo.ZoneInfo(key)
-            return tz
-        except Exception:  # not a TZif file after all
-            pass
-    if not isinstance(offset_us, int):
-        raise EntryError(f"time zone {key!r} is not known on this worker")
-    return dt.timezone(dt.timedelta(microseconds=offset_us))
-
-
-def _tz_from(spec: Any) -> dt.tzinfo:
-    if not isinstance(spec, list) or len(spec) != 3:
-        raise EntryError("time zone is not [kind, value, value]")
-    kind, a, b = spec
-    if kind == 1:
-        return _zone(a, b)
-    if kind == 0 and isinstance(a, int) and (b is None or isinstance(b, str)):
-        offset = dt.timedelta(microseconds=a)
-        return dt.timezone(offset) if b is None else dt.timezone(offset, b)
-    raise EntryError(f"time zone kind {kind!r} is unknown")
-
-
-# -- classes ---------------------------------------------------------------
-
-def _is_item_class(cls: type) -> bool:
-    return not issubclass(cls, dict) and ItemAdapter.is_item_class(cls)
-
-
-def find_class(module: str, qualname: str) -> type | None:
-    """The class ``module.qualname`` among already imported modules, or None. Never imports."""
-    obj: Any = sys.modules.get(module)
-    if obj is None:
-        return None
-    for part in qualname.split("."):
-        if not part.isidentifier():
-            return None
-        # only module and class dictionaries: no __getattr__ or descriptor of anything runs
-        obj = vars(obj).get(part) if isinstance(obj, (types.ModuleType, type)) else None
-        if obj is None:
-            return None
-    return obj if isinstance(obj, type) else None
-
-
-def _slot_names(cls: type) -> list[str]:
-    names = []
-    for klass in cls.__mro__:
-        slots = vars(klass).get("__slots__", ())
-        for name in [slots] if isinstance(slots, str) else slots:
-            if name not in ("__dict__", "__weakref__"):
-                names.append(name)
-    return names
-
-
-def _attrs_module() -> Any:
-    return sys.modules.get("attr")
-
-
-def _object_state(obj: Any) -> Any:
-    """The state an item or STREAMS_META_CLASSES object travels as."""
-    cls = type(obj)
-    if dataclasses.is_dataclass(cls):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(cls)}
-    attr = _attrs_module()
-    if attr is not None and attr.has(cls):
-        return {a.name: getattr(obj, a.name) for a in attr.fields(cls)}
-    if _is_item_class(cls):
-        adapter = ItemAdapter(obj)
-        return {k: adapter[k] for k in adapter}
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if isinstance(obj, tuple):
-        return list(obj)
-    state = dict(getattr(obj, "__dict__", {}))
-    for name in _slot_names(cls):
-        if hasattr(obj, name):
-            state[name] = getattr(obj, name)
-    return state
-
-
-def _build(cls: type, state: Any) -> Any:
-    """Rebuild an object from ``_object_state``'s data; raises on data that does not fit."""
-    if dataclasses.is_dataclass(cls) or (_attrs_module() is not None and _attrs_module().has(cls)):
-        if not isinstance(state, dict):
-            raise ValueError("state is not a map")
-        if dataclasses.is_dataclass(cls):
-            fields = [(f.name, f.name, f.init) for f in dataclasses.fields(cls)]
-        else:
-            fields = [(a.name, getattr(a, "alias", None) or a.name.lstrip("_"), a.init)
-                      for a in _attrs_module().fields(cls)]
-        unknown = state.keys() - {name for name, _, _ in fields}
-        if unknown:
-            raise ValueError(f"unknown fields {sorted(map(str, unknown))}")
-        obj = cls(**{arg: state[name] for name, arg, init in fields if init and name in state})
-        for name, _, init in fields:
-            if not init and name in state:
-                object.__setattr__(obj, name, state[name])
-        return obj
-    if _is_item_class(cls):
-        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
-            raise ValueError("state is not a map of field names")
-        return cls(**state)
-    if issubclass(cls, enum.Enum):
-        return cls(state)
-    if issubclass(cls, tuple):
-        if not isinstance(state, list):
-            raise ValueError("state is not an array")
-        return cls(*state)
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and k.isidentifier() and not k.startswith("__") for k in state
-    ):
-        raise ValueError("state is not a map of attribute names")
-    obj = cls.__new__(cls)
-    for name, value in state.items():
-        object.__setattr__(obj, name, value)
-    return obj
-
-
-# -- the codec -------------------------------------------------------------
-
-def _enc_datetime(v: dt.datetime) -> list[Any]:
-    out: list[Any] = [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.fold]
-    if v.tzinfo is not None:
-        out.append(_tz_spec(v.tzinfo, v))
-    return out
-
-
-def _enc_time(v: dt.time) -> list[Any]:
-    out: list[Any] = [v.hour, v.minute, v.second, v.microsecond, v.fold]
-    if v.tzinfo is not None:
-        out.append(_tz_spec(v.tzinfo, None))
-    return out
-
-
-def _ints(data: Any, n: int, what: str) -> list[int]:
-    if not isinstance(data, list) or len(data) < n or not all(
-        isinstance(x, int) and not isinstance(x, bool) for x in data[:n]
-    ):
-        raise EntryError(f"{what} is not an array of {n} integers")
-    return data
-
-
-def _dec_datetime(data: Any) -> dt.datetime:
-    d = _ints(data, 8, "datetime")
-    tz = _tz_from(d[8]) if len(d) == 9 else None
-    return dt.datetime(d[0], d[1], d[2], d[3], d[4], d[5], d[6], tzinfo=tz, fold=d[7])
-
-
-def _dec_time(data: Any) -> dt.time:
-    d = _ints(data, 5, "time")
-    tz = _tz_from(d[5]) if len(d) == 6 else None
-    return dt.time(d[0], d[1], d[2], d[3], tzinfo=tz, fold=d[4])
-
-
-def _dec_date(data: Any) -> dt.date:
-    return dt.date(*_ints(data, 3, "date")[:3])
-
-
-def _dec_timedelta(data: Any) -> dt.timedelta:
-    days, seconds, us = _ints(data, 3, "timedelta")[:3]
-    return dt.timedelta(days=days, seconds=seconds, microseconds=us)
 
 
 class ValueCodec:
@@ -287,9 +76,9 @@ class ValueCodec:
             tuple: lambda v: msgpack.ExtType(EXT_TUPLE, self._pack_inner(list(v))),
             set: lambda v: msgpack.ExtType(EXT_SET, self._pack_inner(list(v))),
             frozenset: lambda v: msgpack.ExtType(EXT_FROZENSET, self._pack_inner(list(v))),
-            dt.datetime: lambda v: msgpack.ExtType(EXT_DATETIME, self._pack_inner(_enc_datetime(v))),
+            dt.datetime: lambda v: msgpack.ExtType(EXT_DATETIME, self._pack_inner(enc_datetime(v))),
             dt.date: lambda v: msgpack.ExtType(EXT_DATE, self._pack_inner([v.year, v.month, v.day])),
-            dt.time: lambda v: msgpack.ExtType(EXT_TIME, self._pack_inner(_enc_time(v))),
+            dt.time: lambda v: msgpack.ExtType(EXT_TIME, self._pack_inner(enc_time(v))),
             dt.timedelta: lambda v: msgpack.ExtType(
                 EXT_TIMEDELTA, self._pack_inner([v.days, v.seconds, v.microseconds])
             ),
@@ -302,10 +91,10 @@ class ValueCodec:
             EXT_TUPLE: lambda b: tuple(self._unpack_list(b)),
             EXT_SET: lambda b: set(self._unpack_list(b)),
             EXT_FROZENSET: lambda b: frozenset(self._unpack_list(b)),
-            EXT_DATETIME: lambda b: _dec_datetime(self.unpack(b)),
-            EXT_DATE: lambda b: _dec_date(self.unpack(b)),
-            EXT_TIME: lambda b: _dec_time(self.unpack(b)),
-            EXT_TIMEDELTA: lambda b: _dec_timedelta(self.unpack(b)),
+            EXT_DATETIME: lambda b: dec_datetime(self.unpack(b)),
+            EXT_DATE: lambda b: dec_date(self.unpack(b)),
+            EXT_TIME: lambda b: dec_time(self.unpack(b)),
+            EXT_TIMEDELTA: lambda b: dec_timedelta(self.unpack(b)),
             EXT_DECIMAL: lambda b: Decimal(b.decode()),
             EXT_UUID: lambda b: uuid.UUID(bytes=b),
             EXT_CLASS: self._dec_class,
@@ -381,7 +170,7 @@ class ValueCodec:
         return encode
 
     def _encoder_for(self, cls: type) -> Callable[[Any], Any]:
-        if cls in self.meta_classes or _is_item_class(cls):
+        if cls in self.meta_classes or is_item_class(cls):
             module, qualname = cls.__module__, cls.__qualname__
             if find_class(module, qualname) is not cls:
                 raise Unencodable(
@@ -390,7 +179,7 @@ class ValueCodec:
                 )
 
             def encode(v: Any) -> msgpack.ExtType:
-                return msgpack.ExtType(EXT_CLASS, self._pack_inner([module, qualname, _object_state(v)]))
+                return msgpack.ExtType(EXT_CLASS, self._pack_inner([module, qualname, object_state(v)]))
 
             return encode
         for base, encoder in self._bases:
@@ -443,10 +232,10 @@ class ValueCodec:
         cls = find_class(module, qualname)
         if cls is None:
             raise EntryError(f"class {name} is not among the modules this worker imported")
-        if cls not in self.meta_classes and not _is_item_class(cls):
+        if cls not in self.meta_classes and not is_item_class(cls):
             raise EntryError(f"class {name} is neither an item class nor listed in STREAMS_META_CLASSES")
         try:
-            return _build(cls, state)
+            return build(cls, state)
         except Exception as exc:
             raise EntryError(f"class {name} rejects its state: {type(exc).__name__}: {exc}") from None
 

@@ -199,6 +199,10 @@ class SiteWeights(MutableMapping[str, float]):
 class Exchange:
     """Queues and flags between the reactor thread and the I/O thread (see the module)."""
 
+    # Over 20 fields on purpose: it is the one object the two threads share, and each
+    # field is one attribute read on a hot path of either thread (a nested group would
+    # add a lookup to each); the fields are grouped by direction below.
+
     #: prefetched requests that wake the I/O thread when the engine is down to them
     low_water: int = 1
     # -- reactor -> I/O thread

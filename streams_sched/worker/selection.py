@@ -112,19 +112,13 @@ def plan_shards(
     """
     if total_room <= 0:
         return []
-    held_browser = held_browser or {}
     shards = len(named)
-
-    def weight(site: str) -> float:
-        hint = hints.get(site)
-        return hint.weight if hint is not None else 1.0
-
-    shard_weight = [sum(weight(site) for site in sites) for sites in named]
-    total_weight = sum(shard_weight) or 1.0
+    lease = _LeasePass(now, hints, held, held_browser or {}, per_site_cap, total_room, browser_room, http)
+    shard_weight = [sum(lease.weight(site) for site in sites) for sites in named]
+    lease.total_weight = sum(shard_weight) or 1.0
     plans: list[ShardPlan] = []
-    room, b_room = total_room, browser_room
-    order = [(start + i) % shards for i in range(shards)]
-    for n in order:
+    room = total_room
+    for n in [(start + i) % shards for i in range(shards)]:
         sites = named[n]
         refill = name if len(sites) < name else 0
         if not sites:
@@ -133,39 +127,70 @@ def plan_shards(
             continue
         if room <= 0:
             continue
-        share = min(room, max(1, round(total_room * shard_weight[n] / total_weight)))
+        share = min(room, max(1, round(total_room * shard_weight[n] / lease.total_weight)))
+        chosen = lease.choose(sites, share)
+        if chosen or refill:
+            plans.append(ShardPlan(n, chosen, share, refill))
+            room -= share
+    return plans
+
+
+@dataclass(slots=True)
+class _LeasePass:
+    """The inputs of one :func:`plan_shards` and the browser room it has left."""
+
+    now: float
+    hints: Mapping[str, SiteHint]
+    held: Mapping[str, int]
+    held_browser: Mapping[str, int]
+    per_site_cap: int
+    total_room: int
+    browser_room: int
+    http: bool
+    total_weight: float = 1.0
+
+    def weight(self, site: str) -> float:
+        hint = self.hints.get(site)
+        return hint.weight if hint is not None else 1.0
+
+    def choose(self, sites: Iterable[str], share: int) -> list[LeasePlan]:
+        """The sites of one shard to lease from, in order, until ``share`` is spent."""
         chosen: list[LeasePlan] = []
         counted = 0
         for site in sites:
             if counted >= share:
                 break
-            hint = hints.get(site)
-            if hint is not None and hint.not_before > now:
+            hint = self.hints.get(site)
+            plan = self.site_plan(site, hint)
+            if plan is None:
                 continue
-            cap = (site_cap(hint, per_site_cap) if hint is not None else per_site_cap) - held.get(site, 0)
-            if hint is not None and hint.weight <= 0:
-                continue
-            # weighted fairness: a site's share of the room follows its weight
-            cap = min(cap, max(1, round(total_room * weight(site) / total_weight)))
-            if cap <= 0:
-                continue
-            site_b = b_room
-            if hint is not None and hint.max_browser >= 0:
-                site_b = min(b_room, hint.max_browser - held_browser.get(site, 0))
-            site_b = max(0, min(cap, site_b))
-            n_http = cap if http else 0
-            if n_http == 0 and site_b == 0:
-                continue
-            chosen.append(LeasePlan(site, cap, n_http, site_b))
-            b_room -= site_b
+            chosen.append(plan)
+            self.browser_room -= plan.max_browser
             # a site the worker knows nothing of is counted as one request: the call's
             # budget, not this count, bounds what it leases
             known = hint.backlog_http + hint.backlog_browser if hint is not None and hint.backlog_http >= 0 else 1
-            counted += max(1, min(cap, known))
-        if chosen or refill:
-            plans.append(ShardPlan(n, chosen, share, refill))
-            room -= share
-    return plans
+            counted += max(1, min(plan.total, known))
+        return chosen
+
+    def site_plan(self, site: str, hint: SiteHint | None) -> LeasePlan | None:
+        """How much to lease from ``site``, or None: waiting, weight 0, or full."""
+        if hint is not None and hint.not_before > self.now:
+            return None
+        cap = (site_cap(hint, self.per_site_cap) if hint is not None else self.per_site_cap) - self.held.get(site, 0)
+        if hint is not None and hint.weight <= 0:
+            return None
+        # weighted fairness: a site's share of the room follows its weight
+        cap = min(cap, max(1, round(self.total_room * self.weight(site) / self.total_weight)))
+        if cap <= 0:
+            return None
+        site_b = self.browser_room
+        if hint is not None and hint.max_browser >= 0:
+            site_b = min(site_b, hint.max_browser - self.held_browser.get(site, 0))
+        site_b = max(0, min(cap, site_b))
+        n_http = cap if self.http else 0
+        if n_http == 0 and site_b == 0:
+            return None
+        return LeasePlan(site, cap, n_http, site_b)
 
 
 @dataclass

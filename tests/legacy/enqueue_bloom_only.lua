@@ -1,4 +1,4 @@
--- The seen-filter scripts of streams-sched before issue 10 (commit e8fee4f):
+-- The seen-filter scripts of the layout whose seen filter is a Bloom filter from the start:
 -- _lib.lua followed by enqueue.lua, verbatim. tests/test_seen_forms.py creates
 -- crawls with them to prove the current scripts continue such crawls.
 -- _lib.lua: helpers shared by every script. streams_sched/frontier/scripts.py prepends
