@@ -289,10 +289,10 @@ def _expired_work(url: str, crawl: str) -> Any:
     """A crawl with 5 expired leases of a gone worker and one due delayed request."""
     import hashlib
 
-    from streams_sched.frontier.client import Outgoing
+    from streams_sched.frontier.client import Entry
 
-    def out(i: Any, delay_ms: int = 0) -> Outgoing:
-        return Outgoing(hashlib.sha1(str(i).encode()).digest(), 1, delay_ms, f"payload-{i}".encode())
+    def out(i: Any, delay_ms: int = 0) -> Entry:
+        return Entry(hashlib.sha1(str(i).encode()).digest(), 1, delay_ms, f"payload-{i}".encode())
 
     f = frontier(url, crawl)
     f.register()
@@ -370,7 +370,7 @@ def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) 
     every shard in one call per node (EVALSHA_RO), denied nothing."""
     import hashlib
 
-    from streams_sched.frontier.client import Frontier, Outgoing
+    from streams_sched.frontier.client import Entry, Frontier
 
     f = frontier(redis_url, crawl)
     per_node: dict[str, list[str]] = {}
@@ -383,7 +383,7 @@ def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) 
             break
     sites = [s for group in per_node.values() for s in group]
     for i, site in enumerate(sites):
-        f.enqueue(site, [Outgoing(bytes([i]) * 20, 1, 0, b"x")])
+        f.enqueue(site, [Entry(bytes([i]) * 20, 1, 0, b"x")])
     f.register_sites(sites)
     assert len({f.client.get_node_from_key(f.site(s).tag).name for s in sites}) == 3
     acl.setuser(f.client, "monitor", "pw", "monitor")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from streams_sched.frontier.client import Frontier, Outgoing
+from streams_sched.frontier.client import Entry, Frontier
 from streams_sched.frontier.keys import GROUP
 
 from helpers import error_replies, false_positive_rate, frontier
@@ -25,8 +25,8 @@ def fp(i: int | str) -> bytes:
     return hashlib.sha1(str(i).encode()).digest()
 
 
-def batch(names: list[str]) -> list[Outgoing]:
-    return [Outgoing(fp(n), 1, 0, n.encode()) for n in names]
+def batch(names: list[str]) -> list[Entry]:
+    return [Entry(fp(n), 1, 0, n.encode()) for n in names]
 
 
 def form(f: Frontier, site: str) -> tuple[str, str | None]:
@@ -137,7 +137,7 @@ def test_emptied_stream_is_retired_and_recreated_on_enqueue(redis_url: str, dedu
 
 
 def _legacy_enqueue(f: Frontier, site: str, names: list[str]) -> None:
-    """Enqueue with the scripts of the previous release (Bloom filters pre-sized from the start)."""
+    """Entry with the scripts of the previous release (Bloom filters pre-sized from the start)."""
     k = f.site(site)
     b = f.bloom
     args: list[object] = [f.group, b.mode, b.error_rate, b.capacity, b.expansion, 0, "http"]

@@ -118,17 +118,23 @@ class RequestCodec:
 
     # -- encode ---------------------------------------------------------
 
-    def encode(self, request: Request) -> bytes:
-        """Return the payload of ``request``; raise SerializationError if it has none."""
+    def encode(self, request: Request, callback: str | None = None, errback: str | None = None) -> bytes:
+        """Return the payload of ``request``; raise SerializationError if it has none.
+        ``callback`` and ``errback`` name spider methods (checked by the caller, with
+        callbacks.check_name) in place of the request's own."""
         d: dict[str, Any] = {"u": request.url}
         v2 = False
-        cb = request.callback
-        if cb is not None:
-            d["c"] = name = self._callback_name(request, cb, "callback")
+        if callback is not None:
+            d["c"] = callback
+            v2 = callback[0] == "_"
+        elif request.callback is not None:
+            d["c"] = name = self._callback_name(request, request.callback, "callback")
             v2 = name[0] == "_"
-        eb = request.errback
-        if eb is not None:
-            d["e"] = name = self._callback_name(request, eb, "errback")
+        if errback is not None:
+            d["e"] = errback
+            v2 = v2 or errback[0] == "_"
+        elif request.errback is not None:
+            d["e"] = name = self._callback_name(request, request.errback, "errback")
             v2 = v2 or name[0] == "_"
         if request.method != "GET":
             d["m"] = request.method
