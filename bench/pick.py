@@ -69,14 +69,31 @@ def measure(n_ready: int, seconds: float, max_steps: int) -> dict[str, Any]:
 
     import streams_sched
     from streams_sched.config import StreamsConfig
-    from streams_sched.frontier.client import LeasedEntry
-    from streams_sched.worker.exchange import Exchange
-    from streams_sched.worker.scheduler import StreamsScheduler
+    try:
+        from streams_sched.frontier.client import LeasedEntry
+        from streams_sched.worker.exchange import Exchange
+    except ModuleNotFoundError:  # a revision with the flat package layout
+        from streams_sched.exchange import Exchange  # type: ignore[no-redef]
+        from streams_sched.frontier import LeasedEntry  # type: ignore[no-redef]
+
+    from streams_sched.scheduler import StreamsScheduler
 
     config = StreamsConfig(redis_url="redis://unused", crawl="pick")
-    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=CONCURRENCY, per_site_concurrency=PER_SLOT)
+    try:
+        from streams_sched.worker.scheduler import Limits
+    except ModuleNotFoundError:  # a revision with the flat package layout
+        sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=CONCURRENCY, per_site_concurrency=PER_SLOT)
+    else:
+        sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(CONCURRENCY, PER_SLOT))
+    ready_queues: Any = getattr(sched, "ready", None)
     x = sched._x = Exchange()
-    downloader = sched._downloader = _Downloader()
+    downloader = _Downloader()
+    if ready_queues is not None:
+        ready_queues.x = x
+        ready_queues.downloader = downloader
+        sched.answers.x = x
+    else:
+        sched._downloader = downloader
     slots = downloader.slots
     response = Response("http://unused.test/")
 
@@ -93,7 +110,7 @@ def measure(n_ready: int, seconds: float, max_steps: int) -> dict[str, Any]:
     for _request, entry in ready:
         weigh(entry.site)
         slots.setdefault(entry.site, _Slot(PER_SLOT))
-    direct = not hasattr(sched, "_fair")
+    direct = ready_queues is None and not hasattr(sched, "_fair")
     if direct:
         # the plain scan: O(N) per site added through _absorb; lay out its ready set as it keeps it
         for request, entry in ready:
@@ -101,9 +118,10 @@ def measure(n_ready: int, seconds: float, max_steps: int) -> dict[str, Any]:
         sched._nready = len(ready)
     else:
         x.arrivals.extend(ready)
-        sched._absorb()
+        (ready_queues.absorb if ready_queues is not None else sched._absorb)()
     ready.clear()
     flight: deque[Any] = deque()
+    on_answer = sched.answers.on_response_downloaded if ready_queues is not None else sched._on_response_downloaded
 
     def step(request: Any, entry: Any) -> None:
         weigh(entry.site)
@@ -117,7 +135,7 @@ def measure(n_ready: int, seconds: float, max_steps: int) -> dict[str, Any]:
         flight.append(got)
         if len(flight) > CONCURRENCY:
             done = flight.popleft()
-            sched._on_response_downloaded(response, done, None)
+            on_answer(response, done, None)
             slot = slots.pop(done.meta["download_slot"])  # one page per site: its slot goes
             slot.active.discard(done)
             sched.request_done(done)

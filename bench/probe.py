@@ -238,6 +238,18 @@ def _count(owner: Any, attr: str, label: str, none_label: str | None = None) -> 
     setattr(owner, attr, wrapper)
 
 
+def _first(*paths: str) -> Any:
+    """The first of these modules that this worker's streams_sched has."""
+    import importlib
+
+    for path in paths[:-1]:
+        try:
+            return importlib.import_module(path)
+        except ModuleNotFoundError:
+            continue
+    return importlib.import_module(paths[-1])
+
+
 def install_call_counters() -> None:
     """Count calls of the engine loop, scheduler methods, event-loop turns and pump cycles."""
     import asyncio.base_events
@@ -245,10 +257,12 @@ def install_call_counters() -> None:
     from scrapy.core.engine import ExecutionEngine
     from scrapy.core.scheduler import Scheduler
 
-    from streams_sched.worker.engine import EngineHooks
-    from streams_sched.worker.exchange import Exchange
-    from streams_sched.worker.io.pump import Pump
-    from streams_sched.worker.scheduler import StreamsScheduler
+    from streams_sched.scheduler import StreamsScheduler
+
+    # a KIND@REV worker may run a revision with the flat package layout
+    EngineHooks = _first("streams_sched.worker.engine", "streams_sched._engine").EngineHooks
+    Exchange = _first("streams_sched.worker.exchange", "streams_sched.exchange").Exchange
+    Pump = _first("streams_sched.worker.io.pump", "streams_sched.pump").Pump
 
     _count(asyncio.base_events.BaseEventLoop, "_run_once", "event loop turns")
     _count(ExecutionEngine, "_start_scheduled_requests", "engine loop runs")

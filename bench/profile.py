@@ -54,8 +54,8 @@ KEY_FUNCTIONS = (
     "StreamsScheduler.enqueue_request", "StreamsScheduler.next_request", "StreamsScheduler.request_done",
     "StreamsScheduler._absorb", "StreamsScheduler._apply_stats", "StreamsScheduler.has_pending_requests",
     "EngineHooks.wake", "RequestCodec.encode", "RequestCodec.decode",
-    "Pump._cycle", "Pump._queue_writes", "Pump._queue_leases", "Pump._handle", "Pump._accept", "Pump._maintenance",
-    "Pump._check_drain", "Pipeline.execute", "Pipeline._execute_pipeline", "Pump._wait_time",
+    "Pump._cycle", "Writes.queue", "Leasing.queue", "Replies.apply", "Leasing.accept", "Upkeep.run",
+    "Upkeep._check_drain", "Pipeline.execute", "Pipeline._execute_pipeline", "Pump._wait_time",
     "Scheduler.enqueue_request", "Scheduler.next_request", "RFPDupeFilter.request_seen",
     "RequestFingerprinter.fingerprint", "SyntheticSpider.parse", "ExecutionEngine._start_scheduled_request",
 )

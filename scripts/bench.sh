@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark suite of issue 5: every benchmark side by side in one run, with
-# ratios (see bench/__main__.py and README "Benchmarks"). Installs the bench
+# ratios (see bench/__main__.py and docs/benchmarks.md). Installs the bench
 # extra (scrapy-redis 0.9.1, py-spy, pyinstrument) into .venv if missing.
 #   scripts/bench.sh --quick          # tiny sizes, well under a minute
 #   scripts/bench.sh                  # the full run (15-30 minutes on 2 cores)

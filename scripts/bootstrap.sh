@@ -68,12 +68,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 
+# The test extras; with the test tools (scripts/test.sh, scripts/docs.sh) or under CI
+# the docs extras too, since tests/test_docs.py builds the docs site with Sphinx.
+DEFAULT_EXTRAS=test
+if [ "${TEST_TOOLS:-0}" = 1 ] || [ -n "${CI:-}" ]; then
+  DEFAULT_EXTRAS=test,docs
+fi
+EXTRAS="${EXTRAS:-$DEFAULT_EXTRAS}"
 STAMP="$VENV/.streams-sched-installed"
-WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-${EXTRAS:-test}"
+WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-${EXTRAS}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  log "installing streams-sched[${EXTRAS:-test}] into $VENV"
+  log "installing streams-sched[${EXTRAS}] into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS:-test}]" >&2
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS}]" >&2
   echo "$WANT" > "$STAMP"
 fi
 

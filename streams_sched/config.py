@@ -1,506 +1,413 @@
-"""Settings of the scheduler, read once and validated when the scheduler is built.
+"""The scheduler's settings: the table :data:`SETTINGS` (one row per Scrapy setting) and
+:class:`StreamsConfig`, the validated values of one worker, built from it.
 
-Every setting is prefixed ``STREAMS_`` except ``REDIS_URL``. Defaults are
-documented here and in the README; a bad value fails at start with a
-:class:`~streams_sched.errors.ConfigError` naming the setting and the value.
+Each row holds a setting's name, field, default, meaning and section of the reference
+page (:func:`settings_markdown`, the docs' ``streams-settings`` directive), and how its
+value is parsed and checked (streams_sched/settings_parse.py). A bad value fails at start
+with a :class:`~streams_sched.errors.ConfigError` naming the setting and the value.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams_sched import settings_parse as p
 from streams_sched.connect.urls import URL_OPTIONS, redact, validate_redis_url
 from streams_sched.errors import ConfigError
-from streams_sched.frontier.keys import BANDS, DEFAULT_SHARDS, MAX_SHARDS, TASK_TYPES, validate_crawl_name
+from streams_sched.frontier.keys import DEFAULT_SHARDS
+from streams_sched.settings_parse import (
+    DEFAULT_FEED_KEY,
+    STRICT_RATIO,
+    check_port,
+    check_positive,
+    parse_band_ratio,
+    validate_node_id,
+)
 
-__all__ = ["SETTINGS", "URL_OPTIONS", "StreamsConfig", "check_port", "check_positive", "parse_band_ratio", "redact", "validate_redis_url"]
-
-#: Band weights used for "strict": high always first, low only when nothing else.
-STRICT_RATIO: tuple[int, int, int] = (1_000_000_000_000, 1_000_000, 1)
+__all__ = [
+    "DEFAULT_FEED_KEY", "SETTINGS", "STRICT_RATIO", "URL_OPTIONS", "Lookup", "Setting", "StreamsConfig",
+    "check_port", "check_positive", "parse_band_ratio", "redact", "settings_markdown", "validate_node_id",
+    "validate_redis_url",
+]
 
 DEDUPE_BACKENDS = ("auto", "redisbloom", "bitmap")
 #: What a worker does with a request the codec cannot encode (STREAMS_UNSERIALIZABLE).
 UNSERIALIZABLE_MODES = ("local", "error")
 
 
-def parse_band_ratio(value: Any, setting: str = "STREAMS_BAND_RATIO") -> tuple[int, int, int]:
-    """Parse "5:3:2" (or a 3-sequence, a {band: weight} dict, or "strict") into three
-    positive weights."""
-    if isinstance(value, str) and value.strip().lower() == "strict":
-        return STRICT_RATIO
-    parts: list[Any]
-    if isinstance(value, str) and value.lstrip().startswith("{"):
-        try:
-            value = json.loads(value)
-        except ValueError as exc:
-            raise ConfigError(setting, value, f"is not valid JSON ({exc})") from None
-    if isinstance(value, Mapping):
-        unknown = [b for b in value if b not in BANDS]
-        if unknown:
-            raise ConfigError(setting, dict(value), f"unknown band(s) {unknown}; the bands are {list(BANDS)}")
-        parts = [value.get(b, 1) for b in BANDS]
-    elif isinstance(value, str):
-        parts = value.split(":")
-    elif isinstance(value, (list, tuple)):
-        parts = list(value)
-    else:
-        raise ConfigError(setting, value, 'expected "high:default:low" weights like "8:3:1", or "strict"')
-    try:
-        weights = tuple(int(p) for p in parts)
-    except (TypeError, ValueError):
-        raise ConfigError(setting, value, "weights must be whole numbers, e.g. \"8:3:1\"") from None
-    if len(weights) != len(BANDS) or any(w < 1 for w in weights):
-        raise ConfigError(setting, value, "expected three weights of at least 1 (high:default:low)")
-    return weights  # type: ignore[return-value]
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+#: The ``fixed`` of a Lookup whose field must be given when StreamsConfig is built by hand.
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A default looked up when the settings are read: ``find(spider_name)``.
+
+    ``fixed`` is the field's default when a StreamsConfig is built by hand (REQUIRED: the
+    field must be given)."""
+
+    find: Callable[[str | None], Any]
+    fixed: Any = REQUIRED
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: where it goes, its default, what it means and how it is read."""
+
+    #: the Scrapy setting, e.g. "STREAMS_LEASE_SECONDS"
+    name: str
+    #: the StreamsConfig field it sets; when several rows set one field, the first that is set wins
+    field: str
+    #: the field's value when the setting is not set (a Lookup: found when the settings are read)
+    default: Any
+    #: its meaning, one short paragraph (Markdown inline code allowed)
+    doc: str
+    #: the heading it is listed under in the reference
+    section: str
+    #: parse(name, raw) -> the field's value, from a Python value or text (``-s``, the environment)
+    parse: Callable[[str, Any], Any]
+    #: check(name, value) raises ConfigError when the parsed value is out of range
+    check: Callable[[str, Any], None] | None
+    #: the default as the reference shows it, when the value alone would not say it
+    doc_default: str | None = None
+
+    def default_text(self) -> str:
+        """The default as Markdown: ``doc_default``, else the value written as in settings.py."""
+        if self.doc_default is not None:
+            return self.doc_default
+        value = self.default
+        if isinstance(value, bool):
+            return str(value)
+        if isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        if isinstance(value, (int, float)):
+            return str(value)
+        return f"`{json.dumps(list(value) if isinstance(value, tuple) else value)}`"
+
+
+CONNECTION = "Connection"
+LEASES = "Leases and delivery"
+DEDUPE = "Dedupe and revisits"
+PRIORITIES = "Priorities and fairness"
+POLITENESS = "Politeness"
+BROWSER = "Browser"
+SERIALIZATION = "Serialization"
+REPLICAS = "Replicas"
+FEED = "scrapy-redis feed"
+WORKER = "Worker"
+SAFETY = "Safety overrides"
+#: The reference's sections, in order.
+SECTIONS = (CONNECTION, LEASES, DEDUPE, PRIORITIES, POLITENESS, BROWSER, SERIALIZATION, REPLICAS, FEED, WORKER, SAFETY)
+
+
+def _env(variable: str, fallback: str) -> Lookup:
+    """The environment variable, else ``fallback``; a StreamsConfig built by hand must be given it."""
+    return Lookup(lambda spider: os.environ.get(variable, fallback))
+
+
+def _env_flag(variable: str) -> Lookup:
+    """The environment variable read as a flag, else False (also when built by hand)."""
+    return Lookup(lambda spider: p.env_flag(variable), fixed=False)
+
+
+S = Setting
+#: Every setting of the scheduler, in the order of the reference (and of the checks).
+SETTINGS: tuple[Setting, ...] = (
+    S("REDIS_URL", "redis_url", _env("REDIS_URL", ""),
+      "`redis://`, `rediss://` (TLS) or `unix://`; user and password in the URL for ACLs; `?cluster=1` for Redis Cluster; "
+      "`redis+sentinel://host:port,host:port/service[/db]` (`rediss+sentinel://` with TLS) for the master of a Redis Sentinel service (see *Redis Sentinel*)",
+      CONNECTION, p.as_is, p.redis_url, "env `REDIS_URL`"),
+    S("STREAMS_PREFIX", "crawl", Lookup(lambda spider: spider or ""), "the crawl namespace",
+      CONNECTION, p.as_is, p.crawl_name, "spider name"),
+    S("STREAMS_SHARDS", "shards", DEFAULT_SHARDS,
+      "shards a new crawl spreads its sites over (1 to 1,024), fixed when the crawl is created (meta `shards`): each lease, "
+      "ack and enqueue call serves the sites of one shard, and a drain check reads every shard; on Redis Cluster give a "
+      "crawl a few shards per master", CONNECTION, p.whole, p.shards),
+    S("STREAMS_CONNECT_TIMEOUT_SECONDS", "connect_timeout_seconds", 30.0, "how long a starting worker waits for Redis",
+      CONNECTION, p.number, p.positive_or_zero),
+    S("STREAMS_SOCKET_TIMEOUT_SECONDS", "socket_timeout_seconds", 10.0, "socket timeout of the I/O thread's Redis calls",
+      CONNECTION, p.number, p.positive),
+
+    S("STREAMS_LEASE_SECONDS", "lease_seconds", 300.0, "how long a leased request is reserved for its worker",
+      LEASES, p.number, p.positive),
+    S("STREAMS_MAX_DELIVERIES", "max_deliveries", 5, "deliveries after which an entry goes to the dead-letter stream",
+      LEASES, p.whole, p.at_least(1)),
+    S("STREAMS_PREFETCH", "prefetch", 0, "requests leased ahead of the downloader (0 = `CONCURRENT_REQUESTS`)",
+      LEASES, p.whole, p.at_least(0), "`CONCURRENT_REQUESTS`"),
+    S("STREAMS_PREFETCH_PER_SITE", "prefetch_per_site", 0,
+      "requests leased ahead per site, less with `DOWNLOAD_DELAY` or a rate limit (0 = `CONCURRENT_REQUESTS_PER_DOMAIN`)",
+      LEASES, p.whole, p.at_least(0), "`CONCURRENT_REQUESTS_PER_DOMAIN`"),
+    S("STREAMS_IDLE_POLL_SECONDS", "idle_poll_seconds", 1.0, "longest wait between looks for work when idle",
+      LEASES, p.number, p.positive),
+    S("STREAMS_FLUSH_INTERVAL_SECONDS", "flush_interval_seconds", 0.02, "longest time follow-ups and acks wait to be batched",
+      LEASES, p.number, p.positive),
+
+    S("STREAMS_DEDUPE", "dedupe", "auto", "`auto` (RedisBloom when the server has it, else bitmap), `redisbloom`, `bitmap`",
+      DEDUPE, p.keyword, p.one_of(DEDUPE_BACKENDS)),
+    S("STREAMS_BLOOM_ERROR_RATE", "bloom_error_rate", 0.001, "false-positive rate of the seen filter (per site)",
+      DEDUPE, p.number, p.between_0_and_1("expected a rate between 0 and 1")),
+    S("STREAMS_BLOOM_CAPACITY", "bloom_capacity", 100_000,
+      "size of a site's Bloom filter, made when the site passes 1,024 fingerprints (smaller sites keep an exact set); "
+      "past it the filter adds a layer (about 2 bytes per fingerprint at 0.1%)", DEDUPE, p.whole, p.at_least(1)),
+    S("STREAMS_BLOOM_EXPANSION", "bloom_expansion", 2, "growth factor of each new layer", DEDUPE, p.whole, p.at_least(1)),
+    S("STREAMS_LOCAL_SEEN_CACHE", "local_seen_cache", 200_000, "fingerprints a worker remembers to skip sending known duplicates",
+      DEDUPE, p.whole, p.at_least(0)),
+    S("STREAMS_URL_SHORTCUT", "url_shortcut", True,
+      "with Scrapy's own fingerprinter, a GET URL this worker already sent is a duplicate without fingerprinting it again",
+      DEDUPE, p.flag, p.is_flag),
+    S("STREAMS_REVISIT_AFTER_SECONDS", "revisit_after_seconds", 0.0,
+      "a fingerprint stops being a duplicate after this long (0 = never; e.g. 2592000 for 30 days); costs "
+      "`STREAMS_REVISIT_BUCKETS` + 1 filters per site", DEDUPE, p.number, p.positive_or_zero),
+    S("STREAMS_REVISIT_BUCKETS", "revisit_buckets", 4, "time buckets the revisit window is cut into",
+      DEDUPE, p.whole, p.at_least(1)),
+
+    S("STREAMS_HIGH_PRIORITY_MIN", "high_priority_min", 1, "`Request.priority` at or above this: high band (redirects get +2)",
+      PRIORITIES, p.whole, p.check_whole),
+    S("STREAMS_LOW_PRIORITY_MAX", "low_priority_max", -1,
+      "`Request.priority` at or below this: low band (retries get -1); below `STREAMS_HIGH_PRIORITY_MIN`",
+      PRIORITIES, p.whole, p.check_whole),
+    S("STREAMS_BAND_RATIO", "band_ratio", (8, 3, 1),
+      "how often high:default:low are served when all have work (`\"8:3:1\"`, a list, or a `{band: weight}` dict); "
+      "`strict` = plain priority", PRIORITIES, p.band_ratio, None, "`8:3:1`"),
+
+    S("STREAMS_SITES", "sites", {}, "per-site policy written to Redis at start, `{site: {rate, burst, ...}}`; "
+      "the key `\"*\"` is the default for sites not listed", POLITENESS, p.json_dict, p.site_policies),
+    S("STREAMS_SITE_KEY", "site_key", "host",
+      "what a site is: `host`, or `domain` (registered domain: `a.shop.co.uk` and `b.shop.co.uk` are `shop.co.uk`)",
+      POLITENESS, p.keyword, p.one_of(("host", "domain"), 'expected "host" or "domain"')),
+    S("STREAMS_POLICY_REFRESH_SECONDS", "policy_refresh_seconds", 2.0, "how often a worker re-reads the crawl's default policy",
+      POLITENESS, p.number, p.positive),
+    S("STREAMS_RETRY_AFTER_MAX_SECONDS", "retry_after_max_seconds", 3600.0, "cap on a `Retry-After` delay",
+      POLITENESS, p.number, p.positive),
+    S("STREAMS_ADAPTIVE", "adaptive", True, "cluster-wide AIMD back-off on 429 / 503 / download timeouts, and a "
+      "`Retry-After` pauses the whole site for every worker (see *Per-site policy*)", POLITENESS, p.flag, p.is_flag),
+    S("STREAMS_ADAPTIVE_DECREASE", "adaptive_decrease", 0.7, "a congestion signal multiplies the site's rate by this",
+      POLITENESS, p.number, p.between_0_and_1("expected a factor between 0 and 1, e.g. 0.7")),
+    S("STREAMS_ADAPTIVE_INCREASE", "adaptive_increase", 0.5, "healthy answers raise a backed-off rate by this many req/s per second",
+      POLITENESS, p.number, p.positive),
+    S("STREAMS_ADAPTIVE_MIN_RATE", "adaptive_min_rate", 0.1,
+      "the back-off never goes below this (req/s; or the policy rate if that is lower)", POLITENESS, p.number, p.positive),
+    S("STREAMS_ADAPTIVE_FORGET_SECONDS", "adaptive_forget_seconds", 600.0,
+      "a site without a policy or robots rate is unlimited again after this long without a congestion signal",
+      POLITENESS, p.number, p.positive),
+    S("STREAMS_FEEDBACK_INTERVAL_SECONDS", "feedback_interval_seconds", 0.5,
+      "how often a worker reports healthy answers to Redis (429 / 503 / timeouts / robots.txt go at once)",
+      POLITENESS, p.number, p.positive),
+    S("STREAMS_MAX_CRAWL_DELAY", "max_crawl_delay_seconds", 30.0, "cap on a robots.txt `Crawl-delay` (seconds), with `ROBOTSTXT_OBEY`",
+      POLITENESS, p.number, p.positive),
+
+    S("STREAMS_CAPABILITIES", "capabilities", ("http",), "task types this worker leases (`http`, `browser`)",
+      BROWSER, p.names, p.capabilities),
+    S("STREAMS_BROWSER_MAX", "browser_max", 4,
+      "most browser requests a worker holds at once: leased, prefetched, rendering or taken over (see *Browser pages*)", BROWSER, p.whole, p.at_least(0)),
+
+    S("STREAMS_REQUEST_CLASSES", "request_classes", (),
+      "import paths of extra Request subclasses allowed in entries (e.g. `scrapy_splash.SplashRequest`)",
+      SERIALIZATION, p.names, None),
+    S("STREAMS_META_CLASSES", "meta_classes", (), "import paths of classes, beyond item classes, whose objects may travel in "
+      "meta and cb_kwargs (as their attributes; Enums by value, namedtuples by fields); loaded at start",
+      SERIALIZATION, p.names, p.import_paths),
+    S("STREAMS_META_CODECS", "meta_codecs", {}, "`{class import path: codec import path}`: a codec is any object with "
+      "`encode(obj) -> data` and `decode(data) -> obj` (e.g. `streams_sched.MetaCodec`); or register from Python with "
+      "`streams_sched.register_meta_codec(cls, encode, decode)`", SERIALIZATION, p.json_dict, p.codec_paths),
+    S("STREAMS_MAX_REQUEST_BYTES", "max_request_bytes", 1_000_000, "largest encoded request sent to Redis (0 = no limit); "
+      "a larger one is handled as `STREAMS_UNSERIALIZABLE` says", SERIALIZATION, p.whole, p.at_least(0)),
+    S("STREAMS_UNSERIALIZABLE", "unserializable", "local", "a request that cannot be encoded (a lambda callback, a Response "
+      "in meta, over `STREAMS_MAX_REQUEST_BYTES`): `\"local\"` = this worker crawls it from memory (not shared, not leased, "
+      "lost if the worker dies); `\"error\"` = refuse it with an ERROR and make the crawl exit 1",
+      SERIALIZATION, p.keyword, p.one_of(UNSERIALIZABLE_MODES)),
+
+    S("STREAMS_MIN_REPLICAS", "min_replicas", -1, "replicas of each primary that must have a request's follow-ups before its "
+      "ack is sent (`WAIT`): `\"auto\"` = 1 where the primary reports a connected replica, else 0 (and 0 again, with one "
+      "ERROR line, once a primary has had no replica for 10 s); a number = always that many, holding acks while fewer are "
+      "connected; 0 = never wait", REPLICAS, p.min_replicas, p.at_least(-1), '`"auto"`'),
+    S("STREAMS_REPLICA_WAIT_MS", "replica_wait_ms", 500, "longest one `WAIT` for those replicas may block the I/O thread; "
+      "when it falls short the acks stay held and the wait is tried again, never dropped", REPLICAS, p.whole, p.at_least(1)),
+
+    S("STREAMS_FEED_KEY", "feed_key", Lookup(lambda spider: DEFAULT_FEED_KEY, fixed=""),
+      "the scrapy-redis feed the workers move into the crawl; `%(name)s` is the crawl name (`STREAMS_PREFIX`, by default "
+      "the spider name, so the key scrapy-redis uses); `\"\"` = no feed", FEED, p.feed_key, None, "`%(name)s:start_urls`"),
+    S("REDIS_START_URLS_KEY", "feed_key", DEFAULT_FEED_KEY, "scrapy-redis's name of the feed key, read when `STREAMS_FEED_KEY` is not set",
+      FEED, p.feed_key, None),
+    S("REDIS_START_URLS_AS_SET", "feed_as_set", False, "the feed is a SET instead of a list", FEED, p.flag, p.is_flag),
+    S("REDIS_START_URLS_AS_ZSET", "feed_as_zset", False, "the feed is a ZSET (highest score first) instead of a list",
+      FEED, p.flag, p.is_flag),
+    S("REDIS_ENCODING", "feed_encoding", "utf-8", "encoding of feed entries", FEED, p.text, p.encoding),
+    S("STREAMS_FEED_BATCH", "feed_batch", 100, "feed entries moved per round", FEED, p.whole, p.at_least(1)),
+    S("STREAMS_FEED_POLL_SECONDS", "feed_poll_seconds", 1.0, "how often an empty feed is looked at (one `LLEN`)",
+      FEED, p.number, p.positive),
+
+    S("STREAMS_NODE_ID", "node_id", "", "this worker's consumer name", WORKER, p.text, p.node_id, "host-pid-random"),
+    S("STREAMS_HEARTBEAT_SECONDS", "heartbeat_seconds", 5.0, "node heartbeat interval", WORKER, p.number, p.positive),
+    S("STREAMS_CLOSE_ON_DRAIN", "close_on_drain", True, "close once the whole crawl is drained; False: wait for new work",
+      WORKER, p.flag, p.is_flag),
+    S("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", "empty_crawl_wait_seconds", 60.0, "a worker on a crawl that never had a request "
+      "waits this long for seeds before it counts the crawl as drained", WORKER, p.number, p.positive_or_zero),
+    S("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds", 25.0, "on SIGTERM / Ctrl-C, how long requests in "
+      "progress may take to finish before their leases are handed back and the worker exits",
+      WORKER, p.number, p.positive_or_zero),
+    S("STREAMS_METRICS_PORT", "metrics_ports", (), "serve this worker's Prometheus metrics on this port, or the first free "
+      "one of a range (`\"9410-9419\"`: one per worker on a host); unset = no metrics", WORKER, p.ports, None, "unset"),
+    S("STREAMS_METRICS_ADDR", "metrics_addr", "0.0.0.0", "address the metrics server binds", WORKER, p.bind_address, p.address),
+
+    S("STREAMS_ALLOW_UNTESTED_SCRAPY", "allow_untested_scrapy", _env_flag("STREAMS_ALLOW_UNTESTED_SCRAPY"),
+      "let a Scrapy release above the tested range start, with a warning (see *Scrapy versions*); the engine's hook points "
+      "are checked all the same",
+      SAFETY, p.flag, p.is_flag, "env `STREAMS_ALLOW_UNTESTED_SCRAPY`, else False"),
+    S("STREAMS_ALLOW_EVICTION", "allow_eviction", _env_flag("STREAMS_ALLOW_EVICTION"),
+      "start even on a Redis whose `maxmemory-policy` is `allkeys-*` (which evicts queued requests silently), with a "
+      "warning; without it such a worker refuses to start (see *Faults*)", SAFETY, p.flag, p.is_flag,
+      "env `STREAMS_ALLOW_EVICTION`, else False"),
+)
+del S
+
+#: field -> the first row that sets it (whose default is the field's)
+_ROWS: dict[str, Setting] = {}
+for _row in SETTINGS:
+    _ROWS.setdefault(_row.field, _row)
+
+
+def _field(name: str) -> Any:
+    """The dataclass field ``name``, its default taken from its row of :data:`SETTINGS`."""
+    row = _ROWS[name]
+    default = row.default.fixed if isinstance(row.default, Lookup) else row.default
+    metadata = {"setting": row.name}
+    if default is REQUIRED:
+        return field(metadata=metadata)
+    if isinstance(default, (dict, list, set)):
+        return field(default_factory=lambda: copy.copy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
 class StreamsConfig:
-    """Validated settings of one crawl's scheduler. Units are in the names."""
+    """Validated settings of one crawl's scheduler. Units are in the names; each field's
+    setting, default and meaning are its row of :data:`SETTINGS`."""
 
-    #: REDIS_URL: the frontier's Redis (redis://, rediss:// with TLS, unix://, or redis+sentinel:// /
-    #: rediss+sentinel:// for the master of a Sentinel service: see streams_sched/connect/urls.py).
-    redis_url: str
-    #: STREAMS_PREFIX: the crawl namespace; default the spider name.
-    crawl: str
-    #: STREAMS_LEASE_SECONDS: how long a leased request is reserved for its worker.
-    lease_seconds: float = 300.0
-    #: STREAMS_MAX_DELIVERIES: deliveries after which an entry goes to the dead-letter stream.
-    max_deliveries: int = 5
-    #: STREAMS_DEDUPE: "auto" (RedisBloom when the server has it, else bitmap),
-    #: "redisbloom" or "bitmap".
-    dedupe: str = "auto"
-    #: STREAMS_BLOOM_ERROR_RATE: false-positive rate of the seen filter (per site).
-    bloom_error_rate: float = 0.001
-    #: STREAMS_BLOOM_CAPACITY: size of a site's Bloom filter, made when the site passes
-    #: 1,024 fingerprints (an exact set until then); past it the filter adds a layer
-    #: (about 2 bytes per fingerprint at 0.1%).
-    bloom_capacity: int = 100_000
-    #: STREAMS_BLOOM_EXPANSION: growth factor of each new layer.
-    bloom_expansion: int = 2
-    #: STREAMS_HIGH_PRIORITY_MIN: Request.priority at or above this goes to the high band.
-    high_priority_min: int = 1
-    #: STREAMS_LOW_PRIORITY_MAX: Request.priority at or below this goes to the low band.
-    low_priority_max: int = -1
-    #: STREAMS_BAND_RATIO: how often each band is served when all have work.
-    band_ratio: tuple[int, int, int] = (8, 3, 1)
-    #: STREAMS_PREFETCH: requests leased ahead per worker; 0 = CONCURRENT_REQUESTS.
-    prefetch: int = 0
-    #: STREAMS_PREFETCH_PER_SITE: leased ahead per site; 0 = CONCURRENT_REQUESTS_PER_DOMAIN.
-    prefetch_per_site: int = 0
-    #: STREAMS_CLOSE_ON_DRAIN: close the worker once the whole crawl is drained.
-    close_on_drain: bool = True
-    #: STREAMS_IDLE_POLL_SECONDS: longest wait between looks for work when idle.
-    idle_poll_seconds: float = 1.0
-    #: STREAMS_FLUSH_INTERVAL_SECONDS: longest time follow-ups and acks wait to be batched.
-    flush_interval_seconds: float = 0.02
-    #: STREAMS_HEARTBEAT_SECONDS: interval of node heartbeats.
-    heartbeat_seconds: float = 5.0
-    #: STREAMS_NODE_ID: this worker's consumer name; "" = host-pid-random.
-    node_id: str = ""
-    #: STREAMS_RETRY_AFTER_MAX_SECONDS: cap on a Retry-After delay.
-    retry_after_max_seconds: float = 3600.0
-    #: STREAMS_LOCAL_SEEN_CACHE: fingerprints a worker remembers to skip sending known duplicates.
-    local_seen_cache: int = 200_000
-    #: STREAMS_MIN_REPLICAS: replicas of each primary that must hold a request's follow-ups
-    #: before its ack is sent; -1 = "auto" (1 where the primary has a connected replica, else 0).
-    min_replicas: int = -1
-    #: STREAMS_REPLICA_WAIT_MS: how long one WAIT for those replicas may take before the
-    #: acks stay held and the wait is tried again.
-    replica_wait_ms: int = 500
-    #: STREAMS_CONNECT_TIMEOUT_SECONDS: how long a starting worker waits for Redis.
-    connect_timeout_seconds: float = 30.0
-    #: STREAMS_SOCKET_TIMEOUT_SECONDS: socket timeout of Redis calls (the I/O thread's, not the reactor's).
-    socket_timeout_seconds: float = 10.0
-    #: STREAMS_SHUTDOWN_TIMEOUT_SECONDS: on close (SIGTERM, Ctrl-C), how long requests in
-    #: progress may take to finish before their leases are handed back and the worker exits.
-    shutdown_timeout_seconds: float = 25.0
-    #: STREAMS_MAX_REQUEST_BYTES: largest encoded request accepted; 0 = no limit.
-    max_request_bytes: int = 1_000_000
-    #: STREAMS_REQUEST_CLASSES: import paths of extra Request subclasses allowed in entries.
-    request_classes: tuple[str, ...] = ()
-    #: STREAMS_META_CLASSES: import paths of classes (beyond item classes) whose objects may
-    #: travel in meta and cb_kwargs, as their attributes; loaded at start.
-    meta_classes: tuple[str, ...] = ()
-    #: STREAMS_META_CODECS: {class import path: codec import path}, a codec being an object
-    #: with encode(obj) -> plain data and decode(data) -> obj callables; loaded at start.
-    meta_codecs: Mapping[str, str] = field(default_factory=dict)
-    #: STREAMS_CAPABILITIES: task types this worker leases.
-    capabilities: tuple[str, ...] = ("http",)
-    #: STREAMS_BROWSER_MAX: most browser requests leased at once by this worker.
-    browser_max: int = 4
-    #: STREAMS_SITES: per-site policy written to Redis at start, {site: {rate, burst, ...}};
-    #: the key "*" is the default for sites not listed.
-    sites: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: STREAMS_REVISIT_AFTER_SECONDS: a fingerprint stops being a duplicate after this long
-    #: (0 = never; e.g. 2592000 for 30 days). Costs STREAMS_REVISIT_BUCKETS + 1 filters per site.
-    revisit_after_seconds: float = 0.0
-    #: STREAMS_REVISIT_BUCKETS: time buckets the revisit window is cut into.
-    revisit_buckets: int = 4
-    #: STREAMS_POLICY_REFRESH_SECONDS: how often a worker re-reads the crawl's default policy.
-    policy_refresh_seconds: float = 2.0
-    #: STREAMS_EMPTY_CRAWL_WAIT_SECONDS: how long a worker on a crawl that never had a
-    #: request waits for seeds before it counts the crawl as drained.
-    empty_crawl_wait_seconds: float = 60.0
-    #: STREAMS_ALLOW_UNTESTED_SCRAPY (or the environment variable): let a Scrapy release
-    #: above the tested range start (with a warning), to try it; the engine's hook
-    #: points are checked all the same.
-    allow_untested_scrapy: bool = False
-    #: STREAMS_ALLOW_EVICTION (or the environment variable): start even on a Redis whose
-    #: maxmemory-policy is allkeys-*, which evicts queued requests silently (with a warning).
-    allow_eviction: bool = False
-    #: STREAMS_FEED_KEY (or scrapy-redis's REDIS_START_URLS_KEY): the scrapy-redis feed the
-    #: worker moves into the crawl, "%(name)s" = the crawl name (STREAMS_PREFIX, by default
-    #: the spider name, as in scrapy-redis); "" = no feed.
-    feed_key: str = ""
-    #: REDIS_START_URLS_AS_SET / REDIS_START_URLS_AS_ZSET (scrapy-redis's): "list", "set" or "zset".
-    feed_kind: str = "list"
-    #: STREAMS_FEED_BATCH: feed entries moved per round.
-    feed_batch: int = 100
-    #: STREAMS_FEED_POLL_SECONDS: how often an empty feed is looked at (one LLEN).
-    feed_poll_seconds: float = 1.0
-    #: STREAMS_SHARDS: shards a new crawl spreads its sites over (keys.py), fixed when the
-    #: crawl is created; more shards spread a crawl over more Redis Cluster masters.
-    shards: int = DEFAULT_SHARDS
-    #: REDIS_ENCODING (scrapy-redis's): encoding of feed entries.
-    feed_encoding: str = "utf-8"
-    #: STREAMS_UNSERIALIZABLE: a request that cannot be encoded (a lambda callback, a
-    #: Response in meta, over STREAMS_MAX_REQUEST_BYTES) is crawled by this worker from
-    #: its memory ("local": not shared, not leased, lost if the worker dies) or refused
-    #: with an error, and the crawl then ends with exit code 1 ("error").
-    unserializable: str = "local"
-    #: STREAMS_ADAPTIVE: cluster-wide AIMD back-off on 429 / 503 / timeouts, and a
-    #: Retry-After pauses the whole site (see feedback.lua and the README).
-    adaptive: bool = True
-    #: STREAMS_ADAPTIVE_DECREASE: a congestion signal multiplies the site's rate by this.
-    adaptive_decrease: float = 0.7
-    #: STREAMS_ADAPTIVE_INCREASE: healthy answers raise a backed-off rate by this many req/s per second.
-    adaptive_increase: float = 0.5
-    #: STREAMS_ADAPTIVE_MIN_RATE: the back-off never goes below this (req/s).
-    adaptive_min_rate: float = 0.1
-    #: STREAMS_ADAPTIVE_FORGET_SECONDS: a site without a policy or robots rate is unlimited
-    #: again after this long without a congestion signal.
-    adaptive_forget_seconds: float = 600.0
-    #: STREAMS_FEEDBACK_INTERVAL_SECONDS: how often a worker reports healthy answers
-    #: (429 / 503 / timeouts / robots.txt are reported at once).
-    feedback_interval_seconds: float = 0.5
-    #: STREAMS_MAX_CRAWL_DELAY: cap on a robots.txt Crawl-delay, seconds.
-    max_crawl_delay_seconds: float = 30.0
-    #: STREAMS_SITE_KEY: "host" (a site is a host name) or "domain" (its registered domain).
-    site_key: str = "host"
+    redis_url: str = _field("redis_url")
+    crawl: str = _field("crawl")
+    shards: int = _field("shards")
+    connect_timeout_seconds: float = _field("connect_timeout_seconds")
+    socket_timeout_seconds: float = _field("socket_timeout_seconds")
+    lease_seconds: float = _field("lease_seconds")
+    max_deliveries: int = _field("max_deliveries")
+    prefetch: int = _field("prefetch")
+    prefetch_per_site: int = _field("prefetch_per_site")
+    idle_poll_seconds: float = _field("idle_poll_seconds")
+    flush_interval_seconds: float = _field("flush_interval_seconds")
+    dedupe: str = _field("dedupe")
+    bloom_error_rate: float = _field("bloom_error_rate")
+    bloom_capacity: int = _field("bloom_capacity")
+    bloom_expansion: int = _field("bloom_expansion")
+    local_seen_cache: int = _field("local_seen_cache")
+    url_shortcut: bool = _field("url_shortcut")
+    revisit_after_seconds: float = _field("revisit_after_seconds")
+    revisit_buckets: int = _field("revisit_buckets")
+    high_priority_min: int = _field("high_priority_min")
+    low_priority_max: int = _field("low_priority_max")
+    band_ratio: tuple[int, int, int] = _field("band_ratio")
+    sites: Mapping[str, Mapping[str, Any]] = _field("sites")
+    site_key: str = _field("site_key")
+    policy_refresh_seconds: float = _field("policy_refresh_seconds")
+    retry_after_max_seconds: float = _field("retry_after_max_seconds")
+    adaptive: bool = _field("adaptive")
+    adaptive_decrease: float = _field("adaptive_decrease")
+    adaptive_increase: float = _field("adaptive_increase")
+    adaptive_min_rate: float = _field("adaptive_min_rate")
+    adaptive_forget_seconds: float = _field("adaptive_forget_seconds")
+    feedback_interval_seconds: float = _field("feedback_interval_seconds")
+    max_crawl_delay_seconds: float = _field("max_crawl_delay_seconds")
+    capabilities: tuple[str, ...] = _field("capabilities")
+    browser_max: int = _field("browser_max")
+    request_classes: tuple[str, ...] = _field("request_classes")
+    meta_classes: tuple[str, ...] = _field("meta_classes")
+    meta_codecs: Mapping[str, str] = _field("meta_codecs")
+    max_request_bytes: int = _field("max_request_bytes")
+    unserializable: str = _field("unserializable")
+    min_replicas: int = _field("min_replicas")
+    replica_wait_ms: int = _field("replica_wait_ms")
+    feed_key: str = _field("feed_key")
+    feed_as_set: bool = _field("feed_as_set")
+    feed_as_zset: bool = _field("feed_as_zset")
+    feed_encoding: str = _field("feed_encoding")
+    feed_batch: int = _field("feed_batch")
+    feed_poll_seconds: float = _field("feed_poll_seconds")
+    node_id: str = _field("node_id")
+    heartbeat_seconds: float = _field("heartbeat_seconds")
+    close_on_drain: bool = _field("close_on_drain")
+    empty_crawl_wait_seconds: float = _field("empty_crawl_wait_seconds")
+    shutdown_timeout_seconds: float = _field("shutdown_timeout_seconds")
+    metrics_ports: tuple[int, ...] = _field("metrics_ports")
+    metrics_addr: str = _field("metrics_addr")
+    allow_untested_scrapy: bool = _field("allow_untested_scrapy")
+    allow_eviction: bool = _field("allow_eviction")
 
     def __post_init__(self) -> None:
-        validate_redis_url(self.redis_url)
-        validate_crawl_name(self.crawl)
-        check_positive("STREAMS_LEASE_SECONDS", self.lease_seconds)
-        _whole("STREAMS_MAX_DELIVERIES", self.max_deliveries, minimum=1)
-        if self.dedupe not in DEDUPE_BACKENDS:
-            raise ConfigError("STREAMS_DEDUPE", self.dedupe, f"expected one of {DEDUPE_BACKENDS}")
-        if not (0 < self.bloom_error_rate < 1):
-            raise ConfigError(
-                "STREAMS_BLOOM_ERROR_RATE", self.bloom_error_rate, "expected a rate between 0 and 1"
-            )
-        _whole("STREAMS_BLOOM_CAPACITY", self.bloom_capacity, minimum=1)
-        _whole("STREAMS_BLOOM_EXPANSION", self.bloom_expansion, minimum=1)
-        _whole("STREAMS_HIGH_PRIORITY_MIN", self.high_priority_min, minimum=None)
-        _whole("STREAMS_LOW_PRIORITY_MAX", self.low_priority_max, minimum=None)
+        for row in SETTINGS:
+            if row.check is not None:
+                row.check(row.name, getattr(self, row.field))
         if self.low_priority_max >= self.high_priority_min:
             raise ConfigError(
-                "STREAMS_LOW_PRIORITY_MAX",
-                self.low_priority_max,
-                f"must be below STREAMS_HIGH_PRIORITY_MIN={self.high_priority_min}",
+                "STREAMS_LOW_PRIORITY_MAX", self.low_priority_max, f"must be below STREAMS_HIGH_PRIORITY_MIN={self.high_priority_min}"
             )
-        _whole("STREAMS_PREFETCH", self.prefetch, minimum=0)
-        _whole("STREAMS_PREFETCH_PER_SITE", self.prefetch_per_site, minimum=0)
-        check_positive("STREAMS_IDLE_POLL_SECONDS", self.idle_poll_seconds)
-        check_positive("STREAMS_FLUSH_INTERVAL_SECONDS", self.flush_interval_seconds)
-        check_positive("STREAMS_HEARTBEAT_SECONDS", self.heartbeat_seconds)
-        check_positive("STREAMS_RETRY_AFTER_MAX_SECONDS", self.retry_after_max_seconds)
-        _whole("STREAMS_LOCAL_SEEN_CACHE", self.local_seen_cache, minimum=0)
-        check_positive("STREAMS_CONNECT_TIMEOUT_SECONDS", self.connect_timeout_seconds, zero_ok=True)
-        check_positive("STREAMS_SOCKET_TIMEOUT_SECONDS", self.socket_timeout_seconds)
-        check_positive("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", self.shutdown_timeout_seconds, zero_ok=True)
-        _whole("STREAMS_MAX_REQUEST_BYTES", self.max_request_bytes, minimum=0)
-        _whole("STREAMS_BROWSER_MAX", self.browser_max, minimum=0)
-        check_positive("STREAMS_REVISIT_AFTER_SECONDS", self.revisit_after_seconds, zero_ok=True)
-        _whole("STREAMS_REVISIT_BUCKETS", self.revisit_buckets, minimum=1)
-        check_positive("STREAMS_POLICY_REFRESH_SECONDS", self.policy_refresh_seconds)
-        check_positive("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", self.empty_crawl_wait_seconds, zero_ok=True)
-        _whole("STREAMS_FEED_BATCH", self.feed_batch, minimum=1)
-        check_positive("STREAMS_FEED_POLL_SECONDS", self.feed_poll_seconds)
-        _whole("STREAMS_SHARDS", self.shards, minimum=1)
-        if self.shards > MAX_SHARDS:
-            raise ConfigError("STREAMS_SHARDS", self.shards, f"at most {MAX_SHARDS} (a drain check reads every shard)")
-        if self.feed_kind not in ("list", "set", "zset"):
-            raise ConfigError("REDIS_START_URLS_AS_SET", self.feed_kind, "expected list, set or zset")
-        try:
-            "".encode(self.feed_encoding)
-        except LookupError:
-            raise ConfigError("REDIS_ENCODING", self.feed_encoding, "unknown encoding") from None
-        _whole("STREAMS_MIN_REPLICAS", self.min_replicas, minimum=-1)
-        _whole("STREAMS_REPLICA_WAIT_MS", self.replica_wait_ms, minimum=1)
-        if self.unserializable not in UNSERIALIZABLE_MODES:
-            raise ConfigError("STREAMS_UNSERIALIZABLE", self.unserializable, f"expected one of {UNSERIALIZABLE_MODES}")
-        if not (0 < self.adaptive_decrease < 1):
-            raise ConfigError("STREAMS_ADAPTIVE_DECREASE", self.adaptive_decrease, "expected a factor between 0 and 1, e.g. 0.7")
-        check_positive("STREAMS_ADAPTIVE_INCREASE", self.adaptive_increase)
-        check_positive("STREAMS_ADAPTIVE_MIN_RATE", self.adaptive_min_rate)
-        check_positive("STREAMS_ADAPTIVE_FORGET_SECONDS", self.adaptive_forget_seconds)
-        check_positive("STREAMS_FEEDBACK_INTERVAL_SECONDS", self.feedback_interval_seconds)
-        check_positive("STREAMS_MAX_CRAWL_DELAY", self.max_crawl_delay_seconds)
-        if not isinstance(self.allow_eviction, bool):
-            raise ConfigError("STREAMS_ALLOW_EVICTION", self.allow_eviction, "expected True or False")
-        if self.site_key not in ("host", "domain"):
-            raise ConfigError("STREAMS_SITE_KEY", self.site_key, 'expected "host" or "domain"')
-        if self.node_id and not validate_node_id(self.node_id):
-            raise ConfigError(
-                "STREAMS_NODE_ID", self.node_id, "use letters, digits and . _ : @ - (max 128)"
-            )
-        bad = [c for c in self.capabilities if c not in TASK_TYPES]
-        if bad or not self.capabilities:
-            raise ConfigError(
-                "STREAMS_CAPABILITIES", list(self.capabilities), f"expected a non-empty subset of {list(TASK_TYPES)}"
-            )
-        if not isinstance(self.meta_codecs, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.meta_codecs.items()
-        ):
-            raise ConfigError(
-                "STREAMS_META_CODECS", self.meta_codecs, "expected a dict of class import path -> codec import path"
-            )
-        if not all(isinstance(c, str) for c in self.meta_classes):
-            raise ConfigError("STREAMS_META_CLASSES", list(self.meta_classes), "expected a list of import paths")
-        if not isinstance(self.sites, Mapping):
-            raise ConfigError("STREAMS_SITES", self.sites, "expected a dict of site -> policy dict")
-        from streams_sched.politeness.policy import validate_policy
-
-        for site, policy in self.sites.items():
-            validate_policy(site, policy)
+        if self.feed_as_set and self.feed_as_zset:
+            raise ConfigError("REDIS_START_URLS_AS_ZSET", True, "REDIS_START_URLS_AS_SET is set too; choose one")
 
     @property
     def lease_ms(self) -> int:
         return int(self.lease_seconds * 1000)
 
+    @property
+    def feed_kind(self) -> str:
+        """What the scrapy-redis feed is: "list", "set" or "zset"."""
+        return "set" if self.feed_as_set else "zset" if self.feed_as_zset else "list"
+
     @classmethod
     def from_settings(cls, settings: Any, spider_name: str | None = None) -> StreamsConfig:
         """Build from Scrapy settings (or any mapping with ``get``).
 
-        A setting that is not set (or is None) keeps the field's default above; the
-        table :data:`SETTINGS` names each field's setting and how its value is read.
+        Each field takes the first of its rows in :data:`SETTINGS` that is set (not None),
+        read by the row's parser; a field none of whose settings is set keeps its default,
+        or looks it up (the environment, the spider name) when that default is a Lookup.
         """
-        redis_url = settings.get("REDIS_URL")
-        crawl = settings.get("STREAMS_PREFIX")
-        values: dict[str, Any] = {
-            "redis_url": os.environ.get("REDIS_URL", "") if redis_url is None else redis_url,
-            "crawl": (spider_name or "") if crawl is None else crawl,
-        }
-        for name, (setting, parse) in SETTINGS.items():
-            value = settings.get(setting)
-            if value is not None:
-                values[name] = parse(setting, value)
-        for name, env_name in (("allow_untested_scrapy", "STREAMS_ALLOW_UNTESTED_SCRAPY"), ("allow_eviction", "STREAMS_ALLOW_EVICTION")):
-            if name not in values:  # the environment variable of the same name
-                values[name] = os.environ.get(env_name, "").strip().lower() in _TRUE
-        values["feed_key"] = _feed_key(settings, values["crawl"])
-        values["feed_kind"] = _feed_kind(settings)
+        values: dict[str, Any] = {}
+        for row in SETTINGS:
+            if row.field not in values:
+                raw = settings.get(row.name)
+                if raw is not None:
+                    values[row.field] = row.parse(row.name, raw)
+        for row in SETTINGS:
+            if row.field not in values and isinstance(row.default, Lookup):
+                values[row.field] = row.default.find(spider_name)
+        if values["feed_key"]:  # a template checked by its parser: %(name)s is the crawl name
+            values["feed_key"] %= {"name": values["crawl"]}
         return cls(**values)
 
 
-def validate_node_id(node_id: str) -> bool:
-    return 0 < len(node_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in node_id)
+def settings_markdown(level: int | None = 2) -> str:
+    """The settings reference in Markdown: per section a heading of ``level`` (None: a bold
+    line, for a page whose headings must stay its own) and a table (setting, default,
+    meaning) of its rows of :data:`SETTINGS`."""
+    lines: list[str] = []
+    for section in SECTIONS:
+        title = f"**{section}**" if level is None else f"{'#' * level} {section}"
+        lines += ["", title, "", "| setting | default | meaning |", "| --- | --- | --- |"]
+        for row in SETTINGS:
+            if row.section == section:
+                lines.append(f"| `{row.name}` | {_cell(row.default_text())} | {_cell(row.doc)} |")
+    return "\n".join(lines).lstrip("\n") + "\n"
 
 
-#: scrapy-redis's default START_URLS_KEY.
-DEFAULT_FEED_KEY = "%(name)s:start_urls"
-
-
-def _feed_key(settings: Any, name: str) -> str:
-    setting = "STREAMS_FEED_KEY"
-    value = settings.get(setting)
-    if value is None:
-        setting = "REDIS_START_URLS_KEY"
-        value = settings.get(setting, DEFAULT_FEED_KEY)
-    if value is None or value is False:
-        return ""
-    if value is True:
-        value = DEFAULT_FEED_KEY
-    if not isinstance(value, str):
-        raise ConfigError(setting, value, 'expected a key name like "%(name)s:start_urls", or "" for no feed')
-    try:
-        return value.strip() % {"name": name}
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ConfigError(setting, value, f"only %(name)s may be substituted ({exc})") from None
-
-
-def _feed_kind(settings: Any) -> str:
-    as_set = _setting(settings, "REDIS_START_URLS_AS_SET", _bool, False)
-    as_zset = _setting(settings, "REDIS_START_URLS_AS_ZSET", _bool, False)
-    if as_set and as_zset:
-        raise ConfigError("REDIS_START_URLS_AS_ZSET", True, "REDIS_START_URLS_AS_SET is set too; choose one")
-    return "set" if as_set else "zset" if as_zset else "list"
-
-
-def _setting(settings: Any, name: str, parse: Callable[[str, Any], Any], default: Any) -> Any:
-    """``parse(name, value)`` of a setting that is set, else ``default``."""
-    value = settings.get(name)
-    return default if value is None else parse(name, value)
-
-
-def _num(name: str, value: Any) -> float:
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(name, value, "expected a number") from None
-    if isinstance(value, bool) or not math.isfinite(result):
-        raise ConfigError(name, value, "expected a finite number")
-    return result
-
-
-def _int(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(name, value, "expected a whole number")
-    try:
-        result = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(name, value, "expected a whole number") from None
-    if isinstance(value, float) and value != result:
-        raise ConfigError(name, value, "expected a whole number")
-    return result
-
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ConfigError(name, value, "expected True or False")
-
-
-def _str(name: str, value: Any) -> str:
-    return str(value)
-
-
-def _word(name: str, value: Any) -> str:
-    """A keyword setting, case-insensitive ("auto", "local", ...); checked in __post_init__."""
-    return str(value).strip().lower()
-
-
-def _names(name: str, value: Any) -> tuple[Any, ...]:
-    """A list, or a comma-separated string ("http,browser")."""
-    if isinstance(value, str):
-        return tuple(c.strip() for c in value.split(",") if c.strip())
-    if isinstance(value, Mapping) or not isinstance(value, Iterable):
-        raise ConfigError(name, value, 'expected a list, or names separated by commas ("a,b")')
-    return tuple(value)
-
-
-def _json_dict(name: str, value: Any) -> Any:
-    """A dict, or its JSON text ("" = empty); anything else is left for __post_init__ to name."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.strip() else {}
-        except ValueError as exc:
-            raise ConfigError(name, value, f"not valid JSON ({exc})") from None
-    return dict(value) if isinstance(value, Mapping) else value
-
-
-def _min_replicas(name: str, value: Any) -> int:
-    """"auto" (-1) or a number of replicas."""
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return -1
-    n = _int(name, value)
-    if n < 0:
-        raise ConfigError(name, value, 'expected "auto" or a number of replicas (0 = do not wait for any)')
-    return n
-
-
-def _band_ratio(name: str, value: Any) -> tuple[int, int, int]:
-    return parse_band_ratio(value, name)
-
-
-#: field of :class:`StreamsConfig` -> (its setting, how a value that is set is read).
-#: A setting left unset keeps the field's default. Not in the table: redis_url and
-#: crawl (their defaults come from the environment and the spider), feed_key and
-#: feed_kind (scrapy-redis's settings, read by _feed_key and _feed_kind), and the
-#: defaults of allow_untested_scrapy and allow_eviction (the environment variables of
-#: the same names).
-SETTINGS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "lease_seconds": ("STREAMS_LEASE_SECONDS", _num),
-    "max_deliveries": ("STREAMS_MAX_DELIVERIES", _int),
-    "dedupe": ("STREAMS_DEDUPE", _word),
-    "bloom_error_rate": ("STREAMS_BLOOM_ERROR_RATE", _num),
-    "bloom_capacity": ("STREAMS_BLOOM_CAPACITY", _int),
-    "bloom_expansion": ("STREAMS_BLOOM_EXPANSION", _int),
-    "high_priority_min": ("STREAMS_HIGH_PRIORITY_MIN", _int),
-    "low_priority_max": ("STREAMS_LOW_PRIORITY_MAX", _int),
-    "band_ratio": ("STREAMS_BAND_RATIO", _band_ratio),
-    "prefetch": ("STREAMS_PREFETCH", _int),
-    "prefetch_per_site": ("STREAMS_PREFETCH_PER_SITE", _int),
-    "close_on_drain": ("STREAMS_CLOSE_ON_DRAIN", _bool),
-    "idle_poll_seconds": ("STREAMS_IDLE_POLL_SECONDS", _num),
-    "flush_interval_seconds": ("STREAMS_FLUSH_INTERVAL_SECONDS", _num),
-    "heartbeat_seconds": ("STREAMS_HEARTBEAT_SECONDS", _num),
-    "node_id": ("STREAMS_NODE_ID", _str),
-    "retry_after_max_seconds": ("STREAMS_RETRY_AFTER_MAX_SECONDS", _num),
-    "local_seen_cache": ("STREAMS_LOCAL_SEEN_CACHE", _int),
-    "min_replicas": ("STREAMS_MIN_REPLICAS", _min_replicas),
-    "replica_wait_ms": ("STREAMS_REPLICA_WAIT_MS", _int),
-    "connect_timeout_seconds": ("STREAMS_CONNECT_TIMEOUT_SECONDS", _num),
-    "socket_timeout_seconds": ("STREAMS_SOCKET_TIMEOUT_SECONDS", _num),
-    "shutdown_timeout_seconds": ("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", _num),
-    "max_request_bytes": ("STREAMS_MAX_REQUEST_BYTES", _int),
-    "request_classes": ("STREAMS_REQUEST_CLASSES", _names),
-    "meta_classes": ("STREAMS_META_CLASSES", _names),
-    "meta_codecs": ("STREAMS_META_CODECS", _json_dict),
-    "capabilities": ("STREAMS_CAPABILITIES", _names),
-    "browser_max": ("STREAMS_BROWSER_MAX", _int),
-    "sites": ("STREAMS_SITES", _json_dict),
-    "revisit_after_seconds": ("STREAMS_REVISIT_AFTER_SECONDS", _num),
-    "revisit_buckets": ("STREAMS_REVISIT_BUCKETS", _int),
-    "policy_refresh_seconds": ("STREAMS_POLICY_REFRESH_SECONDS", _num),
-    "empty_crawl_wait_seconds": ("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", _num),
-    "allow_untested_scrapy": ("STREAMS_ALLOW_UNTESTED_SCRAPY", _bool),
-    "allow_eviction": ("STREAMS_ALLOW_EVICTION", _bool),
-    "feed_batch": ("STREAMS_FEED_BATCH", _int),
-    "feed_poll_seconds": ("STREAMS_FEED_POLL_SECONDS", _num),
-    "shards": ("STREAMS_SHARDS", _int),
-    "feed_encoding": ("REDIS_ENCODING", _str),
-    "unserializable": ("STREAMS_UNSERIALIZABLE", _word),
-    "adaptive": ("STREAMS_ADAPTIVE", _bool),
-    "adaptive_decrease": ("STREAMS_ADAPTIVE_DECREASE", _num),
-    "adaptive_increase": ("STREAMS_ADAPTIVE_INCREASE", _num),
-    "adaptive_min_rate": ("STREAMS_ADAPTIVE_MIN_RATE", _num),
-    "adaptive_forget_seconds": ("STREAMS_ADAPTIVE_FORGET_SECONDS", _num),
-    "feedback_interval_seconds": ("STREAMS_FEEDBACK_INTERVAL_SECONDS", _num),
-    "max_crawl_delay_seconds": ("STREAMS_MAX_CRAWL_DELAY", _num),
-    "site_key": ("STREAMS_SITE_KEY", _word),
-}
-
-
-def check_positive(name: str, value: float, zero_ok: bool = False) -> None:
-    """A finite number above 0 (or 0 too with ``zero_ok``), else a ConfigError naming ``name``."""
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        raise ConfigError(name, value, "must be 0 or more" if zero_ok else "must be greater than 0")
-
-
-def check_port(name: str, port: int) -> None:
-    if not (0 <= port <= 65535):
-        raise ConfigError(name, port, "expected a port (0-65535)")
-
-
-def _whole(name: str, value: int, minimum: int | None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(name, value, "expected a whole number")
-    if minimum is not None and value < minimum:
-        raise ConfigError(name, value, f"must be at least {minimum}")
-
+def _cell(text: str) -> str:
+    """Text that stays in one cell of a Markdown table."""
+    return text.replace("|", "\\|").replace("\n", " ")

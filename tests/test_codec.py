@@ -780,14 +780,14 @@ def test_scheduler_builds_its_codec_from_the_settings(plain_redis_url: str, craw
     from scrapy.utils.request import RequestFingerprinter
 
     from streams_sched.config import StreamsConfig
-    from streams_sched.worker.scheduler import StreamsScheduler
+    from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
     config = StreamsConfig.from_settings({
         "REDIS_URL": plain_redis_url, "STREAMS_PREFIX": crawl,
         "STREAMS_META_CLASSES": f"{__name__}.Slotted",
         "STREAMS_META_CODECS": {f"{__name__}.Money": f"{__name__}.money_codec"},
     })
-    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=2, per_site_concurrency=2)
+    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(2, 2))
     sched.open(MySpider())
     try:
         assert sched.codec is not None

@@ -19,7 +19,7 @@ from streams_sched.config import StreamsConfig
 from streams_sched.frontier.client import LeasedEntry
 from streams_sched.worker.exchange import Exchange, SiteWeights
 from streams_sched.worker.fairness import ReadySites
-from streams_sched.worker.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import Limits, StreamsScheduler
 from streams_sched.worker.selection import returning_credit
 
 SLOT_CONCURRENCY = {"s0": 1, "s1": 1, "s2": 2, "s3": 3, "s4": 2}  # "s5" has no slot until a request goes there
@@ -100,10 +100,10 @@ class World:
 
     def __init__(self, downloader: bool = True) -> None:
         config = StreamsConfig(redis_url="redis://unused", crawl="fair")
-        self.sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=8, per_site_concurrency=8)
+        self.sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(8, 8))
         self.x = self.sched._x = Exchange()
         self.downloader = Downloader() if downloader else None
-        self.sched._downloader = self.downloader
+        self.sched.ready.downloader = self.downloader
         self.scan = Scan()
         self.n = 0
         self.site_of: dict[scrapy.Request, str] = {}
@@ -155,10 +155,10 @@ class World:
         request = self.downloading.pop(i % len(self.downloading))
         if failed:
             self._leave_slot(request)
-            self.sched._on_download_error(request, ValueError("refused"))
+            self.sched.answers.on_download_error(request, ValueError("refused"))
             self.scraping.append(request)
             return
-        self.sched._on_response_downloaded(self.response, request, None)  # type: ignore[arg-type]
+        self.sched.answers.on_response_downloaded(self.response, request, None)  # type: ignore[arg-type]
         self.leaving.append(request)
         if leave:
             self.left(len(self.leaving) - 1)
@@ -188,14 +188,14 @@ class World:
 
     def check_state(self) -> None:
         assert self.x.served == self.scan.served
-        kept = set(self.sched._ready) | set(self.sched._held)
-        assert set(self.sched._ready) == set(self.scan.ready)
-        assert dict(self.sched._held) == dict(self.scan.held)
+        kept = set(self.sched.ready.by_site) | set(self.sched.ready.held)
+        assert set(self.sched.ready.by_site) == set(self.scan.ready)
+        assert dict(self.sched.ready.held) == dict(self.scan.held)
         for site in self.x.weights:
             assert self.x.weights.weight(site) == self.scan.weight(site)
         # weights of sites gone wait at most until the next pick (one, that the I/O thread
         # looked at last, until it looks at another)
-        assert len(set(self.x.weights) - kept - self.sched._unweigh) <= 1
+        assert len(set(self.x.weights) - kept - self.sched.ready.unweigh) <= 1
 
 
 _ops = st.lists(
@@ -270,7 +270,7 @@ def test_pick_order_with_thousands_of_sites_is_the_plain_scans(seed: int) -> Non
         if step % 500 == 0:
             world.pick()
             world.check_state()
-    assert picked > 1000 and len(world.sched._ready) > 1000
+    assert picked > 1000 and len(world.sched.ready.by_site) > 1000
 
 
 def test_served_and_weights_keep_only_the_sites_held() -> None:
@@ -293,7 +293,7 @@ def test_served_and_weights_keep_only_the_sites_held() -> None:
     world.weigh("elsewhere.test", 1.0)  # the I/O thread looks at another site (stores nothing)
     assert world.sched.next_request() is None
     assert dict(world.x.served) == {} and len(world.x.weights) == 0
-    assert not world.sched._held and not world.sched._unweigh and len(world.sched._fair) == 0
+    assert not world.sched.ready.held and not world.sched.ready.unweigh and len(world.sched.ready.fair) == 0
 
 
 def test_a_weight_the_io_thread_just_read_is_not_forgotten() -> None:

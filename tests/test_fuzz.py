@@ -22,7 +22,7 @@ from scrapy.utils.request import RequestFingerprinter
 from streams_sched.config import StreamsConfig
 from streams_sched.errors import EntryError
 from streams_sched.wire.codec import RequestCodec
-from streams_sched.worker.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
 from helpers import same
 
@@ -70,7 +70,7 @@ def scheduler(plain_redis_url: str, crawl: str) -> Iterator[StreamsScheduler]:
         redis_url=plain_redis_url, crawl=crawl, idle_poll_seconds=0.05, flush_interval_seconds=0.005,
         lease_seconds=30, max_deliveries=100,
     )
-    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=8, per_site_concurrency=8)
+    sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(8, 8))
     sched.open(FuzzSpider())
     yield sched
     sched.close("finished")

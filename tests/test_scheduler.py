@@ -14,7 +14,7 @@ from scrapy.utils.request import RequestFingerprinter
 from streams_sched.config import StreamsConfig
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP
-from streams_sched.worker.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
 from helpers import wait_for
 
@@ -33,7 +33,7 @@ def sched(redis_url: str, dedupe: str, crawl: str) -> Iterator[StreamsScheduler]
          "STREAMS_IDLE_POLL_SECONDS": 0.1, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005},
         "unit",
     )
-    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=4, per_site_concurrency=4)
+    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(4, 4))
     s.open(Spider())
     yield s
     s.close("test")
@@ -93,15 +93,15 @@ def test_a_refused_command_is_logged_once_and_retried_with_back_off(
     with caplog.at_level(logging.INFO, logger="streams_sched.worker.io.pump"):
         sched.enqueue_request(scrapy.Request("http://child.test/"))
         wait_for(
-            lambda: sum(n for (what, _), n in pump.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
+            lambda: sum(n for (what, _), n in pump.trouble.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
             timeout=30, what="four refused tries",
         )
-        assert pump.retry.current_s >= 0.4  # 0.1, 0.2, 0.4: the tries back off
+        assert pump.trouble.retry.current_s >= 0.4  # 0.1, 0.2, 0.4: the tries back off
         errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
         assert len(errors) == 1 and "refused the enqueue to site child.test" in errors[0].getMessage(), [e.getMessage() for e in errors]
         r.delete(child_keys.seen)
         wait_for(lambda: f.status("child.test").stats.get("enqueued") == 1, timeout=30, what="the enqueue")
-        wait_for(lambda: not pump.refusals, timeout=30, what="the refusal to clear")
+        wait_for(lambda: not pump.trouble.refusals, timeout=30, what="the refusal to clear")
     ended = [rec.getMessage() for rec in caplog.records if "accepts the enqueue to site child.test again" in rec.getMessage()]
     assert len(ended) == 1 and "after refusing it" in ended[0], ended
     assert int(ended[0].split("after refusing it ")[1].split()[0]) >= 4
@@ -153,7 +153,7 @@ def test_served_and_weights_follow_the_sites_held(sched: StreamsScheduler) -> No
     x = sched._x
     wait_for(lambda: sched.next_request() is None and not x.served and len(x.weights) <= 1, timeout=10,
              what="served and weights to let go of the sites done")
-    assert not sched._held and len(sched._fair) == 0
+    assert not sched.ready.held and len(sched.ready.fair) == 0
 
 
 def pump_cycles(s: StreamsScheduler, n: int) -> None:
@@ -169,7 +169,7 @@ def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> Streams
          "STREAMS_IDLE_POLL_SECONDS": 0.1, **settings},
         "unit",
     )
-    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), concurrency=4, per_site_concurrency=4)
+    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(4, 4))
     s.open(Spider())
     return s
 
@@ -179,7 +179,7 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
     s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=1.5)
     try:
         started = time.monotonic()
-        wait_for(lambda: s._pump.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
+        wait_for(lambda: s._pump.upkeep.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
         pump_cycles(s, 5)
         assert s.has_pending_requests()  # not drained: nothing was ever enqueued
         wait_for(lambda: not s.has_pending_requests(), timeout=10, what="drain after the wait")

@@ -15,7 +15,7 @@ import scrapy
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.config import StreamsConfig
-from streams_sched.worker.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
 from helpers import wait_for
 
@@ -47,7 +47,7 @@ def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> Streams
          "STREAMS_EMPTY_CRAWL_WAIT_SECONDS": 0, **settings},
         "unit",
     )
-    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), stats=Stats(), concurrency=4, per_site_concurrency=4)  # type: ignore[arg-type]
+    s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), stats=Stats(), limits=Limits(4, 4))  # type: ignore[arg-type]
     s.open(Spider())
     return s
 
@@ -60,8 +60,8 @@ def sched(redis_url: str, dedupe: str, crawl: str) -> Iterator[StreamsScheduler]
 
 
 def stats(s: StreamsScheduler) -> Counter[str]:
-    s._apply_stats()
-    return s.stats.values  # type: ignore[union-attr]
+    s.counts.apply(s._x)
+    return s.counts.stats.values  # type: ignore[union-attr]
 
 
 def lambda_request(url: str, **kwargs: Any) -> scrapy.Request:
@@ -87,7 +87,7 @@ def test_request_that_cannot_travel_is_crawled_by_this_worker(sched: StreamsSche
     local = lambda_request("http://a.test/local")
     assert sched.enqueue_request(local)
     assert sched.has_pending_requests() and len(sched) == 1 and sched.local_held == 1
-    assert sched._pump is not None and sched._pump._node_record("online")["local"] == 1  # heartbeats show it
+    assert sched._pump is not None and sched._pump.presence.record("online")["local"] == 1  # heartbeats show it
     got = sched.next_request()
     assert got is local and sched.lease_of(got) is None
     assert sched.has_pending_requests()  # in progress
@@ -219,7 +219,7 @@ def test_closing_counts_local_requests_never_crawled(redis_url: str, dedupe: str
     s = make(redis_url, dedupe, crawl)
     assert s.enqueue_request(lambda_request("http://a.test/x"))
     s.close("shutdown")
-    assert s.stats.values["streams/unserializable_lost"] == 1  # type: ignore[union-attr]
+    assert s.counts.stats.values["streams/unserializable_lost"] == 1  # type: ignore[union-attr]
     assert "closing with 1 local requests not crawled" in caplog.text
 
 
@@ -235,7 +235,7 @@ def test_worker_metrics_count_local_requests(sched: StreamsScheduler) -> None:
     started = sched.next_request()
     assert started is not None
     stats(sched)
-    metrics = WorkerMetrics(SimpleNamespace(stats=sched.stats), sched, [0])
+    metrics = WorkerMetrics(SimpleNamespace(stats=sched.counts.stats), sched, [0])
     samples = {s.name: s.value for fam in metrics.registry.collect() for s in fam.samples}
     assert samples["streams_sched_worker_unserializable_local_total"] == 2
     assert samples["streams_sched_worker_local_requests"] == 2  # one waiting, one in progress

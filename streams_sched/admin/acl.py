@@ -202,7 +202,7 @@ def rules(
     ``sentinel`` add what a Redis Cluster or a Sentinel client needs.
 
     ``optional`` lists which of :data:`OPTIONAL_COMMANDS` to include (default:
-    all of them, as printed in the README).
+    all of them, as printed in docs/operations/security.md).
     """
     if role not in _ROLE_COMMANDS:
         raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")

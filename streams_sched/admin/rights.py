@@ -127,5 +127,5 @@ def check_rights(client: Any, crawl: str, what: str, role: str = "worker") -> No
     if missing:
         raise RedisUnavailable(
             f"{what}: the ACL user may not run {', '.join(missing)} on crawl {crawl!r};"
-            " give it the rules of its role (see the README, 'ACL rules')"
+            " give it the rules of its role (see docs/operations/security.md, 'ACL rules')"
         )

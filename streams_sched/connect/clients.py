@@ -344,7 +344,7 @@ class _Waiter:
             # (redis-py strips the NOPERM prefix from a NoPermissionError's text)
             raise RedisUnavailable(
                 f"{self.what}: the ACL user may not run a command it needs ({text});"
-                " give it the rules of its role (see the README, 'ACL rules')"
+                " give it the rules of its role (see docs/operations/security.md, 'ACL rules')"
             ) from None
         if "CERTIFICATE_REQUIRED" in text or "BAD_CERTIFICATE" in text or "CERTIFICATE_UNKNOWN" in text:
             raise RedisUnavailable(

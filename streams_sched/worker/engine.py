@@ -281,7 +281,7 @@ class EngineHooks:
             raise ScrapyCompatError(
                 "streams-sched needs the downloader middleware manager's methods['process_exception']"
                 " deque to see download timeouts; this Scrapy version moved it. Set"
-                " STREAMS_ADAPTIVE=False or pin scrapy to a tested version (see README) and report it."
+                " STREAMS_ADAPTIVE=False or pin scrapy to a tested version (see docs/scrapy-versions.md) and report it."
             )
 
         def process_exception(request: Request, exception: BaseException, spider: Any = None) -> Request | None:

@@ -241,6 +241,14 @@ class Exchange:
         """Wake the I/O thread now."""
         self.kicked.set()
 
+    def wake_if_starved(self) -> None:
+        """I/O thread: new requests arrived; wake the engine only if it found nothing the
+        last time it asked (a busy engine asks again by itself after each download, and
+        every wake costs the reactor a self-pipe wake-up and the GIL)."""
+        if self.starved:
+            self.starved = False
+            self.wake()
+
     def put(self, op: Op) -> None:
         """Queue ``op`` for the I/O thread (in order)."""
         outbox = self.outbox

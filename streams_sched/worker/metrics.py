@@ -243,13 +243,13 @@ class WorkerMetrics:
 
 def attach_worker_metrics(crawler: Any, scheduler: Any) -> WorkerMetrics | None:
     """Attach the exporter to a scheduler if ``STREAMS_METRICS_PORT`` is set."""
-    settings = crawler.settings
-    ports = parse_ports(settings.get("STREAMS_METRICS_PORT"))
+    config = scheduler.config  # STREAMS_METRICS_PORT and STREAMS_METRICS_ADDR, parsed and checked
+    ports = list(config.metrics_ports)
     if not ports:
         return None
     from scrapy import signals
 
-    metrics = WorkerMetrics(crawler, scheduler, ports, str(settings.get("STREAMS_METRICS_ADDR") or "0.0.0.0"))
+    metrics = WorkerMetrics(crawler, scheduler, ports, config.metrics_addr)
     crawler.signals.connect(metrics.spider_opened, signal=signals.spider_opened)
     crawler.signals.connect(metrics.spider_closed, signal=signals.spider_closed)
     return metrics

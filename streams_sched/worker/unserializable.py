@@ -64,7 +64,7 @@ def how_to_fix(field: str) -> str:
         return "keep large data out of meta and the body, or raise STREAMS_MAX_REQUEST_BYTES"
     if field == "class":
         return "add the request class's import path to STREAMS_REQUEST_CLASSES"
-    return "see the README section 'What travels through the queue'"
+    return "see docs/operations/security.md, 'What travels through the queue'"
 
 
 class UnserializablePolicy:

@@ -1,0 +1,285 @@
+"""Which ready sites a worker asks each shard for, and what it learned of them.
+
+Each shard's ready index names sites to the worker in the reply of one lease call;
+the next call asks for leases at those sites (selection.py, ``plan_shards``). What
+this keeps follows the sites the worker holds or recently asked, never the crawl's
+sites: per shard the named sites and when to ask it again, per site a
+:class:`~streams_sched.worker.selection.SiteHint` only while it holds leases or must
+wait. Leased entries are decoded here; a bad one goes to the dead-letter stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from streams_sched.config import StreamsConfig
+from streams_sched.errors import EntryError
+from streams_sched.frontier.client import Frontier, LeasedEntry, LeaseReply, parse_shard_lease
+from streams_sched.frontier.keys import BROWSER_FIRST_STREAM, shard_of
+from streams_sched.wire.codec import RequestCodec
+from streams_sched.worker.exchange import Exchange
+from streams_sched.worker.io.sent import Leased, Sent
+from streams_sched.worker.leasebook import LeaseBook
+from streams_sched.worker.ops import AckGate, DeadLetter
+from streams_sched.worker.selection import LeasePlan, ShardPlan, SiteHint, empty_lease_backoff, plan_shards
+
+__all__ = ["HINTS_PER_SLOT", "SUSPECT_RETRY_S", "Leasing"]
+
+logger = logging.getLogger(__name__)
+
+#: seconds before asking a site again whose only backlog is a request that failed a
+#: delivery before, while this worker already holds one such (suspect) request
+SUSPECT_RETRY_S = 0.25
+#: a worker keeps hints of this many sites per slot of its capacity at most; past it,
+#: hints of sites it holds nothing of and need not wait for are dropped
+HINTS_PER_SLOT = 4
+
+
+class Leasing:
+    """The lease calls of each cycle, and what their replies teach about the sites."""
+
+    def __init__(
+        self,
+        frontier: Frontier,
+        config: StreamsConfig,
+        x: Exchange,
+        book: LeaseBook,
+        gate: AckGate,
+        codec: RequestCodec,
+        node_id: str,
+        *,
+        capacity: int,
+        per_site_cap: int,
+        on_suspect_done: Callable[[], None],
+    ) -> None:
+        self.frontier = frontier
+        self.config = config
+        self.x = x
+        self.book = book
+        self.gate = gate
+        self.codec = codec
+        self.node_id = node_id
+        self.capacity = capacity
+        self.per_site_cap = per_site_cap
+        self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
+        self.http = "http" in config.capabilities
+        #: a suspect request ended here: the next expired lease may be taken over
+        self.on_suspect_done = on_suspect_done
+        #: what this worker last learned of the sites it holds or recently asked (bounded:
+        #: _prune_hints), never one per site of the crawl
+        self.hints: dict[str, SiteHint] = {}
+        shards = frontier.shards
+        #: per shard, the ready sites it named to this worker (an ordered set), and when to
+        #: ask it again while it names none
+        self.named: list[dict[str, None]] = [{} for _ in range(shards)]
+        self.shard_due: list[float] = [0.0] * shards
+        self.shard_streak: list[int] = [0] * shards
+        self.shard_cursor = 0
+        #: where in a shard's oldest ready sites the next named run starts (lease.lua)
+        self.random = random.Random()
+        #: ready sites to ask each shard for per call
+        self.name_count = max(8, min(256, math.ceil(2 * capacity / shards)))
+
+    def next_due(self, now: float) -> float:
+        """When a shard should be asked next: now if one named sites."""
+        return now if any(self.named) else min(self.shard_due)
+
+    def queue(self, pipe: Any, sent: list[Sent], now: float) -> bool:
+        """Queue lease calls, one per shard that named sites or is due to be asked;
+        True if any shard was asked."""
+        book = self.book
+        x = self.x
+        ready = book.total - x.inflight
+        room = self.capacity - book.total
+        if room <= 0 or (ready > x.low_water and room < x.low_water):
+            return False
+        browser_room = max(0, self.browser_cap - book.browser)
+        plans = plan_shards(
+            now,
+            self.named,
+            self.shard_due,
+            self.hints,
+            book.by_site,
+            total_room=room,
+            per_site_cap=self.per_site_cap,
+            browser_room=browser_room,
+            http=self.http,
+            held_browser=book.browser_by_site,
+            name=self.name_count,
+            start=self.shard_cursor,
+        )
+        self.shard_cursor = (self.shard_cursor + 1) % len(self.named)
+        self._drop_unleasable(now, {p.shard for p in plans})
+        tasks = ("h" if self.http else "") + ("b" if browser_room > 0 else "")
+        suspects_ok = 1 if book.suspects == 0 else 0
+        for plan in plans:
+            self._queue_shard(pipe, plan, tasks, suspects_ok)
+            suspects_ok = 0
+            sent.append(Leased(plan))
+        return bool(plans)
+
+    def _queue_shard(self, pipe: Any, plan: ShardPlan, tasks: str, suspects_ok: int) -> None:
+        named = self.named[plan.shard]
+        for site_plan in plan.sites:
+            named.pop(site_plan.site, None)
+        self.frontier.lease_shard(
+            plan.shard,
+            self.node_id,
+            [(p.site, p.total, p.max_http, p.max_browser) for p in plan.sites],
+            self.config.band_ratio,
+            name=plan.name if tasks else 0,
+            spread=self.random.getrandbits(31),
+            tasks=tasks,
+            paused_wait_ms=int(self.config.idle_poll_seconds * 1000),
+            max_suspects=suspects_ok,
+            budget=plan.budget,
+            pipe=pipe,
+        )
+
+    def refused(self, plan: ShardPlan) -> None:
+        """Leave a shard whose lease call Redis refused alone for a while (as if empty)."""
+        n = plan.shard
+        self.shard_streak[n] += 1
+        self.shard_due[n] = time.monotonic() + empty_lease_backoff(self.shard_streak[n], self.config.idle_poll_seconds)
+
+    def finished(self, site: str) -> bool:
+        """The site's last lease reply showed no backlog, no delayed request and no rate."""
+        hint = self.hints.get(site)
+        return (
+            hint is not None and hint.backlog_http == 0 and hint.backlog_browser <= 0
+            and hint.delayed == 0 and hint.rate == 0
+        )
+
+    def _drop_unleasable(self, now: float, asked: set[int]) -> None:
+        """Forget named sites this worker cannot lease now (it holds its cap of them, or
+        must wait), in shards it is not asking: they stay in Redis's ready index and come
+        back named later, and a shard's list never fills with sites it skips."""
+        held, cap, hints = self.book.by_site, self.per_site_cap, self.hints
+        for n, named in enumerate(self.named):
+            if n in asked or not named:
+                continue
+            for site in [s for s in named if held.get(s, 0) >= cap or (s in hints and hints[s].not_before > now)]:
+                del named[site]
+
+    def poke(self, site: str) -> None:
+        """``site`` got work: ask its shard for ready sites at once."""
+        n = shard_of(site, len(self.named))
+        self.shard_due[n] = 0.0
+        self.shard_streak[n] = 0
+        hint = self.hints.get(site)
+        if hint is not None:
+            hint.backlog_http = hint.backlog_browser = -1
+            hint.not_before = 0.0
+
+    def ask_again(self, site: str) -> None:
+        """The site's rate changed: its next lease reply carries the new one."""
+        hint = self.hints.get(site)
+        if hint is not None:
+            hint.not_before = 0.0
+
+    def shards_with_work(self, counts: list[tuple[int, int, int, int]], now: float) -> None:
+        """A drain check saw ready sites in these shards: ask them now."""
+        for n, (ready_http, ready_browser, _, _) in enumerate(counts):
+            if (ready_http and self.http) or (ready_browser and self.browser_cap > 0):
+                self.shard_due[n] = min(self.shard_due[n], now)
+
+    def _prune_hints(self, now: float) -> None:
+        """Forget sites this worker holds nothing of and need not wait for: what it keeps
+        follows the sites it holds, not the crawl."""
+        if len(self.hints) <= HINTS_PER_SLOT * self.capacity:
+            return
+        held = self.book.by_site
+        self.hints = {s: h for s, h in self.hints.items() if s in held or h.not_before > now}
+
+    def on_leased(self, plan: ShardPlan, reply: Any) -> int:
+        """Apply one shard's lease reply; return how many requests arrived."""
+        r = parse_shard_lease([p.site for p in plan.sites], reply)
+        now = time.monotonic()
+        arrived = 0
+        named = self.named[plan.shard]
+        for site_plan, site_reply in zip(plan.sites, r.sites, strict=True):
+            if site_reply is None:
+                named[site_plan.site] = None  # the call's budget ran out first: next time
+                continue
+            arrived += self._on_site_leased(site_plan, site_reply, now)
+        for site in r.named:
+            named[site] = None
+        n = plan.shard
+        if named or arrived:
+            self.shard_streak[n] = 0
+            self.shard_due[n] = now
+        else:
+            self.shard_streak[n] += 1
+            self.shard_due[n] = now + empty_lease_backoff(
+                self.shard_streak[n], self.config.idle_poll_seconds, r.next_in_ms
+            )
+        self._prune_hints(now)
+        return arrived
+
+    def _on_site_leased(self, plan: LeasePlan, r: LeaseReply, now: float) -> int:
+        site = plan.site
+        n = len(r.entries)
+        hint = self.hints.get(site)
+        if hint is None:
+            if not n and r.wait_ms == 0 and not r.deferred:
+                return 0  # nothing held, nothing to wait for: nothing to remember
+            hint = self.hints[site] = SiteHint()
+        # lease.lua only looks at the task types it was asked for
+        if plan.max_http > 0:
+            hint.backlog_http = r.backlog_http
+        if plan.max_browser > 0:
+            hint.backlog_browser = r.backlog_browser
+        hint.delayed = r.delayed
+        hint.weight = r.weight if r.weight > 0 else 1.0
+        if self.x.weights.get(site) != hint.weight:
+            self.x.weights[site] = hint.weight
+        hint.rate = r.rate
+        hint.max_browser = r.max_browser
+        if n:
+            hint.not_before = 0.0
+            self.x.stats.append(("streams/leased", n))
+        elif r.deferred:
+            # only requests that failed a delivery, and this worker already holds one
+            hint.not_before = now + SUSPECT_RETRY_S
+        elif r.wait_ms == -1:
+            hint.not_before = now + self.config.idle_poll_seconds
+        elif r.wait_ms > 0:
+            hint.not_before = now + r.wait_ms / 1000.0
+        return self.accept(r.entries)
+
+    def accept(self, entries: list[LeasedEntry]) -> int:
+        """Decode leased entries; good ones go to the reactor, bad ones to the dead-letter stream."""
+        arrived = 0
+        decode = self.codec.decode
+        now = time.monotonic()
+        take = self.book.take
+        arrivals = self.x.arrivals
+        browser = 0
+        for e in entries:
+            e.leased_at = now
+            take(e)
+            try:
+                if e.payload is None:
+                    raise EntryError("entry has no payload field r")
+                request = decode(e.payload)
+            except EntryError as exc:
+                logger.error("dead-lettering entry %s of site %s: %s", e.id.decode(), e.site, exc)
+                if self.book.end(e):
+                    self.on_suspect_done()
+                self.gate.own_dead.append(DeadLetter(e, str(exc)))
+                continue
+            e.payload = None
+            if e.stream >= BROWSER_FIRST_STREAM:
+                browser += 1
+                if "task_type" not in request.meta:
+                    request.meta["task_type"] = "browser"
+            arrivals.append((request, e))
+            arrived += 1
+        if browser:
+            self.x.stats.append(("streams/leased_browser", browser))
+        return arrived

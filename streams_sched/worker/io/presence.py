@@ -1,0 +1,75 @@
+"""A worker's presence: its heartbeat in the node registry, and its goodbye.
+
+Every ``STREAMS_HEARTBEAT_SECONDS`` the I/O thread writes the worker's node record (what
+it holds, its browser cap and renders) and publishes it as a heartbeat event; the monitor
+and the reclaimer tell live, dead and offline workers apart by it (service/liveness.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from streams_sched.config import StreamsConfig
+from streams_sched.frontier.client import Frontier
+from streams_sched.worker.exchange import Exchange
+from streams_sched.worker.io.sent import HEARTBEAT, Sent
+from streams_sched.worker.leasebook import LeaseBook
+
+__all__ = ["Presence"]
+
+logger = logging.getLogger(__name__)
+
+
+class Presence:
+    """The node record a worker writes and publishes."""
+
+    def __init__(
+        self, frontier: Frontier, config: StreamsConfig, x: Exchange, book: LeaseBook, node_id: str,
+        node_info: dict[str, Any], browser_cap: int,
+    ) -> None:
+        self.frontier = frontier
+        self.heartbeat_s = config.heartbeat_seconds
+        self.x = x
+        self.book = book
+        self.node_id = node_id
+        self.node_info = node_info
+        self.browser_cap = browser_cap
+        self.next_heartbeat = time.monotonic()
+
+    def queue(self, pipe: Any, sent: list[Sent], now: float) -> None:
+        if now < self.next_heartbeat:
+            return
+        self.next_heartbeat = now + self.heartbeat_s
+        info = self.record("online")
+        self.frontier.record_node(self.node_id, info, pipe)
+        self.frontier.publish({"event": "heartbeat", **info}, pipe)
+        sent += (HEARTBEAT, HEARTBEAT)  # record_node, publish
+
+    def record(self, state: str) -> dict[str, Any]:
+        return {
+            **self.node_info,
+            "node": self.node_id,
+            "crawl": self.frontier.crawl,
+            "state": state,
+            "last_seen": time.time(),
+            "held": self.book.total,
+            "local": self.x.local_count(),
+            # browser leases held against this worker's cap, and its renders so far
+            "browser": self.book.browser,
+            "browser_max": self.browser_cap,
+            "renders": self.x.renders,
+            "render_s": round(self.x.render_seconds, 3),
+            "heartbeat_s": self.heartbeat_s,
+        }
+
+    def goodbye(self) -> None:
+        try:
+            info = self.record("offline")
+            pipe = self.frontier.client.pipeline(transaction=False)
+            self.frontier.record_node(self.node_id, info, pipe)
+            self.frontier.publish({"event": "node_offline", **info}, pipe)
+            pipe.execute()
+        except Exception as exc:
+            logger.warning("could not publish node_offline: %s", exc)

@@ -1,0 +1,86 @@
+"""What the I/O thread does when Redis is away or refuses: back off, log once, say when it ends.
+
+Redis unreachable: the cycle is retried with back-off and the unsent operations wait.
+Redis refusing a command for good (NOPERM, WRONGTYPE, OOM at maxmemory): the operation is
+kept and retried with the same back-off, and each distinct refusal is logged once
+(refusals.py; OOM once for all commands) with what to do about it
+(server_checks.hint_for), its repeats counted in ``streams/redis_errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from streams_sched.connect.server_checks import error_code, hint_for
+from streams_sched.worker.exchange import Exchange
+from streams_sched.worker.io.backoff import Backoff
+from streams_sched.worker.io.refusals import Refusals
+
+__all__ = ["RETRY_INITIAL_S", "RETRY_MAX_S", "Trouble"]
+
+logger = logging.getLogger(__name__)
+
+#: first and longest wait before trying a failed cycle again
+RETRY_INITIAL_S, RETRY_MAX_S = 0.1, 5.0
+
+
+class Trouble:
+    """Outages and refusals of one I/O thread, and the back-off they cause."""
+
+    def __init__(self, x: Exchange, on_outage: Callable[[], None]) -> None:
+        self.x = x
+        self.retry = Backoff(initial_s=RETRY_INITIAL_S, max_s=RETRY_MAX_S)
+        self.outage_since: float | None = None
+        self.refusals = Refusals()
+        #: a command was refused in this cycle: back off before the next
+        self.refused = False
+        self.on_outage = on_outage
+
+    def outage(self, exc: BaseException) -> None:
+        if self.outage_since is None:
+            self.outage_since = time.monotonic()
+            logger.warning("Redis unreachable (%s); retrying with back-off", exc)
+        self.x.stats.append(("streams/redis_errors", 1))
+        self.on_outage()
+
+    def reachable(self) -> bool:
+        """The cycle went through: True if that ends an outage."""
+        if self.outage_since is None:
+            return False
+        logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self.outage_since)
+        self.outage_since = None
+        return True
+
+    def refuse(self, what: str, exc: BaseException, *, back_off: bool = True) -> None:
+        """Redis refused a command for good: count it, log it the first time, and (for
+        what must be sent again: enqueues, acks) back off the next cycle."""
+        self.refused = self.refused or back_off
+        self.x.stats.append(("streams/redis_errors", 1))
+        if self.refusals.note(what, exc):
+            hint = hint_for(str(exc))
+            logger.error(
+                "Redis refused the %s: %s. Retrying with back-off; not logged again until it"
+                " clears (streams/redis_errors counts every refusal)%s",
+                what, str(exc).rstrip("."), f". {hint[0].upper()}{hint[1:]}" if hint else "",
+            )
+
+    def accepted(self, what: str) -> None:
+        if not self.refusals.counts:
+            return
+        for error, n in self.refusals.accepted(what):
+            if error_code(error) == "OOM":
+                logger.warning(
+                    "Redis accepts writes again (no OOM for %gs), after refusing %d commands at maxmemory",
+                    self.refusals.quiet_s, n,
+                )
+            else:
+                logger.warning("Redis accepts the %s again, after refusing it %d times (%s)", what, n, error)
+
+    def delay(self, failed: bool) -> float:
+        """How long to wait before the next cycle."""
+        if failed or self.refused:
+            return self.retry.next()
+        self.retry.reset()
+        return 0.0
