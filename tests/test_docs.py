@@ -185,7 +185,7 @@ def test_settings_examples_name_real_settings_with_valid_values(block: Block, ta
     assert assigned, "a settings example assigns settings"
     unknown = [name for name, _, _ in assigned if name.isupper() and not _known_setting(name)]
     assert not unknown, f"settings nothing reads (renamed?): {unknown}"
-    for name, value, line in assigned:
+    for name, value, _line in assigned:
         for path in _import_paths(name, value):
             load_object(path)  # raises if the class moved
         if name == "REDIS_URL":

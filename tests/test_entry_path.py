@@ -27,7 +27,7 @@ from streams_sched.frontier.client import Frontier, crawl_bloom
 from streams_sched.frontier.entries import entry_for, fingerprint_of, url_entries
 from streams_sched.scrapy_redis.feed import FeedMover
 from streams_sched.wire.codec import RequestCodec
-from streams_sched.worker.scheduler import StreamsScheduler
+from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
 from helpers import queued, wait_for
 
@@ -70,19 +70,23 @@ def _scheduler(url: str, crawl: str, fingerprinter: Any) -> StreamsScheduler:
          "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005},
         "entry-path",
     )
-    s = StreamsScheduler(config, fingerprinter=fingerprinter, concurrency=4, per_site_concurrency=4)
+    s = StreamsScheduler(config, fingerprinter=fingerprinter, limits=Limits(4, 4))
     s.open(Spider())
     return s
 
 
 @pytest.fixture
-def scheduled(plain_redis_url: str, crawl: str, fingerprinter: str) -> Iterator[Callable[[Request], bytes]]:
-    """Enqueue a request through a scheduler on ``crawl`` (leasing nothing) and return its
-    entry's payload as Redis holds it."""
+def scheduled(plain_redis_url: str, crawl: str, fingerprinter: str) -> Iterator[Callable[[bool, int], bytes]]:
+    """Enqueue Request(URL) (its callback the spider's ``_callback``, or none; a priority)
+    through a scheduler on ``crawl`` (leasing nothing) and return the entry's payload as
+    Redis holds it."""
     s = _scheduler(plain_redis_url, crawl, FINGERPRINTERS[fingerprinter][0]())
     s._pump.stop_leasing()  # the entries stay queued, to be read back
 
-    def enqueue(request: Request) -> bytes:
+    def enqueue(callback: bool, priority: int) -> bytes:
+        spider = s.spider
+        assert isinstance(spider, Spider)
+        request = Request(URL, priority=priority, callback=spider._callback if callback else None)
         assert s.enqueue_request(request)
         return _one_entry(plain_redis_url, crawl, "high" if request.priority else "default")
 
@@ -130,12 +134,11 @@ def _feed(url: str, crawl: str, fp: Any) -> tuple[int, int]:
 
 @pytest.mark.parametrize("callback", [False, True], ids=["no-callback", "private-callback"])
 def test_scheduler_seeder_and_push_make_one_entry(
-    plain_redis_url: str, crawl: str, fingerprinter: str, callback: bool, scheduled: Callable[[Request], bytes]
+    plain_redis_url: str, crawl: str, fingerprinter: str, callback: bool, scheduled: Callable[[bool, int], bytes]
 ) -> None:
     """A request with a priority (and CrawlSpider's `_callback`) gives the scheduler's entry through the Seeder (Request and URL), and push."""
-    spider = Spider()
     make = FINGERPRINTERS[fingerprinter][0]
-    theirs = scheduled(Request(URL, priority=PRIORITY, callback=spider._callback if callback else None))
+    theirs = scheduled(callback, PRIORITY)
     url = plain_redis_url
     runs: dict[str, Callable[[str], Any]] = {
         "seeder-request": lambda c: _seeder_request(url, c, make(), callback),
@@ -152,11 +155,11 @@ def test_scheduler_seeder_and_push_make_one_entry(
 
 
 def test_scheduler_feed_and_push_make_one_entry_of_a_url(
-    plain_redis_url: str, crawl: str, fingerprinter: str, scheduled: Callable[[Request], bytes]
+    plain_redis_url: str, crawl: str, fingerprinter: str, scheduled: Callable[[bool, int], bytes]
 ) -> None:
     """A bare URL gives the scheduler's entry through the scrapy-redis feed and push, and is a duplicate where the scheduler sent it."""
     make = FINGERPRINTERS[fingerprinter][0]
-    theirs = scheduled(Request(URL))
+    theirs = scheduled(False, 0)
     url = plain_redis_url
     assert _feed(url, f"{crawl}-feed", make()) == (1, 0)
     assert _one_entry(url, f"{crawl}-feed", "default") == theirs
