@@ -140,7 +140,7 @@ def queued_bytes(url: str, n: int, sites: int = 100) -> dict[str, Any]:
     from scrapy.utils.request import RequestFingerprinter
 
     from streams_sched.connect.clients import connect
-    from streams_sched.frontier.client import Frontier, Outgoing, crawl_bloom
+    from streams_sched.frontier.client import Entry, Frontier, crawl_bloom
     from streams_sched.wire.codec import RequestCodec
 
     client = connect(url)
@@ -164,7 +164,7 @@ def queued_bytes(url: str, n: int, sites: int = 100) -> dict[str, Any]:
             req = scrapy.Request(u)
             payload = codec.encode(req)
             sample_len = len(u)
-            items.append(Outgoing(fingerprinter.fingerprint(req), 1, 0, payload))
+            items.append(Entry(fingerprinter.fingerprint(req), 1, 0, payload))
         for i in range(0, len(items), 500):
             f.enqueue(host, items[i : i + 500])  # registers the site in its shard
     after = int(client.info("memory")["used_memory"])

@@ -22,7 +22,7 @@ from typing import Any
 import msgpack
 import redis
 
-from streams_sched.frontier.client import BloomParams, Frontier, Outgoing, parse_lease
+from streams_sched.frontier.client import BloomParams, Entry, Frontier, parse_lease
 
 __all__ = ["run_frontier_ops"]
 
@@ -36,7 +36,7 @@ def _fps(n: int, salt: bytes) -> list[bytes]:
 
 
 def streams_enqueue(client: redis.Redis, mode: str, n: int, per_site_batch: int) -> float:
-    """Enqueue ``n`` requests (half duplicates); return requests offered per second."""
+    """Entry ``n`` requests (half duplicates); return requests offered per second."""
     f = Frontier(client, f"ops{mode}", BloomParams(mode=mode, capacity=max(n, 1000)))
     f.scripts.load()
     sites = [f"site{i}.test" for i in range(SITES)]
@@ -57,7 +57,7 @@ def _enqueue_all(f: Frontier, sites: list[str], fps: list[bytes], per_site_batch
         pipe = f.client.pipeline(transaction=False)
         chunk = fps[start : start + step]
         for i, site in enumerate(sites):
-            items = [Outgoing(fp, 1, 0, payload) for fp in chunk[i :: len(sites)]]
+            items = [Entry(fp, 1, 0, payload) for fp in chunk[i :: len(sites)]]
             if items:
                 f.enqueue(site, items, pipe)
         pipe.execute()

@@ -32,7 +32,7 @@ from collections import defaultdict
 from typing import Any
 
 from streams_sched.connect.clients import connect, is_cluster_client
-from streams_sched.frontier.client import Frontier, Outgoing, crawl_bloom, parse_lease
+from streams_sched.frontier.client import Entry, Frontier, crawl_bloom, parse_lease
 from streams_sched.testing import RedisServer, find_redisbloom
 from streams_sched.wire.codec import RequestCodec
 from tests.redis_tools import LocalCluster
@@ -75,7 +75,7 @@ def seed(url: str, crawl: str) -> None:
     sites = [f"s{i}.bench" for i in range(SITES)]
     f.register_sites(sites, pipe)
     for site in sites:
-        items = [Outgoing(fp(f"{site}/seed{j}"), 1, 0, payload(f"http://{site}/seed{j}")) for j in range(SEED_PER_SITE)]
+        items = [Entry(fp(f"{site}/seed{j}"), 1, 0, payload(f"http://{site}/seed{j}")) for j in range(SEED_PER_SITE)]
         f.enqueue(site, items, pipe)
     pipe.execute()
 
@@ -100,9 +100,9 @@ def client_loop(url: str, crawl: str, n: int, seconds: float, out: Any) -> None:
             links = []
             for e in entries:
                 new = f"{site}/{consumer}/{pages}/{e.id.decode()}"
-                links.append(Outgoing(fp(new), 1, 0, payload("http://" + new)))
+                links.append(Entry(fp(new), 1, 0, payload("http://" + new)))
                 dups = known[site][-50:] or [fp(new)]
-                links += [Outgoing(rng.choice(dups), 1, 0, b"dup") for _ in range(2)]
+                links += [Entry(rng.choice(dups), 1, 0, b"dup") for _ in range(2)]
                 known[site].append(fp(new))
             f.enqueue(site, links, pipe)
             f.ack(site, [(e.stream, e.id) for e in entries], pipe)
@@ -161,7 +161,7 @@ def memory_per_entry(url: str, n: int = 100_000) -> dict[str, Any]:
     sample = payload("http://example.com/some/path/page-123456?ref=listing&sort=desc")
     before = int(client.info("memory")["used_memory"])
     for i in range(0, n, 1000):
-        f.enqueue("m.bench", [Outgoing(fp(f"m{j}"), 1, 0, sample) for j in range(i, i + 1000)])
+        f.enqueue("m.bench", [Entry(fp(f"m{j}"), 1, 0, sample) for j in range(i, i + 1000)])
     after_enqueue = int(client.info("memory")["used_memory"])
     seen_bytes = int(client.memory_usage(f.site("m.bench").seen) or 0)
     f.purge()

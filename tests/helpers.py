@@ -144,7 +144,7 @@ def false_positive_rate(f: Frontier, site: str, batch: Callable[[list[str]], lis
     """The share of ``probes`` new URLs that ``site``'s seen filter calls duplicates. Each
     batch of 200 is probed on a fresh copy of the filter (DUMP/RESTORE: RedisBloom keys do
     not support COPY) under the site ``probe``, so the probes themselves do not fill it.
-    ``batch`` turns URL names into the Outgoing requests to enqueue."""
+    ``batch`` turns URL names into the Entry requests to enqueue."""
     false = 0
     for i in range(0, probes, 200):
         for key in ("seen", "seen_meta"):

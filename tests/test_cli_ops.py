@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from streams_sched import seed
 from streams_sched.cli import main
-from streams_sched.frontier.client import Outgoing
+from streams_sched.frontier.client import Entry
 from streams_sched.testing import free_port
 
 from helpers import frontier
@@ -55,7 +55,7 @@ def test_ack_of_a_finished_site_costs_one_counter(plain_redis_url: str, crawl: s
     """An ack that leaves a site with no stream counts it in acked alone: no rate buckets, no stream, no lease left."""
     f = frontier(plain_redis_url, crawl)
     k = f.site("a.test")
-    f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x")])
+    f.enqueue("a.test", [Entry(b"", 1, 0, b"x")])
     entries = f.lease("a.test", "w", 1, (1, 1, 1)).entries
     assert f.ack("a.test", [(e.stream, e.id) for e in entries]) == 1
     stats = {n.decode(): int(v) for n, v in f.client.hgetall(k.stats).items()}
@@ -69,7 +69,7 @@ def test_ack_buckets_count_acks_of_the_last_minute(plain_redis_url: str, crawl: 
 
     f = frontier(plain_redis_url, crawl)
     # six queued, five leased: the site still has work after the acks
-    f.enqueue("a.test", [Outgoing(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"x") for i in range(6)])
+    f.enqueue("a.test", [Entry(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"x") for i in range(6)])
     entries = f.lease("a.test", "w", 5, (1, 1, 1)).entries
     f.ack("a.test", [(e.stream, e.id) for e in entries[:3]])
     f.ack("a.test", [(e.stream, e.id) for e in entries[3:]])
@@ -86,7 +86,7 @@ def test_ack_in_a_new_bucket_deletes_the_skipped_slots(plain_redis_url: str, cra
     for _attempt in range(3):  # a bucket boundary between the two TIME reads: once more
         f.client.delete(k.stats)
         # one more than leased: the site still has work after the ack
-        f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x"), Outgoing(b"", 1, 0, b"y"), Outgoing(b"", 1, 0, b"z")])
+        f.enqueue("a.test", [Entry(b"", 1, 0, b"x"), Entry(b"", 1, 0, b"y"), Entry(b"", 1, 0, b"z")])
         entries = f.lease("a.test", "w", 2, (1, 1, 1)).entries
         sec, _ = f.client.time()
         b = int(sec) // 10
@@ -104,7 +104,7 @@ def test_ack_after_the_clock_went_back_still_counts(plain_redis_url: str, crawl:
     slower clock) succeeds and counts in its own bucket."""
     f = frontier(plain_redis_url, crawl)
     k = f.site("a.test")
-    f.enqueue("a.test", [Outgoing(b"", 1, 0, b"x"), Outgoing(b"", 1, 0, b"y")])
+    f.enqueue("a.test", [Entry(b"", 1, 0, b"x"), Entry(b"", 1, 0, b"y")])
     entries = f.lease("a.test", "w", 1, (1, 1, 1)).entries
     b = int(f.client.time()[0]) // 10
     f.client.hset(k.stats, mapping={"acked": 3, "ack_b": b + 2, f"ack{(b + 2) % 6}": 3})

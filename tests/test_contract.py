@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streams_sched.frontier import keys, script_keys
-from streams_sched.frontier.client import NO_MASK, Outgoing
+from streams_sched.frontier.client import NO_MASK, Entry
 from streams_sched.frontier.keys import BANDS, SITE_TASK, STREAMS, ShardKeys, SiteKeys
 from streams_sched.frontier.scripts import SCRIPT_NAMES, read_lua
 
@@ -159,7 +159,8 @@ def test_stream_codes_in_script_headers(name: str) -> None:
 FRONTIER_SCRIPT_CALLERS = {
     "streams_sched/frontier/client.py",
     "streams_sched/frontier/scripts.py",
-    "streams_sched/frontier/seeding.py",
+    "streams_sched/frontier/seeding/packing.py",
+    "streams_sched/frontier/seeding/send.py",
     "streams_sched/admin/upgrade.py",
 }
 
@@ -171,7 +172,7 @@ def test_only_frontier_calls_scripts() -> None:
     for folder in ("streams_sched", "reclaimer", "monitor"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             # upgrade.py reads keys of the per-site layout, which Frontier does not name
-            # (its two scripts are lua/ files with headers like the rest); seeding.py packs
+            # (its two scripts are lua/ files with headers like the rest); seeding/ packs
             # enqueue.lua calls as Redis protocol itself, keys from script_keys, on the one
             # path where redis-py's packing costs more than the call (a million seeds)
             if path.relative_to(ROOT).as_posix() in FRONTIER_SCRIPT_CALLERS:
@@ -190,8 +191,8 @@ def test_site_task_code_routes_by_the_site_policy(redis_url: str, dedupe: str, c
     items = []
     for band in range(len(BANDS)):
         fp = hashlib.sha1(str(band).encode()).digest()
-        items.append(Outgoing(fp, keys.stream_for(None, band), 0, b"p%d" % band))
-    items.append(Outgoing(b"", keys.stream_for("http", 2), 0, b"explicit"))
+        items.append(Entry(fp, keys.stream_for(None, band), 0, b"p%d" % band))
+    items.append(Entry(b"", keys.stream_for("http", 2), 0, b"explicit"))
     assert f.enqueue("b.test", items)[0] == len(BANDS) + 1
     lengths = {(t, b): len(queued(f, "b.test", t, b)) for t, b in STREAMS}  # inbox or stream
     assert lengths == {s: (1 if s[0] == "browser" or s == ("http", "low") else 0) for s in STREAMS}
@@ -234,7 +235,7 @@ def test_crawl_default_policy_reaches_lease(redis_url: str, dedupe: str, crawl: 
     from streams_sched.politeness.policy import set_policy
 
     f = frontier(redis_url, crawl, dedupe)
-    f.enqueue("u.test", [Outgoing(b"", 0, 0, b"p")])
+    f.enqueue("u.test", [Entry(b"", 0, 0, b"p")])
     set_policy(f, "*", {"paused": True, "task_type": "browser", "rate": 3})
     meta = {text(k): text(v) for k, v in f.client.hgetall(f.keys.meta).items()}
     f.use_crawl_defaults(meta)

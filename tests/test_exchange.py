@@ -7,9 +7,8 @@ import dataclasses
 from pathlib import Path
 
 import streams_sched
-from streams_sched.frontier.client import Outgoing
+from streams_sched.frontier.client import Entry
 from streams_sched.worker.exchange import OUTBOX_FLUSH, Exchange
-from streams_sched.worker.ops import Enqueue
 
 #: what the scheduler may call on the pump itself: start and stop it
 PUMP_LIFECYCLE = {"refresh_policy", "start", "stop_leasing", "begin_close", "finish"}
@@ -38,7 +37,7 @@ def test_the_exchange_has_no_instance_dict() -> None:
 def test_a_full_outbox_kicks_the_io_thread() -> None:
     """Operations queue silently until the outbox holds OUTBOX_FLUSH of them, then the I/O thread is woken."""
     x = Exchange()
-    op = Enqueue("a.test", Outgoing(b"\0" * 20, 1, 0, b"p"))
+    op = Entry(b"\0" * 20, 1, 0, b"p", site="a.test")
     for _ in range(OUTBOX_FLUSH - 1):
         x.put(op)
     assert not x.kicked.is_set() and x.may_be_busy()

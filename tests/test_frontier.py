@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from streams_sched.connect.clients import connect
-from streams_sched.frontier.client import Outgoing
+from streams_sched.frontier.client import Entry
 from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, STREAMS, ShardKeys, SiteKeys, shard_of
 
 from helpers import false_positive_rate, frontier, wait_for, with_user
@@ -22,8 +22,8 @@ def fp(i: int | str) -> bytes:
     return hashlib.sha1(str(i).encode()).digest()
 
 
-def out(i: int | str, stream: int = 1, delay_ms: int = 0, dedupe: bool = True) -> Outgoing:
-    return Outgoing(fp(i) if dedupe else b"", stream, delay_ms, f"payload-{i}".encode())
+def out(i: int | str, stream: int = 1, delay_ms: int = 0, dedupe: bool = True) -> Entry:
+    return Entry(fp(i) if dedupe else b"", stream, delay_ms, f"payload-{i}".encode())
 
 
 def test_enqueue_adds_each_fingerprint_once(redis_url: str, dedupe: str, crawl: str) -> None:
@@ -67,8 +67,8 @@ def test_bloom_false_positive_rate_is_within_the_setting(redis_url: str, dedupe:
     """At capacity, new fingerprints are wrongly called duplicates at most at the configured rate."""
     f = frontier(redis_url, crawl, dedupe, capacity=20_000, error_rate=0.01)
     for i in range(0, 20_000, 1000):
-        f.enqueue("s.test", [Outgoing(fp(f"in{j}"), 1, 0, b"x") for j in range(i, i + 1000)])
-    rate = false_positive_rate(f, "s.test", lambda names: [Outgoing(fp(n), 1, 0, b"x") for n in names])
+        f.enqueue("s.test", [Entry(fp(f"in{j}"), 1, 0, b"x") for j in range(i, i + 1000)])
+    rate = false_positive_rate(f, "s.test", lambda names: [Entry(fp(n), 1, 0, b"x") for n in names])
     assert rate <= 0.01 * 1.5
 
 
@@ -77,9 +77,9 @@ def test_bloom_grows_past_its_capacity(redis_url: str, dedupe: str, crawl: str) 
     f = frontier(redis_url, crawl, dedupe, capacity=500)
     total = 0
     for i in range(0, 5000, 500):
-        total += f.enqueue("s.test", [Outgoing(fp(j), 1, 0, b"x") for j in range(i, i + 500)])[0]
+        total += f.enqueue("s.test", [Entry(fp(j), 1, 0, b"x") for j in range(i, i + 500)])[0]
     assert total >= 4990  # a handful of false positives at most
-    dups = sum(f.enqueue("s.test", [Outgoing(fp(j), 1, 0, b"x") for j in range(i, i + 500)])[1] for i in range(0, 5000, 500))
+    dups = sum(f.enqueue("s.test", [Entry(fp(j), 1, 0, b"x") for j in range(i, i + 500)])[1] for i in range(0, 5000, 500))
     assert dups == 5000
 
 

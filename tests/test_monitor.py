@@ -12,15 +12,15 @@ from pathlib import Path
 import redis
 
 from monitor import Monitor, MonitorSettings, metric_names
-from streams_sched.frontier.client import Outgoing
+from streams_sched.frontier.client import Entry
 from streams_sched.testing import free_port
 
 from daemons import Daemon, WebhookSink, scrape, try_scrape, value
 from helpers import error_replies, frontier, wait_for
 
 
-def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:
-    return Outgoing(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
+def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Entry:
+    return Entry(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
 
 
 def record(f, name: str, last_seen: float, state: str = "online", hb: float = 5.0, local: int = 0, **extra: object) -> None:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from streams_sched.frontier.client import LeasedEntry, Outgoing
+from streams_sched.frontier.client import Entry, LeasedEntry
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM
 from streams_sched.worker.io.refusals import Refusals
 from streams_sched.worker.leasebook import LeaseBook
-from streams_sched.worker.ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Enqueue, Extend, Release
+from streams_sched.worker.ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Extend, Release
 
 
 def _entry(n: int, site: str = "a.test", stream: int = 1, suspect: bool = False) -> LeasedEntry:
     return LeasedEntry(site, stream, f"{n}-0".encode(), None, 1 if suspect else 0, suspect)
 
 
-def _enq(n: int) -> Enqueue:
-    return Enqueue("a.test", Outgoing(bytes([n]) * 20, 1, 0, b"p"))
+def _enq(n: int) -> Entry:
+    return Entry(bytes([n]) * 20, 1, 0, b"p", site="a.test")
 
 
 def test_an_ack_waits_one_cycle_behind_the_enqueues_queued_before_it() -> None:

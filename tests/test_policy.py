@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from streams_sched import seed
-from streams_sched.frontier.client import BloomParams, Frontier, Outgoing
+from streams_sched.frontier.client import BloomParams, Entry, Frontier
 from streams_sched.politeness.policy import get_policy, pause_site, resume_site
 
 from helpers import (
@@ -227,7 +227,7 @@ def test_revisit_window_lets_a_page_come_back(redis_source: Any, backend: str, c
     mode = "bf" if backend == "redisbloom" else "bitmap"
     f = Frontier(client, crawl, BloomParams(mode=mode, revisit_seconds=1.5, revisit_buckets=3))
     fp = b"\x01" * 20
-    item = [Outgoing(fp, 1, 0, b"x")]
+    item = [Entry(fp, 1, 0, b"x")]
     t0 = time.time()
     assert f.enqueue("a.test", item)[0] == 1
     assert f.enqueue("a.test", item)[1] == 1

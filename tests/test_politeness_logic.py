@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from streams_sched.connect.clients import connect
-from streams_sched.frontier.client import Frontier, Outgoing
+from streams_sched.frontier.client import Entry, Frontier
 from streams_sched.frontier.sitekey import site_keyer
 from streams_sched.politeness.adaptive import (
     EffectiveRate,
@@ -121,7 +121,7 @@ def test_an_unlimited_site_is_forgiven_after_the_forget_time(f: Frontier) -> Non
 def test_retry_after_pauses_the_site_for_every_worker(f: Frontier) -> None:
     """A Retry-After sets the site's paused-until time; lease.lua hands out nothing until then
     and tells the worker how long to wait."""
-    f.enqueue(SITE, [Outgoing(b"", 1, 0, b"payload")])
+    f.enqueue(SITE, [Entry(b"", 1, 0, b"payload")])
     f.politeness = "a"
     reply = feedback(f, throttled=1, retry_ms=3000)
     until = int(reply[1])
@@ -143,7 +143,7 @@ def test_adaptive_off_records_counts_but_changes_no_rate(f: Frontier) -> None:
 def test_lease_applies_the_backed_off_rate_with_a_small_burst(f: Frontier) -> None:
     """lease.lua uses the adaptive rate when it is below the policy rate, with a burst of a
     tenth of it (at least 1), and reports it as the site's rate."""
-    f.enqueue(SITE, [Outgoing(b"", 1, 0, b"p%d" % i) for i in range(20)])
+    f.enqueue(SITE, [Entry(b"", 1, 0, b"p%d" % i) for i in range(20)])
     set_policy(f, SITE, {"rate": 100})
     f.client.hset(f.site(SITE).policy, "a_rate", "20")
     f.politeness = "a"
@@ -154,7 +154,7 @@ def test_lease_applies_the_backed_off_rate_with_a_small_burst(f: Frontier) -> No
 def test_robots_delay_is_the_rate_and_an_unknown_robots_gets_one_probe(f: Frontier) -> None:
     """With robots obeyed and no policy rate, a site whose robots.txt nobody read yet gets a
     single probe request; once a Crawl-delay is reported it is the site's rate (1 / delay)."""
-    f.enqueue(SITE, [Outgoing(b"", 1, 0, b"p%d" % i) for i in range(10)])
+    f.enqueue(SITE, [Entry(b"", 1, 0, b"p%d" % i) for i in range(10)])
     f.politeness = "ar"
     first = f.lease(SITE, "c1", 5, (8, 3, 1))
     second = f.lease(SITE, "c2", 5, (8, 3, 1))
@@ -170,11 +170,11 @@ def test_page_cap_drops_and_counts_and_a_live_change_applies(f: Frontier) -> Non
     """enqueue.lua accepts max_pages requests with a fingerprint, drops and counts the rest,
     lets dont_filter requests through, and a raised cap admits new requests at once."""
     set_policy(f, SITE, {"max_pages": 3})
-    out = [Outgoing(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5)]
-    reply = f.enqueue(SITE, [*out, Outgoing(b"", 1, 0, b"retry")])
+    out = [Entry(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5)]
+    reply = f.enqueue(SITE, [*out, Entry(b"", 1, 0, b"retry")])
     assert reply[0] == 4 and reply[3] == b"111cc1"
     set_policy(f, SITE, {"max_pages": 6})
-    reply = f.enqueue(SITE, [Outgoing(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5, 10)])
+    reply = f.enqueue(SITE, [Entry(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5, 10)])
     assert reply[0] == 3 and reply[3] == b"111cc"
     stats = f.client.hgetall(f.site(SITE).stats)
     assert stats[b"pages"] == b"6" and stats[b"over_cap"] == b"4"
@@ -227,7 +227,7 @@ def test_healthy_answers_riding_on_an_ack_count_as_a_feedback_call_would(f: Fron
     """ack.lua with answers records what feedback.lua records for the same healthy answers
     (counter, observed window with its expiry, the additive climb) and still acks."""
     set_policy(f, SITE, {"rate": 10})
-    f.enqueue(SITE, [Outgoing(b"", 1, 0, b"p1"), Outgoing(b"", 1, 0, b"p2")])
+    f.enqueue(SITE, [Entry(b"", 1, 0, b"p1"), Entry(b"", 1, 0, b"p2")])
     entries = f.lease(SITE, "w1", 2, (1, 1, 1)).entries
     assert len(entries) == 2
     now = now_ms(f)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from reclaimer import Reclaimer, ReclaimerSettings
-from streams_sched.frontier.client import Frontier, Outgoing
+from streams_sched.frontier.client import Entry, Frontier
 from streams_sched.frontier.keys import GROUP, health_key
 from streams_sched.testing import RedisServer, free_port
 
@@ -21,8 +21,8 @@ from daemons import Daemon, try_scrape, value
 from helpers import frontier, wait_for
 
 
-def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:
-    return Outgoing(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
+def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Entry:
+    return Entry(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
 
 
 def node(f: Frontier, name: str, last_seen: float, **info: object) -> None:

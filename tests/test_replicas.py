@@ -3,9 +3,9 @@ how the AckGate holds acks while enqueues are confirmed by a primary but not yet
 
 from __future__ import annotations
 
-from streams_sched.frontier.client import LeasedEntry, Outgoing
+from streams_sched.frontier.client import Entry, LeasedEntry
 from streams_sched.worker.io.replicas import NodeView, ReplicaBook, Verdict, parse_replication
-from streams_sched.worker.ops import Ack, AckGate, Enqueue
+from streams_sched.worker.ops import Ack, AckGate
 
 PRIMARY = "10.0.0.1:7000"
 
@@ -14,8 +14,8 @@ def view(connected: int = 1, replid: str = "a" * 40, offset: int = 100, role: st
     return NodeView(role, connected, replid, offset)
 
 
-def enqueue(n: int) -> Enqueue:
-    return Enqueue("s", Outgoing(bytes([n]) * 20, 0, 0, b"p"))
+def enqueue(n: int) -> Entry:
+    return Entry(bytes([n]) * 20, 0, 0, b"p", site="s")
 
 
 def ack(n: int) -> Ack:

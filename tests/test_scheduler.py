@@ -190,13 +190,13 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
 
 def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, dedupe: str, crawl: str, r: redis.Redis) -> None:
     """With a stable STREAMS_NODE_ID, a restarted worker releases what its previous run held."""
-    from streams_sched.frontier.client import Outgoing
+    from streams_sched.frontier.client import Entry
 
     from helpers import frontier
 
     f = frontier(redis_url, crawl, dedupe)
     f.register_sites(["a.test"])
-    f.enqueue("a.test", [Outgoing(bytes([i]) * 20, 1, 0, b"x") for i in range(3)])
+    f.enqueue("a.test", [Entry(bytes([i]) * 20, 1, 0, b"x") for i in range(3)])
     f.lease("a.test", "node-a", 3, (1, 1, 1))  # the previous run died holding these
     stream = f.site("a.test").stream("http", "default")
     old_leases = {p["message_id"] for p in r.xpending_range(stream, GROUP, "-", "+", 10, "node-a")}

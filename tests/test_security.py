@@ -104,6 +104,7 @@ ALLOWED = {
     ("streams_sched/wire/meta_codecs.py", "registered_codecs", "load_object"): "imports STREAMS_META_CODECS, a setting, at start",
     ("streams_sched/wire/meta_codecs.py", "<module>", "importlib.util"): "for the find_spec below",
     ("streams_sched/wire/meta_codecs.py", "_page_method_codec", "find_spec"): "is scrapy-playwright installed? (a fixed name)",
+    ("streams_sched/cli/seed.py", "_fingerprinter", "load_object"): "imports push --fingerprinter, the operator's own option, as Scrapy imports REQUEST_FINGERPRINTER_CLASS",
     ("streams_sched/scrapy_redis/migrate.py", "<module>", "pickle"): "scrapy-redis queues, only with --trust-pickle; only the CLI imports migrate.py",
 }
 SCANNED = ("streams_sched", "reclaimer", "monitor")
@@ -289,10 +290,10 @@ def _expired_work(url: str, crawl: str) -> Any:
     """A crawl with 5 expired leases of a gone worker and one due delayed request."""
     import hashlib
 
-    from streams_sched.frontier.client import Outgoing
+    from streams_sched.frontier.client import Entry
 
-    def out(i: Any, delay_ms: int = 0) -> Outgoing:
-        return Outgoing(hashlib.sha1(str(i).encode()).digest(), 1, delay_ms, f"payload-{i}".encode())
+    def out(i: Any, delay_ms: int = 0) -> Entry:
+        return Entry(hashlib.sha1(str(i).encode()).digest(), 1, delay_ms, f"payload-{i}".encode())
 
     f = frontier(url, crawl)
     f.register()
@@ -370,7 +371,7 @@ def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) 
     every shard in one call per node (EVALSHA_RO), denied nothing."""
     import hashlib
 
-    from streams_sched.frontier.client import Frontier, Outgoing
+    from streams_sched.frontier.client import Entry, Frontier
 
     f = frontier(redis_url, crawl)
     per_node: dict[str, list[str]] = {}
@@ -383,7 +384,7 @@ def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) 
             break
     sites = [s for group in per_node.values() for s in group]
     for i, site in enumerate(sites):
-        f.enqueue(site, [Outgoing(bytes([i]) * 20, 1, 0, b"x")])
+        f.enqueue(site, [Entry(bytes([i]) * 20, 1, 0, b"x")])
     f.register_sites(sites)
     assert len({f.client.get_node_from_key(f.site(s).tag).name for s in sites}) == 3
     acl.setuser(f.client, "monitor", "pw", "monitor")

@@ -19,8 +19,9 @@ from streams_sched import Seeder, seed
 from streams_sched.cli import main
 from streams_sched.connect.clients import connect
 from streams_sched.errors import SerializationError
-from streams_sched.frontier.client import Frontier, Outgoing, crawl_bloom
-from streams_sched.frontier.seeding import _facts_agree, _url_facts, _Wire, outgoing_for
+from streams_sched.frontier.client import Entry, Frontier, crawl_bloom
+from streams_sched.frontier.entries import entry_for, facts_agree, url_facts
+from streams_sched.frontier.seeding.wire import Wire
 from streams_sched.politeness.policy import set_policy
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD, legacy_fingerprint
 from streams_sched.wire.codec import RequestCodec
@@ -35,6 +36,12 @@ class _Spider(Spider):
         pass
 
     def on_error(self, failure: Any) -> None:
+        pass
+
+    def _callback(self, response: Any) -> None:  # CrawlSpider names its callbacks so
+        pass
+
+    def _errback(self, failure: Any) -> None:
         pass
 
 
@@ -93,7 +100,7 @@ def test_seed_fingerprints_like_the_worker(plain_redis_url: str, crawl: str) -> 
     client = connect(plain_redis_url)
     f = Frontier(client, crawl, crawl_bloom(client, crawl))
     worker_fp = RequestFingerprinter().fingerprint(Request("http://a.test/p?a=1&b=2"))
-    added, dups, _, _ = f.enqueue("a.test", [Outgoing(worker_fp, 1, 0, b"x")])
+    added, dups, _, _ = f.enqueue("a.test", [Entry(worker_fp, 1, 0, b"x")])
     assert (added, dups) == (0, 1)
 
 
@@ -175,15 +182,15 @@ def _random_urls(n: int) -> list[str]:
 
 def test_plain_url_facts_match_scrapy() -> None:
     """The Request-free path gives each URL Scrapy's request.url, host and default fingerprint, byte for byte."""
-    assert _facts_agree()
+    assert facts_agree()
     for url in VARIED_URLS + _random_urls(10_000):
         try:
             expected = _scrapy_facts(url)
         except ValueError:
             with pytest.raises(ValueError):
-                _url_facts(url)
+                url_facts(url)
             continue
-        assert _url_facts(url) == expected, url
+        assert url_facts(url) == expected, url
 
 
 def test_plain_url_facts_refuse_what_request_refuses() -> None:
@@ -191,7 +198,7 @@ def test_plain_url_facts_refuse_what_request_refuses() -> None:
     with pytest.raises(ValueError) as scrapy_says:
         Request("www.example.com/x")
     with pytest.raises(ValueError) as fast_says:
-        _url_facts("www.example.com/x")
+        url_facts("www.example.com/x")
     assert str(fast_says.value) == str(scrapy_says.value)
 
 
@@ -225,35 +232,37 @@ def test_url_encoder_refuses_meta_that_cannot_travel() -> None:
 
 def _as_sent(seed_: Any, codec: RequestCodec) -> dict[str, Any]:
     """What a worker gets from a seed: its site, stream and fingerprint, and the decoded request's fields."""
-    r = codec.decode(seed_.out.payload)
+    r = codec.decode(seed_.payload)
     return {
-        "site": seed_.site, "stream": seed_.out.stream, "fp": seed_.out.fp, "url": seed_.url, "req_url": r.url,
+        "site": seed_.site, "stream": seed_.stream, "fp": seed_.fp, "url": seed_.url, "req_url": r.url,
         "callback": r.callback, "errback": r.errback, "meta": r.meta, "priority": r.priority,
         "dont_filter": r.dont_filter, "method": r.method, "body": r.body, "headers": dict(r.headers),
     }
 
 
 def test_plain_url_seeds_equal_request_seeds(plain_redis_url: str, crawl: str) -> None:
-    """URL strings give the Request path's site, stream, fingerprint and decoded request, whatever the options."""
+    """URL strings give the Request path's entry byte for byte (site, stream, fingerprint, payload), whatever the options."""
     spider = _Spider()
     codec = RequestCodec(spider)
     urls = [u.strip() for u in VARIED_URLS if "://" in u and not u.startswith("ftp")]  # the Seeder strips lines
     with Seeder(plain_redis_url, crawl) as seeder:
         options: list[dict[str, Any]] = [
             {}, {"priority": 5, "callback": "parse_list", "errback": "on_error"}, {"priority": -2, "dont_filter": True},
+            {"callback": "_callback", "errback": "_errback"},
             {"meta": {"job": "j1", "task_type": "browser"}, "site": "one.test"}, {"meta": {"when": dt.date(2024, 1, 2)}},
         ]
         for option in options:
             fast = list(seeder.seeds(urls, **option))
             extra = {**option.get("meta", {}), **({"site": option["site"]} if "site" in option else {})}
             slow = [
-                outgoing_for(
+                entry_for(
                     Request(u, priority=option.get("priority", 0), meta=extra or None, dont_filter=option.get("dont_filter", False)),
                     seeder.codec, RequestFingerprinter(), callback=option.get("callback"), errback=option.get("errback"),
                     site_of=seeder.site_of,
                 )
                 for u in urls
             ]
+            assert fast == slow, option
             assert [_as_sent(s, codec) for s in fast] == [_as_sent(s, codec) for s in slow], option
 
 
@@ -271,10 +280,10 @@ def test_custom_fingerprinter_turns_the_plain_url_path_off(plain_redis_url: str,
     for fingerprinter in (ByUrl(), Headers()):
         with Seeder(plain_redis_url, crawl, fingerprinter=fingerprinter) as seeder:
             (got,) = seeder.seeds(["http://a.test/x"])
-        assert got.out.fp == fingerprinter.fingerprint(Request("http://a.test/x"))
+        assert got.fp == fingerprinter.fingerprint(Request("http://a.test/x"))
 
 
-def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Outgoing]]]) -> bytes:
+def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Entry]]]) -> bytes:
     """What redis-py sends for Frontier.enqueue_shard of these sites."""
 
     class Capture:
@@ -295,10 +304,10 @@ def test_packed_calls_are_what_enqueue_shard_sends(plain_redis_url: str, crawl: 
         assert seeder.frontier.bloom.revisit_seconds == revisit
         seeds = list(seeder.seeds([f"http://s{i}.test/" for i in range(40)] + ["http://s1.test/b", "http://s1.test/c"]))
         seeds += list(seeder.seeds(["http://s2.test/low", "http://ü.test/"], priority=-5, dont_filter=True))
-        batch = seeder._prepare(seeds, _Wire(client), False)
-        assert len(batch.calls) > 1 and any(len(batch.by_site[s]) == 3 for c in batch.calls for s in c.sites)
+        batch = seeder.sender.prepare(seeds, Wire(client), False)
+        assert len(batch.calls) > 1 and any(len(items) == 3 for c in batch.calls for _, items in c.parts)
         for call in batch.calls:
-            expected = _enqueue_shard_bytes(seeder.frontier, [(s, [x.out for x in batch.by_site[s]]) for s in call.sites])
+            expected = _enqueue_shard_bytes(seeder.frontier, call.parts)
             assert call.command == expected
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from streams_sched.frontier.client import Frontier, Outgoing
+from streams_sched.frontier.client import Entry, Frontier
 from streams_sched.frontier.keys import GROUP
 
 from helpers import error_replies, false_positive_rate, frontier
@@ -26,8 +26,8 @@ def fp(i: int | str) -> bytes:
     return hashlib.sha1(str(i).encode()).digest()
 
 
-def batch(names: list[str]) -> list[Outgoing]:
-    return [Outgoing(fp(n), 1, 0, n.encode()) for n in names]
+def batch(names: list[str]) -> list[Entry]:
+    return [Entry(fp(n), 1, 0, n.encode()) for n in names]
 
 
 def form(f: Frontier, site: str) -> tuple[str, str | None]:

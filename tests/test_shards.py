@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from streams_sched.frontier.client import Frontier, Outgoing, parse_shard_lease
+from streams_sched.frontier.client import Entry, Frontier, parse_shard_lease
 from streams_sched.frontier.keys import GROUP, STREAMS, TASK_TYPES, stream_for
 from streams_sched.politeness.policy import pause_site, resume_site, set_policy
 
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.cluster
 WEIGHTS = (1, 1, 1)
 
 
-def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Outgoing:
-    return Outgoing(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
+def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Entry:
+    return Entry(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
 
 
 def redis_ms(f: Frontier) -> int:

@@ -17,7 +17,7 @@ from streams_sched.admin.upgrade_plan import NodesOnline, bucket_window, key_pai
 from streams_sched.cli import main
 from streams_sched.connect.clients import connect
 from streams_sched.errors import LayoutError
-from streams_sched.frontier.client import BloomParams, Frontier, Outgoing, crawl_bloom
+from streams_sched.frontier.client import BloomParams, Entry, Frontier, crawl_bloom
 from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, CrawlKeys, SiteKeys
 
 from helpers import wait_for
@@ -62,7 +62,7 @@ def old_crawl(client: Any, crawl: str, dedupe: str, *, queued: int = 5) -> dict[
     # a Bloom filter as the scripts grow it, built under a scratch crawl's name and moved
     scratch = Frontier(client, crawl + "-scratch", BloomParams(mode=mode, capacity=5000), shards=1)
     for i in range(0, 1200, 400):
-        scratch.enqueue("big.test", [Outgoing(fp(f"b{j}"), 1, 0, b"x") for j in range(i, i + 400)])
+        scratch.enqueue("big.test", [Entry(fp(f"b{j}"), 1, 0, b"x") for j in range(i, i + 400)])
     for src, dst in ((scratch.site("big.test").seen, b.seen), (scratch.site("big.test").seen_meta, b.seen_meta)):
         client.restore(dst, 0, client.dump(src))
     for key in (*scratch.site("big.test").all, *scratch.shard(0).all, CrawlKeys(crawl + "-scratch").meta):
@@ -119,9 +119,9 @@ def test_upgrade_keeps_every_request_lease_delay_filter_and_policy(redis_url: st
     taken = wait_for(lambda: f.claim("site0.test", "w2", 300, 1, 5)[2], timeout=10, what="the old lease to expire")
     assert [(e.id, e.payload) for e in taken] == [(built["leased"][0], built["leased"][1][b"r"])]
 
-    dup = f.enqueue("site0.test", [Outgoing(fp("u0"), 1, 0, b"again"), Outgoing(fp("new"), 1, 0, b"new")])
+    dup = f.enqueue("site0.test", [Entry(fp("u0"), 1, 0, b"again"), Entry(fp("new"), 1, 0, b"new")])
     assert dup[:2] == (1, 1)  # the exact set's old fingerprint is a duplicate, the new one is not
-    assert f.enqueue("site1.test", [Outgoing(fp("b7"), 1, 0, b"x")])[:2] == (0, 1)  # the Bloom filter's too
+    assert f.enqueue("site1.test", [Entry(fp("b7"), 1, 0, b"x")])[:2] == (0, 1)  # the Bloom filter's too
 
 
 def snapshot(f: Frontier) -> list[tuple[Any, ...]]:
@@ -222,7 +222,7 @@ def test_revisit_filters_move_with_their_ttl(plain_redis_url: str, crawl: str) -
     f = worker_frontier(client, crawl, "bitmap")
     assert f.bloom.revisit_seconds == 4000
     assert 0 < client.pttl(f.site("a.test").seen_bucket(older)[0]) <= params.bucket_ttl * 1000
-    assert f.enqueue("a.test", [Outgoing(fp("seen-long-ago"), 1, 0, b"x")])[:2] == (0, 1)
+    assert f.enqueue("a.test", [Entry(fp("seen-long-ago"), 1, 0, b"x")])[:2] == (0, 1)
 
 
 def test_an_unknown_crawl_is_an_error_not_an_empty_upgrade(plain_redis_url: str) -> None:

@@ -10,6 +10,7 @@ import click
 
 from streams_sched.cli.options import CliError, allow_eviction_option, connect_for_writes, shared_options
 from streams_sched.frontier.keys import validate_site_name
+from streams_sched.wire.callbacks import check_name
 
 __all__ = ["push"]
 
@@ -22,10 +23,12 @@ __all__ = ["push"]
 @click.option("--site", default=None, help="Put every URL in this site instead of its host.")
 @click.option("--callback", default=None, help="Spider method to call (default: parse).")
 @click.option("--dont-filter", is_flag=True, help="Skip dedupe.")
+@click.option("--fingerprinter", default=None, metavar="IMPORT.PATH",
+              help="The project's REQUEST_FINGERPRINTER_CLASS, if it changes Scrapy's (seeds must dedupe as the workers do).")
 @click.option("--batch", default=500, show_default=True, type=click.IntRange(min=1),
               help="URLs per round of enqueue calls (one call per shard; the next round is sent while one is read).")
 @allow_eviction_option
-def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ...], priority: int, site: str | None, callback: str | None, dont_filter: bool, batch: int, allow_eviction: bool) -> None:
+def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ...], priority: int, site: str | None, callback: str | None, dont_filter: bool, fingerprinter: str | None, batch: int, allow_eviction: bool) -> None:
     """Add seed URLs to a crawl (arguments, files, or stdin when no URL is given)."""
     sources: list[Iterable[str]] = [urls]
     sources += list(files)
@@ -38,8 +41,12 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
             validate_site_name(site)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--site") from None
-    if callback and not callback.isidentifier():
-        raise click.BadParameter(f"{callback!r} is not a method name", param_hint="--callback")
+    if callback is not None:
+        try:
+            check_name(callback)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--callback") from None
+    fingerprint = _fingerprinter(fingerprinter) if fingerprinter else None
     client = connect_for_writes(redis_url, allow_eviction)
     from streams_sched.frontier.seeding import (
         Seeder,  # imports Scrapy (its request fingerprinter): only when seeding
@@ -47,7 +54,7 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
 
     added = dups = 0
     try:
-        seeder = Seeder(client, crawl, check_server=False, batch=batch)
+        seeder = Seeder(client, crawl, check_server=False, batch=batch, fingerprinter=fingerprint)
         lines = (line for source in sources for line in source)
         # one seeding run over every line, counted batch by batch: the Seeder keeps a batch
         # in flight while it prepares the next, and nobody needs the list of URLs
@@ -56,3 +63,15 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
     except ValueError as exc:
         raise CliError(f"{exc} (pushed {added} request(s) before it)") from None
     click.echo(f"pushed {added} request(s) to crawl {crawl} ({dups} duplicate(s) skipped)")
+
+
+def _fingerprinter(path: str) -> Any:
+    """An instance of the fingerprinter class at ``path`` (built as Scrapy builds
+    REQUEST_FINGERPRINTER_CLASS, without a crawler)."""
+    from scrapy.utils.misc import load_object
+
+    try:
+        cls = load_object(path)
+        return cls()
+    except Exception as exc:
+        raise click.BadParameter(f"{path}: {type(exc).__name__}: {exc}", param_hint="--fingerprinter") from None

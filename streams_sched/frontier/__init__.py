@@ -3,9 +3,12 @@
 It owns every key name (:mod:`.keys`), the server-side scripts in ``lua/`` and the KEYS
 each is called with (:mod:`.scripts`, :mod:`.script_keys`), the client with one method
 per script or command (:mod:`.client`), reading replies (:mod:`.replies`), the
-daemons' read-only index scans (:mod:`.indexes`), what a site is (:mod:`.sitekey`) and
-the producer side, :class:`Seeder` (:mod:`.seeding`). Decisions live elsewhere (pure
-modules in :mod:`streams_sched.worker` and :mod:`streams_sched.politeness`); this
+daemons' read-only index scans (:mod:`.indexes`), what a site is (:mod:`.sitekey`), the
+one path from a request to a queue entry (:mod:`.entries`), entries into enqueue.lua
+calls (:mod:`.batches`) and the producer side, :class:`Seeder` (:mod:`.seeding`).
+Decisions live elsewhere (pure modules in :mod:`streams_sched.worker` and :mod:`streams_sched.politeness`); this
 package only names keys and moves bytes. It may import :mod:`streams_sched.wire`,
-:mod:`streams_sched.connect` and the top-level modules.
+:mod:`streams_sched.connect` and the top-level modules, and scrapy-redis's fingerprint
+and dupefilter check (:mod:`streams_sched.scrapy_redis.legacy`), which every entry of a
+migrated crawl needs.
 """

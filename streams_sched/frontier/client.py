@@ -40,6 +40,7 @@ from streams_sched.frontier.scripts import Scripts
 
 __all__ = [
     "BloomParams",
+    "Entry",
     "Frontier",
     "LeaseReply",
     "LeasedEntry",
@@ -97,16 +98,27 @@ class BloomParams:
 
 
 @dataclass(slots=True)
-class Outgoing:
-    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream, delay, payload.
+class Entry:
+    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream, delay, payload,
+    and the site whose frontier takes it. frontier/entries.py makes them, from a request.
 
     ``stream`` is an index into STREAMS, or ``SITE_TASK + band`` (see keys.stream_for).
+    ``legacy_fp`` is scrapy-redis's fingerprint of the request while the crawl migrated
+    from scrapy-redis has a dupefilter to check (scrapy_redis/legacy.py; b"": none, or
+    checked already); ``url`` is the request's URL, for a seeder to report.
     """
 
     fp: bytes
     stream: int
     delay_ms: int
     payload: bytes
+    site: str = ""
+    legacy_fp: bytes = b""
+    url: str = ""
+
+
+#: The name :meth:`Frontier.enqueue` (public) took its items under.
+Outgoing = Entry
 
 
 @dataclass(slots=True)
@@ -551,13 +563,13 @@ class Frontier:
             keys += k.seen_bucket(bucket)
         return keys
 
-    def enqueue(self, site: str, items: Sequence[Outgoing], pipe: Any = None) -> Any:
-        """Dedupe and add requests of one site. ``Outgoing.stream`` is an index into
+    def enqueue(self, site: str, items: Sequence[Entry], pipe: Any = None) -> Any:
+        """Dedupe and add requests of one site (their own ``site`` is not read). ``Entry.stream`` is an index into
         STREAMS, or ``SITE_TASK + band`` for the task type from the site's policy."""
         reply = self.enqueue_shard([(site, items)], pipe)
         return reply if pipe is not None else parse_enqueue(reply)
 
-    def enqueue_shard(self, sites: Sequence[tuple[str, Sequence[Outgoing]]], pipe: Any = None) -> Any:
+    def enqueue_shard(self, sites: Sequence[tuple[str, Sequence[Entry]]], pipe: Any = None) -> Any:
         """Dedupe and add requests of several sites of ONE shard in one call. The reply
         has one part per site, in order (read each with :func:`parse_enqueue`)."""
         b = self.bloom

@@ -77,6 +77,7 @@ __all__ = [
     "SITE_TASK",
     "STREAMS",
     "TASK_TYPES",
+    "band_for",
     "stream_code",
     "stream_for",
     "stream_mask",
@@ -112,12 +113,21 @@ BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
 #   SITE_TASK+b  code 11..13   band b (0 high, 1 default, 2 low), task type from the
 #                              site's policy (or the crawl's default): enqueue only
 
-#: ``Outgoing.stream`` of ``SITE_TASK + band``: the site's policy picks the task type.
+#: ``Entry.stream`` of ``SITE_TASK + band``: the site's policy picks the task type.
 SITE_TASK = 10
 
 
+def band_for(priority: int, high_min: int, low_max: int) -> int:
+    """Band index (0 high, 1 default, 2 low) of a request priority."""
+    if priority >= high_min:
+        return 0
+    if priority <= low_max:
+        return 2
+    return 1
+
+
 def stream_for(task: str | None, band: int) -> int:
-    """``Outgoing.stream`` of a request: its (task, band) stream, or ``SITE_TASK + band``
+    """``Entry.stream`` of a request: its (task, band) stream, or ``SITE_TASK + band``
     when the request names no task type (the site's policy decides in enqueue.lua)."""
     if task is None:
         return SITE_TASK + band

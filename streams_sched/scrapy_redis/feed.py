@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -37,9 +36,10 @@ from scrapy import Request
 from scrapy.http import FormRequest
 
 from streams_sched.errors import EntryError, SerializationError
-from streams_sched.frontier.client import Frontier, parse_enqueue
-from streams_sched.frontier.seeding import Seed, outgoing_for
-from streams_sched.scrapy_redis.legacy import legacy_key, legacy_seen
+from streams_sched.frontier.batches import drop_legacy_seen, queue_enqueues
+from streams_sched.frontier.client import Entry, Frontier, parse_enqueue
+from streams_sched.frontier.entries import entry_for
+from streams_sched.scrapy_redis.legacy import legacy_key
 from streams_sched.wire.codec import RequestCodec
 
 __all__ = ["FEED_DLQ_SITE", "FEED_KINDS", "FeedMover", "MoveResult", "parse_feed_entry"]
@@ -212,30 +212,13 @@ class FeedMover:
         return list(c.zrevrange(self.key, 0, n - 1))
 
     def _move_batch(self) -> MoveResult:
-        entries = self._read()
-        result = MoveResult(read=len(entries), length=self.length)
-        if not entries:
+        raws = self._read()
+        result = MoveResult(read=len(raws), length=self.length)
+        if not raws:
             return result
-        seeds: list[Seed] = []
-        dead: list[tuple[bytes, str]] = []
-        for raw in entries:
-            try:
-                for request in self._requests(raw):
-                    seeds.append(outgoing_for(
-                        request, self.codec, self.fingerprinter, high_min=self.high_min,
-                        low_max=self.low_max, legacy=self.legacy is not None, site_of=self.site_of,
-                    ))
-            except (EntryError, SerializationError, ValueError) as exc:
-                dead.append((raw, str(exc)))
-        if self.legacy is not None:
-            checked = [s for s in seeds if s.legacy_fp]
-            seen = legacy_seen(self.client, self.legacy, [s.legacy_fp for s in checked])
-            dropped = {id(s) for s, hit in zip(checked, seen, strict=True) if hit}
-            result.duplicates += len(dropped)
-            seeds = [s for s in seeds if id(s) not in dropped]
-        by_site: dict[str, list[Seed]] = defaultdict(list)
-        for s in seeds:
-            by_site[s.site].append(s)
+        entries, dead = self._entries(raws)
+        entries, dropped = drop_legacy_seen(self.client, self.legacy, entries)
+        result.duplicates += len(dropped)
         f = self.frontier
         pipe = self.client.pipeline(transaction=False)
         # enqueue.lua registers the sites it adds to; the feed's dead letters need it done here
@@ -243,33 +226,55 @@ class FeedMover:
         if dead:
             f.register_sites([FEED_DLQ_SITE], pipe)
             offset = 1
-        for site, items in by_site.items():
-            f.enqueue(site, [s.out for s in items], pipe)
+        calls = queue_enqueues(f, pipe, entries)
         if dead:
-            keys = f.site(FEED_DLQ_SITE)
-            ts = int(time.time() * 1000)
-            for raw, reason in dead:
-                pipe.xadd(keys.dlq, {"r": raw, "reason": reason, "stream": self.key, "id": "", "deliveries": 0, "node": self.node_id, "ts": ts})
-            pipe.hincrby(keys.stats, "dead", len(dead))
+            self._queue_dead(pipe, dead)
         replies = pipe.execute()  # raises: nothing is removed from the feed
-        for reply in replies[offset : offset + len(by_site)]:
-            added, dups, _, _ = parse_enqueue(reply)
-            result.added += added
-            result.duplicates += dups
+        for reply in replies[offset : offset + len(calls)]:
+            for part in reply:
+                added, dups, _, _ = parse_enqueue(part)
+                result.added += added
+                result.duplicates += dups
         result.dead = len(dead)
-        result.sites = frozenset(by_site)
+        result.sites = frozenset(site for parts in calls for site, _ in parts)
         if dead:
-            # the first time at error level, then at debug: they are counted (streams/feed_dead_lettered)
-            # and kept with their reasons (streams-sched dlq list --site _feed)
-            logger.log(
-                logging.DEBUG if self.logged_dead else logging.ERROR,
-                "feed %s: %d entr%s moved to the dead-letter stream of site %s, e.g. %r: %s%s",
-                self.key, len(dead), "y" if len(dead) == 1 else "ies", FEED_DLQ_SITE, dead[0][0][:200], dead[0][1],
-                "" if self.logged_dead else " (more are logged at DEBUG level only)",
-            )
-            self.logged_dead = True
-        self._remove(entries)
+            self._log_dead(dead)
+        self._remove(raws)
         return result
+
+    def _entries(self, raws: list[bytes]) -> tuple[list[Entry], list[tuple[bytes, str]]]:
+        """The entries of the requests of feed entries, and the feed entries that are not
+        requests (with the reason)."""
+        entries: list[Entry] = []
+        dead: list[tuple[bytes, str]] = []
+        for raw in raws:
+            try:
+                for request in self._requests(raw):
+                    entries.append(entry_for(
+                        request, self.codec, self.fingerprinter, high_min=self.high_min,
+                        low_max=self.low_max, legacy=self.legacy is not None, site_of=self.site_of,
+                    ))
+            except (EntryError, SerializationError, ValueError) as exc:
+                dead.append((raw, str(exc)))
+        return entries, dead
+
+    def _queue_dead(self, pipe: Any, dead: list[tuple[bytes, str]]) -> None:
+        keys = self.frontier.site(FEED_DLQ_SITE)
+        ts = int(time.time() * 1000)
+        for raw, reason in dead:
+            pipe.xadd(keys.dlq, {"r": raw, "reason": reason, "stream": self.key, "id": "", "deliveries": 0, "node": self.node_id, "ts": ts})
+        pipe.hincrby(keys.stats, "dead", len(dead))
+
+    def _log_dead(self, dead: list[tuple[bytes, str]]) -> None:
+        # the first time at error level, then at debug: they are counted (streams/feed_dead_lettered)
+        # and kept with their reasons (streams-sched dlq list --site _feed)
+        logger.log(
+            logging.DEBUG if self.logged_dead else logging.ERROR,
+            "feed %s: %d entr%s moved to the dead-letter stream of site %s, e.g. %r: %s%s",
+            self.key, len(dead), "y" if len(dead) == 1 else "ies", FEED_DLQ_SITE, dead[0][0][:200], dead[0][1],
+            "" if self.logged_dead else " (more are logged at DEBUG level only)",
+        )
+        self.logged_dead = True
 
     def _remove(self, entries: list[bytes]) -> None:
         c = self.client

@@ -31,7 +31,9 @@ from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest
 
 from streams_sched.errors import EntryError, SerializationError, StreamsSchedError
-from streams_sched.frontier.seeding import Seed, Seeder, SeedResult, outgoing_for
+from streams_sched.frontier.client import Entry
+from streams_sched.frontier.entries import entry_for
+from streams_sched.frontier.seeding import Seeder, SeedResult
 from streams_sched.scrapy_redis.feed import parse_feed_entry
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD
 from streams_sched.wire.codec import RequestCodec
@@ -205,18 +207,18 @@ class ScrapyRedisCrawl:
         part = Part()
         s = self._s()
         for chunk in self._entries(self.start_urls_key, kind):
-            seeds: list[Seed] = []
+            entries: list[Entry] = []
             dead: list[tuple[bytes, str]] = []
             for raw in chunk:
                 try:
-                    seeds += [
-                        outgoing_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None, site_of=s.site_of)
+                    entries += [
+                        entry_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None, site_of=s.site_of)
                         for r in parse_feed_entry(raw, self.encoding)
                     ]
                 except (EntryError, SerializationError, ValueError) as exc:
                     dead.append((raw, str(exc)))
             part.read += len(chunk)
-            part.take(s.send(seeds))
+            part.take(s.send(entries))
             part.dead += self._dead_letter(dead, self.start_urls_key)
             progress(len(chunk))
         return part
@@ -235,21 +237,21 @@ class ScrapyRedisCrawl:
         s = self._s()
         codec = RequestCodec(None)
         for chunk in self._entries(self.queue_key, kind, oldest_first=not self.lifo):
-            seeds: list[Seed] = []
+            entries: list[Entry] = []
             dead: list[tuple[bytes, str]] = []
             for raw in chunk:
                 try:
                     request, cb, eb = request_from_scrapy_redis(raw)
                     # a dont_filter request is deduped by its entry, so a second run adds nothing
                     fp = hashlib.sha1(b"ss-migrate:" + raw).digest() if request.dont_filter else None
-                    seeds.append(outgoing_for(
+                    entries.append(entry_for(
                         request, codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max,
                         callback=cb, errback=eb, fingerprint=fp, site_of=s.site_of,
                     ))
                 except (EntryError, SerializationError, ValueError) as exc:
                     dead.append((raw, str(exc)))
             part.read += len(chunk)
-            part.take(s.send(seeds))
+            part.take(s.send(entries))
             part.dead += self._dead_letter(dead, self.queue_key)
             progress(len(chunk))
         return part

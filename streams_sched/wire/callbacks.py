@@ -16,7 +16,8 @@ attributes. It refuses what is not the spider's own method: a lambda, a plain
 function, a method bound to another object kept in a spider attribute
 (Scrapy's "delegated" callbacks: wrap those in a spider method), a classmethod,
 dunders, and non-callables. Nothing is imported: a name is only looked up on
-the spider.
+the spider. A producer without the spider (the Seeder, the CLI) checks a name
+with ``check_name``; the worker that decodes the entry applies the rest.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from types import MethodType
 from typing import Any
 
-__all__ = ["method_name", "spider_method"]
+__all__ = ["check_name", "method_name", "spider_method"]
 
 
 def _valid_name(name: object) -> bool:
@@ -37,12 +38,19 @@ def _valid_name(name: object) -> bool:
     )
 
 
-def spider_method(spider: object, name: object) -> MethodType:
-    """Return the bound method ``name`` of ``spider``; ValueError with the reason if the
-    rule refuses it."""
+def check_name(name: object) -> str:
+    """Return ``name`` if the rule admits it as a method name (before any spider is at
+    hand: a seeder names callbacks the workers look up); ValueError if not."""
     if not _valid_name(name):
         raise ValueError(f"{name!r} is not a method name (identifiers only, no dunders)")
     assert isinstance(name, str)
+    return name
+
+
+def spider_method(spider: object, name: object) -> MethodType:
+    """Return the bound method ``name`` of ``spider``; ValueError with the reason if the
+    rule refuses it."""
+    name = check_name(name)
     try:
         method = getattr(spider, name)
     except Exception as exc:

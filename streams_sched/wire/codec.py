@@ -91,9 +91,11 @@ class RequestCodec:
 
     # -- encode ---------------------------------------------------------
 
-    def encode(self, request: Request) -> bytes:
-        """Return the payload of ``request``; raise SerializationError if it has none."""
-        d, v2 = self._fields(request)
+    def encode(self, request: Request, callback: str | None = None, errback: str | None = None) -> bytes:
+        """Return the payload of ``request``; raise SerializationError if it has none.
+        ``callback`` and ``errback`` name spider methods (checked by the caller, with
+        callbacks.check_name) in place of the request's own."""
+        d, v2 = self._fields(request, callback, errback)
         cls = type(request)
         if cls is not Request:
             v2 = self._class_fields(request, cls, d) or v2
@@ -109,19 +111,21 @@ class RequestCodec:
             raise SerializationError(repr(request), "size", size_message(len(payload), self.max_bytes))
         return payload
 
-    def _fields(self, request: Request) -> tuple[dict[str, Any], bool]:
+    def _fields(self, request: Request, callback: str | None, errback: str | None) -> tuple[dict[str, Any], bool]:
         """The payload map of the fields every request has, and whether it needs version 2
         (a callback or errback named with a leading underscore)."""
         d: dict[str, Any] = {"u": request.url}
+        if callback is None and request.callback is not None:
+            callback = self._callback_name(request, request.callback, "callback")
+        if errback is None and request.errback is not None:
+            errback = self._callback_name(request, request.errback, "errback")
         v2 = False
-        cb = request.callback
-        if cb is not None:
-            d["c"] = name = self._callback_name(request, cb, "callback")
-            v2 = name[0] == "_"
-        eb = request.errback
-        if eb is not None:
-            d["e"] = name = self._callback_name(request, eb, "errback")
-            v2 = v2 or name[0] == "_"
+        if callback is not None:
+            d["c"] = callback
+            v2 = callback[0] == "_"
+        if errback is not None:
+            d["e"] = errback
+            v2 = v2 or errback[0] == "_"
         if request.method != "GET":
             d["m"] = request.method
         if request.headers:

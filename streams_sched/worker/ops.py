@@ -3,7 +3,8 @@
 The scheduler (reactor thread) queues one small operation object per request
 event; the pump (I/O thread) batches them into pipelines:
 
-- :class:`Enqueue`: a new request for a site's frontier (dedupe + XADD);
+- an :class:`~streams_sched.frontier.client.Entry`: a new request for a site's
+  frontier (dedupe + XADD), made on the one path of frontier/entries.py;
 - :class:`Ack`: the engine is done with a leased request (XACK + XDEL);
 - :class:`DeadLetter`: a leased entry that cannot be crawled, with the reason;
 - :class:`Release`: a lease handed back unstarted (the worker is closing);
@@ -19,23 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from streams_sched.frontier.client import LeasedEntry, Outgoing
+from streams_sched.frontier.client import Entry, LeasedEntry
 
-__all__ = ["Ack", "AckGate", "DeadLetter", "Enqueue", "Extend", "Failed", "LeaseOp", "Op", "Release"]
-
-
-@dataclass(slots=True, frozen=True)
-class Enqueue:
-    """Add ``out`` to the frontier of ``site``.
-
-    ``legacy_fp`` is scrapy-redis's fingerprint of the request while the crawl
-    migrated from scrapy-redis has a dupefilter set to check (legacy.py); the I/O
-    thread checks it once and sends the enqueue on without it.
-    """
-
-    site: str
-    out: Outgoing
-    legacy_fp: bytes | None = None
+__all__ = ["Ack", "AckGate", "DeadLetter", "Entry", "Extend", "Failed", "LeaseOp", "Op", "Release"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -79,7 +66,9 @@ class Extend:
 
 #: An operation on a lease this worker holds (sent after the enqueues before it).
 LeaseOp: TypeAlias = Ack | DeadLetter | Release | Failed | Extend
-Op: TypeAlias = Enqueue | LeaseOp
+#: An entry to enqueue: its ``legacy_fp`` (a migrated scrapy-redis dupefilter) is checked
+#: once by the I/O thread (frontier/batches.py), which sends it on without.
+Op: TypeAlias = Entry | LeaseOp
 #: Lease operations that end a lease (the worker no longer holds the entry).
 ENDS_LEASE = (Ack, DeadLetter, Release, Failed)
 
@@ -109,15 +98,15 @@ class AckGate:
     """
 
     #: enqueues sent but not confirmed (or failed): they hold back every lease op
-    unconfirmed: list[Enqueue] = field(default_factory=list)
+    unconfirmed: list[Entry] = field(default_factory=list)
     #: lease ops waiting for the enqueues queued before them
     held: list[LeaseOp] = field(default_factory=list)
     #: dead letters of entries that could not be decoded: no enqueue to wait for
     own_dead: list[DeadLetter] = field(default_factory=list)
     #: primary -> enqueues it confirmed, not yet known to be on its replicas
-    awaiting: dict[str, list[Enqueue]] = field(default_factory=dict)
+    awaiting: dict[str, list[Entry]] = field(default_factory=dict)
 
-    def plan(self, new: list[Op]) -> tuple[list[Enqueue], list[LeaseOp]]:
+    def plan(self, new: list[Op]) -> tuple[list[Entry], list[LeaseOp]]:
         """The enqueues and lease operations to send in this cycle."""
         after: list[LeaseOp] = []
         if not self.unconfirmed and not self.awaiting:
@@ -127,17 +116,17 @@ class AckGate:
         enqueues = self.unconfirmed
         self.unconfirmed = []
         for op in new:
-            if isinstance(op, Enqueue):
+            if isinstance(op, Entry):
                 enqueues.append(op)
             else:
                 self.held.append(op)
         return enqueues, after
 
-    def enqueue_failed(self, chunk: list[Enqueue]) -> None:
+    def enqueue_failed(self, chunk: list[Entry]) -> None:
         """Redis refused or did not answer these enqueues: send them again."""
         self.unconfirmed += chunk
 
-    def await_replicas(self, primary: str, chunk: list[Enqueue]) -> None:
+    def await_replicas(self, primary: str, chunk: list[Entry]) -> None:
         """``primary`` confirmed these enqueues; they count once its replicas have them."""
         self.awaiting.setdefault(primary, []).extend(chunk)
 
@@ -145,7 +134,7 @@ class AckGate:
         """``primary``'s replicas have everything it confirmed."""
         self.awaiting.pop(primary, None)
 
-    def resend(self, primary: str) -> list[Enqueue]:
+    def resend(self, primary: str) -> list[Entry]:
         """What ``primary`` confirmed may be wiped (it is no longer the primary): send it again."""
         chunk = self.awaiting.pop(primary, [])
         self.unconfirmed += chunk
@@ -155,7 +144,7 @@ class AckGate:
         """These lease operations were not done: send them again, first."""
         self.held = group + self.held
 
-    def not_sent(self, enqueues: list[Enqueue], after: list[LeaseOp]) -> None:
+    def not_sent(self, enqueues: list[Entry], after: list[LeaseOp]) -> None:
         """The whole cycle failed before any reply: everything planned goes back."""
         self.unconfirmed = enqueues + self.unconfirmed
         self.held = after + self.held

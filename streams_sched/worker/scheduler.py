@@ -12,7 +12,8 @@ dedupe.py (what this worker already sent), counters.py, opening.py (start-up), a
 I/O thread in :mod:`streams_sched.worker.io`.
 
 - ``enqueue_request`` fingerprints the request with ``crawler.request_fingerprinter``,
-  encodes it with msgpack and queues an ``Enqueue`` (ops.py) for the I/O thread
+  makes its ``Entry`` on the one path every producer takes (frontier/entries.py: site,
+  stream, msgpack payload) and queues it for the I/O thread
   (pump.py) in the ``Exchange`` they share (exchange.py); it never touches
   Redis. The I/O thread sends it through ``enqueue.lua``, which dedupes it
   (Bloom filter) and adds it to the site's stream for its band in one atomic
@@ -57,10 +58,9 @@ from streams_sched import __version__
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import redact
 from streams_sched.errors import SerializationError
-from streams_sched.frontier.client import Frontier, LeasedEntry, Outgoing
-from streams_sched.frontier.keys import TASK_TYPES, stream_for, validate_site_name
+from streams_sched.frontier.client import Frontier, LeasedEntry
+from streams_sched.frontier.entries import FINGERPRINT_BYTES, entry_for, fingerprint_of, site_for
 from streams_sched.frontier.sitekey import site_keyer
-from streams_sched.scrapy_redis.legacy import legacy_fingerprint
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.answers import Answers, RobotsAgent
 from streams_sched.worker.counters import Counters
@@ -70,9 +70,8 @@ from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.handback import hand_back_in_progress, hand_back_unstarted
 from streams_sched.worker.io.pump import Pump, make_node_id
 from streams_sched.worker.opening import announce, feed_mover, node_info, open_frontier
-from streams_sched.worker.ops import Ack, Enqueue, Extend, Failed, Op, Release
+from streams_sched.worker.ops import Ack, Extend, Failed, Op, Release
 from streams_sched.worker.ready import ReadyQueues
-from streams_sched.worker.selection import band_for
 from streams_sched.worker.startup import fail_clearly
 from streams_sched.worker.unserializable import UnserializablePolicy
 
@@ -105,7 +104,7 @@ class StreamsScheduler(BaseScheduler):
     """A Scrapy scheduler whose queue is a Redis Streams crawl frontier shared by many workers."""
 
     #: fingerprints travel as 20 bytes (a SHA-1, Scrapy's default); others are hashed to that
-    FINGERPRINT_BYTES = 20
+    FINGERPRINT_BYTES = FINGERPRINT_BYTES
     #: move the hot-path counters into the crawl stats every this many dequeues
     STATS_EVERY_DEQUEUES = 256
     #: Requests handed to the engine per turn of the event loop. The engine asks for
@@ -136,7 +135,6 @@ class StreamsScheduler(BaseScheduler):
         self.limits = limits
         self.counts = Counters(stats)
         self._site_key = site_keyer(config.site_key)
-        self._sites: dict[str, str] = {}
         self.node_id = config.node_id or make_node_id()
         self.dedupe = LocalDedupe(config.local_seen_cache, fingerprinter, config.url_shortcut, dupefilter_debug)
         self.spider: Spider | None = None
@@ -344,38 +342,22 @@ class StreamsScheduler(BaseScheduler):
                 if url_key in dedupe.seen_urls:
                     self._filtered(request)
                     return False
-            fp = self.fingerprinter.fingerprint(request)
-            if len(fp) != self.FINGERPRINT_BYTES:
-                fp = _sha1(fp)
+            fp = fingerprint_of(request, self.fingerprinter)
             if fp in dedupe.seen:
                 if url_key is not None:
                     dedupe.seen_urls.add(url_key)
                 self._filtered(request)
                 return False
-        meta = request.meta
+        cfg = self.config
         try:
-            site = self._site_of(request, meta)
-            task = meta.get("task_type")
-            if task is not None and task not in TASK_TYPES:
-                raise SerializationError(repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}")
-            payload = codec.encode(request)
+            # the seen caches above decide whether to build the entry; frontier/entries.py, how
+            entry = entry_for(
+                request, codec, self.fingerprinter, high_min=cfg.high_priority_min, low_max=cfg.low_priority_max,
+                site_of=self._site_key, legacy=x is not None and x.legacy is not None, fingerprint=fp,
+            )
         except SerializationError as exc:
             return self._cannot_travel(request, exc, fp, url_key)
-        cfg = self.config
-        band = band_for(request.priority, cfg.high_priority_min, cfg.low_priority_max)
-        stream = stream_for(task, band)  # task None: the site's policy decides http or browser
-        delay_ms = 0
-        not_before = meta.get("not_before")
-        if not_before:
-            try:
-                delay_ms = max(0, int((float(not_before) - time.time()) * 1000))
-            except (TypeError, ValueError):
-                logger.error("ignoring meta['not_before']=%r of %s: not epoch seconds", not_before, request)
-        if fp and x is not None and x.legacy is not None:
-            # checked against the migrated scrapy-redis dupefilter by the I/O thread
-            self._put(Enqueue(site, Outgoing(fp, stream, delay_ms, payload), legacy_fingerprint(request)))
-        else:
-            self._put(Enqueue(site, Outgoing(fp, stream, delay_ms, payload)))
+        self._put(entry)  # a legacy_fp is checked by the I/O thread (frontier/batches.py)
         if fp:
             dedupe.seen.add(fp)
             if url_key is not None:
@@ -538,17 +520,7 @@ class StreamsScheduler(BaseScheduler):
         return self.ready.local + len(self.ready.local_busy)
 
     def _site_of(self, request: Request, meta: dict[str, Any]) -> str:
-        site = meta.get("site")
-        if site is None:
-            host = urlparse_cached(request).hostname
-            return self._site_key(host) if host else "_nohost"
-        known = self._sites.get(site)
-        if known is None:
-            try:
-                known = self._sites[site] = validate_site_name(site)
-            except ValueError as exc:
-                raise SerializationError(repr(request), "meta['site']", str(exc)) from None
-        return known
+        return site_for(request, self._site_key)
 
     def _filtered(self, request: Request) -> None:
         self.counts.filtered += 1
@@ -567,9 +539,4 @@ class StreamsScheduler(BaseScheduler):
 
             close_spider(self.crawler.engine, "streams_sched_error")
 
-
-def _sha1(data: bytes) -> bytes:
-    import hashlib
-
-    return hashlib.sha1(data).digest()
 

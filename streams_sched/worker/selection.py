@@ -1,6 +1,6 @@
 """Pure decision logic of a worker: no Redis, no Scrapy, no clocks of its own.
 
-- :func:`band_for` maps ``Request.priority`` to a priority band;
+- :func:`band_for` (from frontier/keys.py) maps ``Request.priority`` to a priority band;
 - :class:`SiteHint` and :func:`plan_shards` decide which of the sites the shards'
   ready indexes named to lease from, and how many entries, given what this worker
   already holds: one call per shard;
@@ -13,18 +13,12 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+# band_for is a naming rule (keys.py), re-exported: deciding starts with a band
+from streams_sched.frontier.keys import band_for
+
 __all__ = [
     "DrainDetector", "LeasePlan", "ShardPlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_shards",
 ]
-
-
-def band_for(priority: int, high_min: int, low_max: int) -> int:
-    """Band index (0 high, 1 default, 2 low) of a request priority."""
-    if priority >= high_min:
-        return 0
-    if priority <= low_max:
-        return 2
-    return 1
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 The reactor thread never talks to Redis. The two threads share one
 :class:`~streams_sched.worker.exchange.Exchange`: the scheduler puts operations
-(ops.py: :class:`Enqueue`, :class:`Ack`, :class:`DeadLetter`,
+(ops.py: an ``Entry`` to enqueue, :class:`Ack`, :class:`DeadLetter`,
 :class:`Release`, :class:`Failed`, :class:`Extend`) in its ``outbox`` and takes prefetched
 requests from its ``arrivals``. The pump batches everything of one cycle into
 one pipeline:
@@ -46,9 +46,9 @@ from redis.exceptions import ResponseError
 
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import TRANSIENT
-from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.batches import drop_legacy_seen
+from streams_sched.frontier.client import Entry, Frontier
 from streams_sched.politeness.adaptive import FeedbackBatch
-from streams_sched.scrapy_redis.legacy import legacy_seen
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.exchange import OUTBOX_FLUSH, Exchange
 from streams_sched.worker.io.barrier import ReplicaStage
@@ -62,7 +62,7 @@ from streams_sched.worker.io.trouble import Trouble
 from streams_sched.worker.io.upkeep import Upkeep
 from streams_sched.worker.io.writes import Writes
 from streams_sched.worker.leasebook import LeaseBook
-from streams_sched.worker.ops import ENDS_LEASE, AckGate, Enqueue, Op
+from streams_sched.worker.ops import ENDS_LEASE, AckGate, Op
 
 if TYPE_CHECKING:
     from streams_sched.scrapy_redis.feed import FeedMover
@@ -317,7 +317,7 @@ class Pump(threading.Thread):
             self.upkeep.run(now, planned, arrived)
             self.feed.move(now)
 
-    def _queue(self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[Any], now: float) -> bool:
+    def _queue(self, pipe: Any, sent: list[Sent], enq: list[Entry], after: list[Any], now: float) -> bool:
         """Queue the cycle's commands; True if a shard was asked for leases."""
         # answers first: a site's healthy ones go with its ack
         self.answers.absorb(self.x.feedback, now)
@@ -328,22 +328,16 @@ class Pump(threading.Thread):
             self.presence.queue(pipe, sent, now)
         return planned
 
-    def _legacy_filter(self, ops: list[Enqueue]) -> list[Enqueue]:
-        """Drop requests a migrated scrapy-redis crawl already saw (one SMISMEMBER).
-        Enqueues carry scrapy-redis's fingerprint (``legacy_fp``) until they are checked."""
-        checked = [op for op in ops if op.legacy_fp]
-        legacy = self.x.legacy
-        if not checked or legacy is None:
-            return ops
-        seen = legacy_seen(self.frontier.client, legacy, [op.legacy_fp for op in checked if op.legacy_fp])
-        drop = {id(op) for op, hit in zip(checked, seen, strict=True) if hit}
-        if drop:
+    def _legacy_filter(self, entries: list[Entry]) -> list[Entry]:
+        """Drop requests a migrated scrapy-redis crawl already saw (one SMISMEMBER;
+        frontier/batches.py, as for every producer)."""
+        kept, dropped = drop_legacy_seen(self.frontier.client, self.x.legacy, entries)
+        if dropped:
             # done as far as the scheduler's drain check goes: they will never be sent
-            self.x.enqueues_done += len(drop)
-            self.x.stats.append(("streams/legacy_duplicates", len(drop)))
-            self.x.stats.append(("dupefilter/filtered", len(drop)))
-        return [Enqueue(op.site, op.out) if op.legacy_fp else op for op in ops if id(op) not in drop]
-
+            self.x.enqueues_done += len(dropped)
+            self.x.stats.append(("streams/legacy_duplicates", len(dropped)))
+            self.x.stats.append(("dupefilter/filtered", len(dropped)))
+        return kept
 
 
 def make_node_id() -> str:

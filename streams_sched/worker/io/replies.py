@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from redis.exceptions import NoScriptError
 
 from streams_sched.connect.clients import TRANSIENT
-from streams_sched.frontier.client import Frontier, over_cap_of, parse_enqueue
+from streams_sched.frontier.client import Entry, Frontier, over_cap_of, parse_enqueue
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.barrier import ReplicaStage
 from streams_sched.worker.io.leasing import Leasing
@@ -29,7 +29,7 @@ from streams_sched.worker.io.sent import (
     describe,
 )
 from streams_sched.worker.io.trouble import Trouble
-from streams_sched.worker.ops import Ack, AckGate, Enqueue, Extend, Failed
+from streams_sched.worker.ops import Ack, AckGate, Extend, Failed
 
 __all__ = ["FeedbackReply", "Replies"]
 
@@ -124,7 +124,7 @@ class Replies:
             stats.append(("streams/backoffs", 1))
             self.leasing.ask_again(cmd.site)
 
-    def _on_enqueued(self, site: str, chunk: list[Enqueue], reply: Any) -> None:
+    def _on_enqueued(self, site: str, chunk: list[Entry], reply: Any) -> None:
         x = self.x
         x.enqueues_done += len(chunk)
         added, dups, delayed, _flags = parse_enqueue(reply)

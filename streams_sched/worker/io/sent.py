@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streams_sched.worker.ops import Ack, DeadLetter, Enqueue, Extend, Failed, LeaseOp, Release
+from streams_sched.frontier.client import Entry
+from streams_sched.worker.ops import Ack, DeadLetter, Extend, Failed, LeaseOp, Release
 from streams_sched.worker.selection import ShardPlan
 
 __all__ = [
@@ -37,8 +38,8 @@ class Enqueued:
     call order, ``chunk`` all of them, ``site`` the first (its shard's primary took them)."""
 
     site: str
-    chunk: list[Enqueue]
-    parts: tuple[tuple[str, list[Enqueue]], ...] = ()
+    chunk: list[Entry]
+    parts: tuple[tuple[str, list[Entry]], ...] = ()
 
 
 @dataclass(slots=True, frozen=True)

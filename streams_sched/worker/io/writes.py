@@ -1,7 +1,7 @@
 """The writes of one I/O cycle, queued on its pipeline in the order Redis must see them.
 
 Enqueues go first, one enqueue.lua call per shard for the sites of that shard (up to
-:data:`ENQUEUE_CHUNK` requests a call); then, where a single server carries the whole
+``CALL_LIMIT`` requests a call; frontier/batches.py groups them, as for every producer); then, where a single server carries the whole
 pipeline, the replica WAIT that covers them (barrier.py); then the lease operations
 the AckGate let through (one ack.lua call per shard, each site's healthy answers riding
 along; dead letters, releases, failed deliveries and extensions per site); then
@@ -14,18 +14,16 @@ from collections import defaultdict
 from typing import Any
 
 from streams_sched.config import StreamsConfig
-from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.batches import queue_enqueues
+from streams_sched.frontier.client import Entry, Frontier
 from streams_sched.frontier.keys import shard_of
 from streams_sched.politeness.adaptive import FeedbackBatch
 from streams_sched.worker.io.barrier import ReplicaStage
 from streams_sched.worker.io.leasing import Leasing
 from streams_sched.worker.io.sent import Enqueued, FeedbackSent, LeaseOpsSent, Sent
-from streams_sched.worker.ops import Ack, DeadLetter, Enqueue, Failed, LeaseOp, Release
+from streams_sched.worker.ops import Ack, DeadLetter, Failed, LeaseOp, Release
 
-__all__ = ["ENQUEUE_CHUNK", "Writes"]
-
-#: enqueues per enqueue.lua call
-ENQUEUE_CHUNK = 256
+__all__ = ["Writes"]
 
 
 class Writes:
@@ -50,7 +48,7 @@ class Writes:
             int(config.adaptive_forget_seconds * 1000),
         )
 
-    def queue(self, pipe: Any, sent: list[Sent], enq: list[Enqueue], after: list[LeaseOp], now: float) -> None:
+    def queue(self, pipe: Any, sent: list[Sent], enq: list[Entry], after: list[LeaseOp], now: float) -> None:
         if enq:
             self._queue_enqueues(pipe, sent, enq)
             self.replicas.queue_inline(pipe, sent, now)
@@ -85,30 +83,11 @@ class Writes:
             for extend in group:
                 f.extend(site, self.node_id, extend.entry.stream, extend.entry.id, pipe)
 
-    def _queue_enqueues(self, pipe: Any, sent: list[Sent], enq: list[Enqueue]) -> None:
-        """One enqueue.lua call per shard for the sites of that shard (up to ENQUEUE_CHUNK
+    def _queue_enqueues(self, pipe: Any, sent: list[Sent], enq: list[Entry]) -> None:
+        """One enqueue.lua call per shard for the sites of that shard (up to CALL_LIMIT
         requests a call): a round of children over many sites costs one call per shard."""
-        shards = self.frontier.shards
-        by_shard: dict[int, dict[str, list[Enqueue]]] = defaultdict(lambda: defaultdict(list))
-        for op in enq:
-            by_shard[shard_of(op.site, shards)][op.site].append(op)
-        for by_site in by_shard.values():
-            parts: list[tuple[str, list[Enqueue]]] = []
-            size = 0
-            for site, site_ops in by_site.items():
-                for i in range(0, len(site_ops), ENQUEUE_CHUNK):
-                    chunk = site_ops[i : i + ENQUEUE_CHUNK]
-                    if parts and size + len(chunk) > ENQUEUE_CHUNK:
-                        self._send_enqueues(pipe, sent, parts)
-                        parts, size = [], 0
-                    parts.append((site, chunk))
-                    size += len(chunk)
-            if parts:
-                self._send_enqueues(pipe, sent, parts)
-
-    def _send_enqueues(self, pipe: Any, sent: list[Sent], parts: list[tuple[str, list[Enqueue]]]) -> None:
-        self.frontier.enqueue_shard([(site, [op.out for op in chunk]) for site, chunk in parts], pipe)
-        sent.append(Enqueued(parts[0][0], [op for _, chunk in parts for op in chunk], tuple(parts)))
+        for parts in queue_enqueues(self.frontier, pipe, enq):
+            sent.append(Enqueued(parts[0][0], [e for _, chunk in parts for e in chunk], tuple(parts)))
 
     def _queue_acks(self, pipe: Any, sent: list[Sent], by_site: dict[str, list[LeaseOp]], now: float) -> None:
         """One ack.lua call for the acks of the sites of one shard, each site's healthy

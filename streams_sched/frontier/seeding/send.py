@@ -1,0 +1,168 @@
+"""Sending the Seeder's batches: prepare, write, read the replies, wait for a replica.
+
+:meth:`Sender.prepare` drops what a migrated scrapy-redis dupefilter saw and groups the
+rest into enqueue.lua calls (frontier/batches.py, as every producer does), packed by
+packing.py; :meth:`Sender.send` writes them on the run's links (wire.py), and
+:meth:`Sender.finish` reads the replies, waits until a replica of each primary has the
+batch, and says which URLs were added.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from streams_sched.connect.clients import TRANSIENT, refresh_topology
+from streams_sched.errors import RedisUnavailable
+from streams_sched.frontier.batches import drop_legacy_seen, enqueue_calls
+from streams_sched.frontier.client import Entry, parse_enqueue
+from streams_sched.frontier.keys import CrawlKeys, ShardKeys
+from streams_sched.frontier.seeding.packing import Batch, Packed, Packer
+from streams_sched.frontier.seeding.wire import Wire, bulk, is_moved, unpack
+from streams_sched.worker.io.replicas import Verdict
+
+if TYPE_CHECKING:
+    from streams_sched.frontier.seeding.seeder import Seeder
+
+__all__ = ["SeedResult", "Sender"]
+
+
+@dataclass
+class SeedResult:
+    """What one :meth:`Seeder.seed` call did: URLs added, URLs that were duplicates."""
+
+    added: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+
+    def __iadd__(self, other: SeedResult) -> SeedResult:
+        self.added += other.added
+        self.duplicates += other.duplicates
+        return self
+
+
+class Sender:
+    """Sends the batches of one :class:`Seeder` (reads its client, frontier and legacy SET)."""
+
+    def __init__(self, seeder: Seeder) -> None:
+        self.seeder = seeder
+        self.packer = Packer(seeder.frontier)
+
+    def prepare(self, entries: list[Entry], wire: Wire, register: bool) -> Batch:
+        """A batch's enqueue.lua calls, one per shard, packed for the primaries of ``wire``
+        (after dropping what a migrated scrapy-redis dupefilter saw)."""
+        s = self.seeder
+        entries, dropped = drop_legacy_seen(s.client, s.legacy, entries)
+        calls = self.packer.pack(enqueue_calls(entries, s.frontier.shards, None), wire.node_of)
+        return Batch(calls, [e.url for e in dropped], CrawlKeys.registry() if register else None)
+
+    def send(self, wire: Wire, batch: Batch) -> None:
+        """Write a batch's calls (after the crawl's registration, on the first) on the links
+        of their primaries, one write per primary. :meth:`read` reads in the same order."""
+        out: dict[str, list[bytes]] = defaultdict(list)
+        if batch.register is not None:
+            sadd = b"*3\r\n" + bulk(b"SADD") + bulk(batch.register.encode()) + bulk(self.seeder.crawl.encode())
+            batch.register_node = wire.node_of(batch.register)
+            out[batch.register_node].append(sadd)
+        for call in batch.calls:
+            out[call.node].append(call.command)
+        try:
+            for node, commands in out.items():
+                wire.link(node).write(commands)
+        except TRANSIENT:
+            refresh_topology(self.seeder.client)
+            raise
+
+    def read(self, wire: Wire, batch: Batch) -> None:
+        """Read a batch's replies; calls the server refused to run (scripts lost, slot moved)
+        run again on their own."""
+        redo: list[Packed] = []
+        try:
+            if batch.register is not None:
+                reply = wire.link(batch.register_node).read()
+                if isinstance(reply, Exception):
+                    raise reply
+            for call in batch.calls:
+                call.reply = reply = wire.link(call.node).read()
+                if isinstance(reply, NoScriptError) or (isinstance(reply, ResponseError) and is_moved(reply)):
+                    redo.append(call)
+                elif isinstance(reply, Exception):
+                    raise reply
+        except TRANSIENT:
+            refresh_topology(self.seeder.client)
+            raise
+        if redo:
+            # Nothing of a call that got NOSCRIPT or MOVED ran (the whole call is one
+            # script on one slot): load the scripts (a new master after a failover, a
+            # restart, SCRIPT FLUSH), learn where the slots are, and run those calls again.
+            if any(is_moved(c.reply) for c in redo):
+                refresh_topology(self.seeder.client)
+            self.seeder.frontier.load_scripts()
+            for call in redo:
+                call.reply = self.run(call)
+
+    def run(self, call: Packed) -> Any:
+        """Run one call through redis-py (it reloads a lost script, follows a moved slot)."""
+        command = unpack(call.command)
+        nkeys = int(command[2])
+        keys, args = [k.decode() for k in command[3 : 3 + nkeys]], command[3 + nkeys :]
+        f = self.seeder.frontier
+        return f.scripts.call(f.scripts.enqueue, keys, args)
+
+    def finish(self, wire: Wire, batch: Batch) -> SeedResult:
+        """Read a batch's replies, wait until a replica has it, and say what was added."""
+        self.read(wire, batch)
+        self.replicated(batch)
+        result = SeedResult(duplicates=list(batch.duplicates))
+        added, dups = result.added, result.duplicates
+        one = ord("1")
+        for call in batch.calls:
+            for (_site, items), part in zip(call.parts, call.reply, strict=True):
+                flags = parse_enqueue(part)[3]
+                for e, flag in zip(items, flags, strict=True):
+                    (added if flag == one else dups).append(e.url)
+        return result
+
+    def replicated(self, batch: Batch) -> None:
+        """Return once what a batch wrote is on a replica of each primary that took it (where
+        the primary has one), so that what :meth:`Seeder.send` reports as added survives a
+        failover. A primary that is gone or replaced gets the batch again (dedupe makes
+        that safe)."""
+        s = self.seeder
+        guard, f = s.replicas, s.frontier
+        if not batch.calls and batch.register is None:
+            return
+        targets = {guard.primary_of(ShardKeys(s.crawl, c.shard).sync): ShardKeys(s.crawl, c.shard).sync for c in batch.calls}
+        targets.setdefault(guard.primary_of(f.keys.sync), f.keys.sync)  # the crawl registry
+        deadline = time.monotonic() + s.replica_timeout_s
+        for primary, key in targets.items():
+            while True:
+                now = time.monotonic()
+                if guard.required(primary, now) == 0:
+                    break
+                verdict = guard.barrier(primary, key, now)
+                if verdict is Verdict.PASS:
+                    break
+                if now > deadline:
+                    raise RedisUnavailable(
+                        f"seeds of crawl {s.crawl!r} are on Redis primary {primary or '(this server)'} but on"
+                        f" none of its replicas after {s.replica_timeout_s:g}s: a failover would lose them."
+                        " Seed again once the replica is back (seeding is idempotent), or pass min_replicas=0"
+                    )
+                if verdict is Verdict.RESEND:
+                    self._resend(batch)
+                time.sleep(0.05)
+
+    def _resend(self, batch: Batch) -> None:
+        """The primary was replaced: register and send the batch again (if it is there yet)."""
+        s = self.seeder
+        refresh_topology(s.client)
+        try:
+            s.client.sadd(CrawlKeys.registry(), s.crawl)
+            for call in batch.calls:
+                self.run(call)
+        except TRANSIENT:
+            pass  # the new primary is not there yet: try again
