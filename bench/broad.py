@@ -140,7 +140,9 @@ def queued_bytes(url: str, n: int, sites: int = 100) -> dict[str, Any]:
     from scrapy.utils.request import RequestFingerprinter
 
     from streams_sched.connect.clients import connect
-    from streams_sched.frontier.client import Entry, Frontier, crawl_bloom
+    from streams_sched.frontier.bloom import crawl_bloom
+    from streams_sched.frontier.client import Frontier
+    from streams_sched.frontier.records import Entry
     from streams_sched.wire.codec import RequestCodec
 
     client = connect(url)

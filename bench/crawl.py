@@ -116,7 +116,7 @@ def preseed(spec: CrawlSpec, client: redis.Redis, crawl: str, settings: dict[str
     urls = [web.url(s, p) for p in range(min(spec.preseed_pages, spec.pages)) for s in range(spec.sites)]
     if spec.base_kind.startswith("streams-sched"):
         from streams_sched import seed
-        from streams_sched.frontier.client import detect_dedupe
+        from streams_sched.frontier.bloom import detect_dedupe
 
         detect_dedupe(client, crawl, settings["STREAMS_DEDUPE"])
         return len(seed(client, crawl, urls).added)

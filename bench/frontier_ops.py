@@ -22,7 +22,9 @@ from typing import Any
 import msgpack
 import redis
 
-from streams_sched.frontier.client import BloomParams, Entry, Frontier, parse_lease
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.records import BloomParams, Entry
+from streams_sched.frontier.replies import parse_lease
 
 __all__ = ["run_frontier_ops"]
 
@@ -36,7 +38,7 @@ def _fps(n: int, salt: bytes) -> list[bytes]:
 
 
 def streams_enqueue(client: redis.Redis, mode: str, n: int, per_site_batch: int) -> float:
-    """Entry ``n`` requests (half duplicates); return requests offered per second."""
+    """Enqueue ``n`` requests (half duplicates); return requests offered per second."""
     f = Frontier(client, f"ops{mode}", BloomParams(mode=mode, capacity=max(n, 1000)))
     f.scripts.load()
     sites = [f"site{i}.test" for i in range(SITES)]

@@ -70,7 +70,7 @@ def measure(n_ready: int, seconds: float, max_steps: int) -> dict[str, Any]:
     import streams_sched
     from streams_sched.config import StreamsConfig
     try:
-        from streams_sched.frontier.client import LeasedEntry
+        from streams_sched.frontier.records import LeasedEntry
         from streams_sched.worker.exchange import Exchange
     except ModuleNotFoundError:  # a revision with the flat package layout
         from streams_sched.exchange import Exchange  # type: ignore[no-redef]

@@ -32,7 +32,10 @@ from collections import defaultdict
 from typing import Any
 
 from streams_sched.connect.clients import connect, is_cluster_client
-from streams_sched.frontier.client import Entry, Frontier, crawl_bloom, parse_lease
+from streams_sched.frontier.bloom import crawl_bloom
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.records import Entry
+from streams_sched.frontier.replies import parse_lease
 from streams_sched.testing import RedisServer, find_redisbloom
 from streams_sched.wire.codec import RequestCodec
 from tests.redis_tools import LocalCluster

@@ -27,7 +27,7 @@ from typing import Any
 def prepare(redis_url: str, crawl: str, dedupe: str) -> Any:
     import streams_sched
     from streams_sched.connect.clients import connect
-    from streams_sched.frontier.client import detect_dedupe
+    from streams_sched.frontier.bloom import detect_dedupe
 
     client = connect(redis_url)
     detect_dedupe(client, crawl, dedupe)

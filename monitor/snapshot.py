@@ -36,9 +36,10 @@ from typing import Any
 
 from redis.exceptions import NoScriptError, ResponseError
 
-from streams_sched.frontier.client import BloomParams, Frontier, SiteStatus
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.indexes import ShardSizes, indexed_sites, shard_sizes
 from streams_sched.frontier.keys import shard_of
+from streams_sched.frontier.records import BloomParams, SiteStatus
 from streams_sched.frontier.replies import text
 
 __all__ = ["CrawlSnapshot", "SUMMED", "SiteBook", "bitmap_items", "read_crawl"]

@@ -49,9 +49,10 @@ import structlog
 from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.errors import LayoutError
-from streams_sched.frontier.client import NO_MASK, Frontier, parse_claim
+from streams_sched.frontier.client import NO_MASK, Frontier
 from streams_sched.frontier.indexes import due_delays, ready_sites, server_ms
 from streams_sched.frontier.keys import health_key
+from streams_sched.frontier.replies import parse_claim
 from streams_sched.service.daemon import (
     TRANSIENT,
     MetricsServer,

@@ -24,8 +24,9 @@ from streams_sched.errors import (
     SerializationError,
     StreamsSchedError,
 )
-from streams_sched.frontier.client import BloomParams, Frontier
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import CrawlKeys, SiteKeys
+from streams_sched.frontier.records import BloomParams
 from streams_sched.politeness.policy import pause_site, resume_site, set_policy
 from streams_sched.wire.meta_codecs import MetaCodec, register_meta_codec
 

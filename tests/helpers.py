@@ -20,7 +20,8 @@ from urllib.parse import quote
 from itemadapter import ItemAdapter
 
 from streams_sched.connect.clients import connect
-from streams_sched.frontier.client import BloomParams, Frontier
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.records import BloomParams
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -144,7 +145,7 @@ def false_positive_rate(f: Frontier, site: str, batch: Callable[[list[str]], lis
     """The share of ``probes`` new URLs that ``site``'s seen filter calls duplicates. Each
     batch of 200 is probed on a fresh copy of the filter (DUMP/RESTORE: RedisBloom keys do
     not support COPY) under the site ``probe``, so the probes themselves do not fill it.
-    ``batch`` turns URL names into the Entry requests to enqueue."""
+    ``batch`` turns URL names into the entries to enqueue."""
     false = 0
     for i in range(0, probes, 200):
         for key in ("seen", "seen_meta"):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from streams_sched import seed
 from streams_sched.cli import main
-from streams_sched.frontier.client import Entry
+from streams_sched.frontier.records import Entry
 from streams_sched.testing import free_port
 
 from helpers import frontier

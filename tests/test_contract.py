@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from streams_sched.frontier import keys, script_keys
-from streams_sched.frontier.client import NO_MASK, Entry
+from streams_sched.frontier.client import NO_MASK
 from streams_sched.frontier.keys import BANDS, SITE_TASK, STREAMS, ShardKeys, SiteKeys
+from streams_sched.frontier.records import Entry
 from streams_sched.frontier.scripts import SCRIPT_NAMES, read_lua
 
 from helpers import frontier, queued
@@ -158,6 +159,7 @@ def test_stream_codes_in_script_headers(name: str) -> None:
 
 FRONTIER_SCRIPT_CALLERS = {
     "streams_sched/frontier/client.py",
+    "streams_sched/frontier/reads.py",
     "streams_sched/frontier/scripts.py",
     "streams_sched/frontier/seeding/packing.py",
     "streams_sched/frontier/seeding/send.py",

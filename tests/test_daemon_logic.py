@@ -21,8 +21,8 @@ from reclaimer.settings import ReclaimerSettings
 from streams_sched.cli.status import Progress, progress_line
 from streams_sched.connect.server_checks import ServerMemory
 from streams_sched.errors import ConfigError
-from streams_sched.frontier.client import SiteStatus, StreamStatus
 from streams_sched.frontier.keys import STREAMS
+from streams_sched.frontier.records import SiteStatus, StreamStatus
 from streams_sched.politeness.rates import ack_rate_per_s, acks_last_minute
 from streams_sched.service.liveness import ALIVE, DEAD, OFFLINE, classify, node_states
 from streams_sched.worker.metrics import parse_ports

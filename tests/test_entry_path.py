@@ -23,7 +23,8 @@ from streams_sched import Seeder
 from streams_sched.cli import main
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import connect
-from streams_sched.frontier.client import Frontier, crawl_bloom
+from streams_sched.frontier.bloom import crawl_bloom
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import entry_for, fingerprint_of, url_entries
 from streams_sched.scrapy_redis.feed import FeedMover
 from streams_sched.wire.codec import RequestCodec

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import streams_sched
-from streams_sched.frontier.client import Entry
+from streams_sched.frontier.records import Entry
 from streams_sched.worker.exchange import OUTBOX_FLUSH, Exchange
 
 #: what the scheduler may call on the pump itself: start and stop it

@@ -16,7 +16,7 @@ from scrapy.http import Response
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.config import StreamsConfig
-from streams_sched.frontier.client import LeasedEntry
+from streams_sched.frontier.records import LeasedEntry
 from streams_sched.worker.exchange import Exchange, SiteWeights
 from streams_sched.worker.fairness import ReadySites
 from streams_sched.worker.scheduler import Limits, StreamsScheduler

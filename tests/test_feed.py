@@ -13,7 +13,8 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy_redis.spiders import RedisSpider
 
 from streams_sched.connect.clients import connect
-from streams_sched.frontier.client import Frontier, crawl_bloom
+from streams_sched.frontier.bloom import crawl_bloom
+from streams_sched.frontier.client import Frontier
 from streams_sched.scrapy_redis.feed import FEED_DLQ_SITE, FeedMover, parse_feed_entry
 from streams_sched.scrapy_redis.spiders import adopt_redis_spider, is_redis_spider
 from streams_sched.wire.codec import RequestCodec

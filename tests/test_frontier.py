@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from streams_sched.connect.clients import connect
-from streams_sched.frontier.client import Entry
 from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, STREAMS, ShardKeys, SiteKeys, shard_of
+from streams_sched.frontier.records import Entry
 
 from helpers import false_positive_rate, frontier, wait_for, with_user
 
@@ -44,7 +44,7 @@ def test_dont_filter_skips_dedupe(redis_url: str, dedupe: str, crawl: str) -> No
 
 def test_sites_dedupe_independently(redis_url: str, dedupe: str, crawl: str) -> None:
     """Each site has its own seen filter, also beside another site of its shard in one call."""
-    from streams_sched.frontier.client import parse_enqueue
+    from streams_sched.frontier.replies import parse_enqueue
 
     f = frontier(redis_url, crawl, dedupe)
     assert f.enqueue("a.test", [out(1)])[0] == 1
@@ -325,7 +325,7 @@ def test_status_runs_as_a_read_only_acl_user(redis_url: str, dedupe: str, crawl:
 def test_dedupe_backend_is_fixed_per_crawl(plain_redis_url: str, crawl: str) -> None:
     """A crawl started with one back-end refuses a worker that insists on another."""
     from streams_sched.errors import DedupeBackendError
-    from streams_sched.frontier.client import detect_dedupe
+    from streams_sched.frontier.bloom import detect_dedupe
 
     client = redis.Redis.from_url(plain_redis_url)
     assert detect_dedupe(client, crawl, "auto") == "bitmap"

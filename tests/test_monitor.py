@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 
 from monitor import Monitor, MonitorSettings, metric_names
-from streams_sched.frontier.client import Entry
+from streams_sched.frontier.records import Entry
 from streams_sched.testing import free_port
 
 from daemons import Daemon, WebhookSink, scrape, try_scrape, value
@@ -238,7 +238,8 @@ def test_burst_prints_the_metrics_once(plain_redis_url: str, crawl: str) -> None
 def test_seen_estimate_sums_the_live_revisit_buckets(redis_url: str, dedupe: str, crawl: str) -> None:
     """With revisits on, the seen estimate counts the fingerprints of every live time bucket."""
     from monitor.snapshot import read_crawl
-    from streams_sched.frontier.client import Frontier, crawl_bloom
+    from streams_sched.frontier.bloom import crawl_bloom
+    from streams_sched.frontier.client import Frontier
 
     client = redis.Redis.from_url(redis_url)
     params = crawl_bloom(client, crawl, dedupe, revisit_seconds=1000, revisit_buckets=4)
@@ -254,7 +255,8 @@ def test_seen_estimate_counts_exact_sets_and_converted_filters_and_fails_no_call
     """The seen estimate counts a small site's exact set and a site past 1,024 URLs (a Bloom
     filter) on either back-end, without a command that fails on the other form of key."""
     from monitor.snapshot import read_crawl
-    from streams_sched.frontier.client import Frontier, crawl_bloom
+    from streams_sched.frontier.bloom import crawl_bloom
+    from streams_sched.frontier.client import Frontier
 
     client = redis.Redis.from_url(redis_url)
     f = Frontier(client, crawl, crawl_bloom(client, crawl, dedupe, capacity=5000))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streams_sched.frontier.client import Entry, LeasedEntry
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM
+from streams_sched.frontier.records import Entry, LeasedEntry
 from streams_sched.worker.io.refusals import Refusals
 from streams_sched.worker.leasebook import LeaseBook
 from streams_sched.worker.ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Extend, Release

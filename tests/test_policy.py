@@ -13,7 +13,8 @@ import pytest
 import redis
 
 from streams_sched import seed
-from streams_sched.frontier.client import BloomParams, Entry, Frontier
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.records import BloomParams, Entry
 from streams_sched.politeness.policy import get_policy, pause_site, resume_site
 
 from helpers import (

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from streams_sched.connect.clients import connect
-from streams_sched.frontier.client import Entry, Frontier
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.records import Entry
 from streams_sched.frontier.sitekey import site_keyer
 from streams_sched.politeness.adaptive import (
     EffectiveRate,
@@ -295,7 +296,7 @@ def test_monitor_exports_each_sites_rate_reason_and_pause() -> None:
     paused-until time, 429/503 answers, back-offs and requests over the page cap."""
     from monitor.exporter import SiteLabeller, build_families
     from monitor.snapshot import CrawlSnapshot
-    from streams_sched.frontier.client import SiteStatus
+    from streams_sched.frontier.records import SiteStatus
 
     def site(name: str, policy: dict[str, str], stats: dict[str, int]) -> SiteStatus:
         return SiteStatus(name, 1_000_000, {}, 0, -1, 0, stats, policy)

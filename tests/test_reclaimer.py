@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from reclaimer import Reclaimer, ReclaimerSettings
-from streams_sched.frontier.client import Entry, Frontier
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP, health_key
+from streams_sched.frontier.records import Entry
 from streams_sched.testing import RedisServer, free_port
 
 from daemons import Daemon, try_scrape, value

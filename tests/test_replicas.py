@@ -3,7 +3,7 @@ how the AckGate holds acks while enqueues are confirmed by a primary but not yet
 
 from __future__ import annotations
 
-from streams_sched.frontier.client import Entry, LeasedEntry
+from streams_sched.frontier.records import Entry, LeasedEntry
 from streams_sched.worker.io.replicas import NodeView, ReplicaBook, Verdict, parse_replication
 from streams_sched.worker.ops import Ack, AckGate
 

@@ -190,7 +190,7 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
 
 def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, dedupe: str, crawl: str, r: redis.Redis) -> None:
     """With a stable STREAMS_NODE_ID, a restarted worker releases what its previous run held."""
-    from streams_sched.frontier.client import Entry
+    from streams_sched.frontier.records import Entry
 
     from helpers import frontier
 

@@ -290,7 +290,7 @@ def _expired_work(url: str, crawl: str) -> Any:
     """A crawl with 5 expired leases of a gone worker and one due delayed request."""
     import hashlib
 
-    from streams_sched.frontier.client import Entry
+    from streams_sched.frontier.records import Entry
 
     def out(i: Any, delay_ms: int = 0) -> Entry:
         return Entry(hashlib.sha1(str(i).encode()).digest(), 1, delay_ms, f"payload-{i}".encode())
@@ -371,7 +371,8 @@ def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) 
     every shard in one call per node (EVALSHA_RO), denied nothing."""
     import hashlib
 
-    from streams_sched.frontier.client import Entry, Frontier
+    from streams_sched.frontier.client import Frontier
+    from streams_sched.frontier.records import Entry
 
     f = frontier(redis_url, crawl)
     per_node: dict[str, list[str]] = {}

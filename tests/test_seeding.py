@@ -19,8 +19,10 @@ from streams_sched import Seeder, seed
 from streams_sched.cli import main
 from streams_sched.connect.clients import connect
 from streams_sched.errors import SerializationError
-from streams_sched.frontier.client import Entry, Frontier, crawl_bloom
+from streams_sched.frontier.bloom import crawl_bloom
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import entry_for, facts_agree, url_facts
+from streams_sched.frontier.records import Entry
 from streams_sched.frontier.seeding.wire import Wire
 from streams_sched.politeness.policy import set_policy
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD, legacy_fingerprint

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from streams_sched.frontier.client import Entry, Frontier
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP
+from streams_sched.frontier.records import Entry
 
 from helpers import error_replies, false_positive_rate, frontier
 

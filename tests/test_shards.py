@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from streams_sched.frontier.client import Entry, Frontier, parse_shard_lease
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP, STREAMS, TASK_TYPES, stream_for
+from streams_sched.frontier.records import Entry
+from streams_sched.frontier.replies import parse_shard_lease
 from streams_sched.politeness.policy import pause_site, resume_site, set_policy
 
 from helpers import frontier, inbox_of, wait_for

@@ -17,8 +17,10 @@ from streams_sched.admin.upgrade_plan import NodesOnline, bucket_window, key_pai
 from streams_sched.cli import main
 from streams_sched.connect.clients import connect
 from streams_sched.errors import LayoutError
-from streams_sched.frontier.client import BloomParams, Entry, Frontier, crawl_bloom
+from streams_sched.frontier.bloom import crawl_bloom
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, CrawlKeys, SiteKeys
+from streams_sched.frontier.records import BloomParams, Entry
 
 from helpers import wait_for
 

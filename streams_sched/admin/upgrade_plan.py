@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams_sched.errors import StreamsSchedError
-from streams_sched.frontier.client import BloomParams
 from streams_sched.frontier.keys import STREAMS, SiteKeys
+from streams_sched.frontier.records import BloomParams
 from streams_sched.service.liveness import ALIVE, node_states
 
 __all__ = [

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams_sched.cli.formatting import Column, format_age, format_rate, format_until
-from streams_sched.frontier.client import Frontier, SiteStatus
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.indexes import ShardSizes, indexed_sites, shard_sizes
 from streams_sched.frontier.keys import BANDS
+from streams_sched.frontier.records import SiteStatus
 from streams_sched.politeness.adaptive import effective_rate
 from streams_sched.politeness.rates import ack_rate_per_s
 

@@ -1,6 +1,6 @@
 """From entries to enqueue.lua calls: the migrated dupefilter first, then by shard and site.
 
-What every producer does with a batch of :class:`~streams_sched.frontier.client.Entry`
+What every producer does with a batch of :class:`~streams_sched.frontier.records.Entry`
 (the worker's I/O thread, the Seeder, the scrapy-redis feed):
 
 1. :func:`drop_legacy_seen`: drop what a migrated scrapy-redis dupefilter saw (one
@@ -23,8 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from streams_sched.frontier.client import Entry, Frontier
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import shard_of
+from streams_sched.frontier.records import Entry
 from streams_sched.scrapy_redis.legacy import legacy_seen
 
 __all__ = ["CALL_LIMIT", "Call", "drop_legacy_seen", "enqueue_calls", "queue_enqueues"]

@@ -1,6 +1,6 @@
 """One path from a request to a queue entry.
 
-Every way into a crawl turns a request into an :class:`~streams_sched.frontier.client.Entry`
+Every way into a crawl turns a request into an :class:`~streams_sched.frontier.records.Entry`
 here: the worker's ``StreamsScheduler.enqueue_request`` (follow-ups), the
 :class:`~streams_sched.frontier.seeding.Seeder` (and ``streams-sched push`` on it), the
 scrapy-redis feed and ``migrate-scrapy-redis``. :func:`entry_for` decides, in one place:
@@ -45,8 +45,8 @@ from scrapy.utils.request import fingerprint as scrapy_fingerprint
 from w3lib.url import canonicalize_url, safe_url_string
 
 from streams_sched.errors import SerializationError
-from streams_sched.frontier.client import Entry
 from streams_sched.frontier.keys import TASK_TYPES, band_for, stream_for, validate_site_name
+from streams_sched.frontier.records import Entry
 from streams_sched.scrapy_redis.legacy import legacy_fingerprint
 from streams_sched.wire.callbacks import check_name
 from streams_sched.wire.codec import RequestCodec

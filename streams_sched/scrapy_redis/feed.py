@@ -37,8 +37,10 @@ from scrapy.http import FormRequest
 
 from streams_sched.errors import EntryError, SerializationError
 from streams_sched.frontier.batches import drop_legacy_seen, queue_enqueues
-from streams_sched.frontier.client import Entry, Frontier, parse_enqueue
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import entry_for
+from streams_sched.frontier.records import Entry
+from streams_sched.frontier.replies import parse_enqueue
 from streams_sched.scrapy_redis.legacy import legacy_key
 from streams_sched.wire.codec import RequestCodec
 

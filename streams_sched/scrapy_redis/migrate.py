@@ -31,8 +31,8 @@ from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest
 
 from streams_sched.errors import EntryError, SerializationError, StreamsSchedError
-from streams_sched.frontier.client import Entry
 from streams_sched.frontier.entries import entry_for
+from streams_sched.frontier.records import Entry
 from streams_sched.frontier.seeding import Seeder, SeedResult
 from streams_sched.scrapy_redis.feed import parse_feed_entry
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD

@@ -20,8 +20,8 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from streams_sched.config import StreamsConfig
 from streams_sched.errors import SerializationError
-from streams_sched.frontier.client import LeasedEntry
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM
+from streams_sched.frontier.records import LeasedEntry
 from streams_sched.politeness.adaptive import (
     THROTTLE_STATUSES,
     crawl_delay_of,

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from scrapy import Request
 
-    from streams_sched.frontier.client import LeasedEntry
+    from streams_sched.frontier.records import LeasedEntry
     from streams_sched.worker.ops import Op
 
 __all__ = ["OUTBOX_FLUSH", "Exchange", "SiteWeights"]

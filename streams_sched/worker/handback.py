@@ -15,7 +15,7 @@ from typing import Any
 
 from scrapy import Request
 
-from streams_sched.frontier.client import LeasedEntry
+from streams_sched.frontier.records import LeasedEntry
 from streams_sched.worker.counters import Counters
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.ops import Op, Release

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from streams_sched.frontier.client import LeasedEntry
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM
+from streams_sched.frontier.records import LeasedEntry
 from streams_sched.worker.io.recovery import LeaseKey
 
 __all__ = ["LeaseBook"]

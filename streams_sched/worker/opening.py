@@ -23,7 +23,8 @@ from streams_sched.admin.rights import check_rights
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import connect_ready, redact
 from streams_sched.connect.server_checks import check_eviction
-from streams_sched.frontier.client import Frontier, crawl_bloom
+from streams_sched.frontier.bloom import crawl_bloom
+from streams_sched.frontier.client import Frontier
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.io.recovery import release_orphans
 

@@ -3,7 +3,7 @@
 The scheduler (reactor thread) queues one small operation object per request
 event; the pump (I/O thread) batches them into pipelines:
 
-- an :class:`~streams_sched.frontier.client.Entry`: a new request for a site's
+- an :class:`~streams_sched.frontier.records.Entry`: a new request for a site's
   frontier (dedupe + XADD), made on the one path of frontier/entries.py;
 - :class:`Ack`: the engine is done with a leased request (XACK + XDEL);
 - :class:`DeadLetter`: a leased entry that cannot be crawled, with the reason;
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from streams_sched.frontier.client import Entry, LeasedEntry
+from streams_sched.frontier.records import Entry, LeasedEntry
 
 __all__ = ["Ack", "AckGate", "DeadLetter", "Entry", "Extend", "Failed", "LeaseOp", "Op", "Release"]
 

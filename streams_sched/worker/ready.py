@@ -16,7 +16,7 @@ from typing import Any
 
 from scrapy import Request
 
-from streams_sched.frontier.client import LeasedEntry
+from streams_sched.frontier.records import LeasedEntry
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.fairness import ReadySites
 from streams_sched.worker.selection import credit_at_level

@@ -58,8 +58,9 @@ from streams_sched import __version__
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import redact
 from streams_sched.errors import SerializationError
-from streams_sched.frontier.client import Frontier, LeasedEntry
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import FINGERPRINT_BYTES, entry_for, fingerprint_of, site_for
+from streams_sched.frontier.records import LeasedEntry
 from streams_sched.frontier.sitekey import site_keyer
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.answers import Answers, RobotsAgent
@@ -73,6 +74,7 @@ from streams_sched.worker.opening import announce, feed_mover, node_info, open_f
 from streams_sched.worker.ops import Ack, Extend, Failed, Op, Release
 from streams_sched.worker.ready import ReadyQueues
 from streams_sched.worker.startup import fail_clearly
+from streams_sched.worker.turns import HANDOUT_PER_TURN, TurnBudget
 from streams_sched.worker.unserializable import UnserializablePolicy
 
 if TYPE_CHECKING:
@@ -107,16 +109,8 @@ class StreamsScheduler(BaseScheduler):
     FINGERPRINT_BYTES = FINGERPRINT_BYTES
     #: move the hot-path counters into the crawl stats every this many dequeues
     STATS_EVERY_DEQUEUES = 256
-    #: Requests handed to the engine per turn of the event loop. The engine asks for
-    #: requests until its downloader is full, so a batch of leases would start a few
-    #: hundred downloads in one turn, and their responses, coroutines and Deferreds
-    #: would then live side by side: Python's garbage collector finds them in every
-    #: young collection, promotes them, and runs full collections over the whole heap
-    #: again and again. Handed out a few at a time, each turn's work is done before the
-    #: next starts. On a CPU-bound crawl of one-page sites that took the worker from
-    #: about 1.2 to about 0.7 ms of CPU per page (``python -m bench sites``); with real
-    #: downloads it only spreads the ramp-up over more turns.
-    HANDOUT_PER_TURN = 4
+    #: requests handed to the engine per turn of the event loop (turns.py says why)
+    HANDOUT_PER_TURN = HANDOUT_PER_TURN
 
     def __init__(
         self,
@@ -143,10 +137,7 @@ class StreamsScheduler(BaseScheduler):
         #: the I/O thread; the scheduler only starts and stops it
         self._pump: Pump | None = None
         self._hooks: EngineHooks | None = None
-        #: requests handed to the engine this turn of the event loop (HANDOUT_PER_TURN),
-        #: and whether the engine was turned away in it
-        self._handed = 0
-        self._turn_full = False
+        self.turn = TurnBudget(self.HANDOUT_PER_TURN)
         self.ready = ReadyQueues()
         self._leases: dict[Request, LeasedEntry] = {}
         #: requests that cannot travel (see unserializable.py): kept in the ready queues with no lease
@@ -193,6 +184,9 @@ class StreamsScheduler(BaseScheduler):
 
     @_x.setter
     def _x(self, x: Exchange | None) -> None:
+        self._share(x)
+
+    def _share(self, x: Exchange | None) -> None:
         self.ready.x = self.answers.x = x
 
     @property
@@ -211,7 +205,8 @@ class StreamsScheduler(BaseScheduler):
         self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
         info = node_info(cfg)
-        x = self._x = Exchange()
+        x = Exchange()
+        self._share(x)
         # in the node record: lost if this worker dies
         x.local_count = lambda: self.local_held
         self._pump = Pump(
@@ -241,7 +236,9 @@ class StreamsScheduler(BaseScheduler):
 
     def _hook_engine(self, crawler: Crawler, x: Exchange) -> None:
         cfg = self.config
-        hooks = self._hooks = EngineHooks(crawler, self, self.request_done, fail_at_end=cfg.unserializable == "error")
+        hooks = self._hooks = self.turn.hooks = EngineHooks(
+            crawler, self, self.request_done, fail_at_end=cfg.unserializable == "error"
+        )
         hooks.on_closing(self._begin_shutdown, cfg.shutdown_timeout_seconds, self._shutdown_timed_out)
         self.ready.downloader = getattr(crawler.engine, "downloader", None)
         x.wake = hooks.wake
@@ -260,7 +257,8 @@ class StreamsScheduler(BaseScheduler):
         self.answers.clear()
         flushed = pump.finish(timeout=30.0)
         self.counts.apply(self._x)
-        self._pump = self._x = None
+        self._pump = None
+        self._share(None)
         failure = self.unserializable.failure()
         if failure is not None:
             logger.error("%s", failure, extra={"spider": self.spider})
@@ -268,7 +266,7 @@ class StreamsScheduler(BaseScheduler):
                 self._hooks.fail_crawl(failure)
         if self._hooks is not None:
             self._hooks.unhook()
-            self._hooks = None
+            self._hooks = self.turn.hooks = None
         logger.info(
             "streams-sched closed (%s): node=%s handed back %d unstarted leases; all acks sent: %s",
             reason, self.node_id, unstarted, flushed,
@@ -385,18 +383,13 @@ class StreamsScheduler(BaseScheduler):
         if not ready:
             x.kick()
             return None
-        hooks = self._hooks
-        if hooks is not None and self._handed >= self.HANDOUT_PER_TURN:
-            self._turn_full = True
+        if self.turn.spent():
             return None
         popped = ready.pop(x)
         if popped is None:
             return None  # every site with requests has a full downloader slot
         request, entry, _site = popped
-        if hooks is not None:
-            if self._handed == 0:
-                hooks.next_turn(self._new_turn)
-            self._handed += 1
+        self.turn.take()
         if entry is None:
             self.counts.local_out += 1
             return request
@@ -409,12 +402,6 @@ class StreamsScheduler(BaseScheduler):
         if counts.dequeued % self.STATS_EVERY_DEQUEUES == 0:
             counts.apply(x)
         return request
-
-    def _new_turn(self) -> None:
-        self._handed = 0
-        if self._turn_full and self._hooks is not None:
-            self._turn_full = False
-            self._hooks.pull()
 
     def __len__(self) -> int:
         return self.ready.count + len(self._x.arrivals if self._x else ())

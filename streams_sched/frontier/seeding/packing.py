@@ -15,8 +15,9 @@ from typing import Any
 
 from streams_sched.frontier import script_keys
 from streams_sched.frontier.batches import Call
-from streams_sched.frontier.client import Entry, Frontier
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import ShardKeys, SiteKeys, shard_of, stream_code
+from streams_sched.frontier.records import Entry
 from streams_sched.frontier.seeding.wire import bulk
 
 __all__ = ["Batch", "Packed", "Packer"]

@@ -16,9 +16,11 @@ from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.connect.clients import connect_ready, redact
 from streams_sched.connect.server_checks import allowed_by_env, check_eviction, describe_client
-from streams_sched.frontier.client import Entry, Frontier, crawl_bloom
+from streams_sched.frontier.bloom import crawl_bloom
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import entry_for, url_entries
 from streams_sched.frontier.keys import DEFAULT_SHARDS, validate_crawl_name, validate_site_name
+from streams_sched.frontier.records import Entry
 from streams_sched.frontier.seeding.packing import Batch
 from streams_sched.frontier.seeding.send import SeedResult, Sender
 from streams_sched.frontier.seeding.wire import Wire
@@ -30,7 +32,7 @@ from streams_sched.worker.io.replicas import ReplicaBook, ReplicaGuard
 
 __all__ = ["Seed", "SeedResult", "Seeder", "seed"]
 
-#: What :meth:`Seeder.seeds` yields (an :class:`~streams_sched.frontier.client.Entry`).
+#: What :meth:`Seeder.seeds` yields (an :class:`~streams_sched.frontier.records.Entry`).
 Seed = Entry
 
 

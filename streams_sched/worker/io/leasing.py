@@ -19,8 +19,10 @@ from typing import Any
 
 from streams_sched.config import StreamsConfig
 from streams_sched.errors import EntryError
-from streams_sched.frontier.client import Frontier, LeasedEntry, LeaseReply, parse_shard_lease
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM, shard_of
+from streams_sched.frontier.records import LeasedEntry, LeaseReply
+from streams_sched.frontier.replies import parse_shard_lease
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.sent import Leased, Sent

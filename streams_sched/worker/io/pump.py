@@ -47,7 +47,8 @@ from redis.exceptions import ResponseError
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import TRANSIENT
 from streams_sched.frontier.batches import drop_legacy_seen
-from streams_sched.frontier.client import Entry, Frontier
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.records import Entry
 from streams_sched.politeness.adaptive import FeedbackBatch
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.exchange import OUTBOX_FLUSH, Exchange

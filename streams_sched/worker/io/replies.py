@@ -14,7 +14,9 @@ from typing import Any, NamedTuple
 from redis.exceptions import NoScriptError
 
 from streams_sched.connect.clients import TRANSIENT
-from streams_sched.frontier.client import Entry, Frontier, over_cap_of, parse_enqueue
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.records import Entry
+from streams_sched.frontier.replies import over_cap_of, parse_enqueue
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.barrier import ReplicaStage
 from streams_sched.worker.io.leasing import Leasing

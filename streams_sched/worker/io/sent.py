@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streams_sched.frontier.client import Entry
+from streams_sched.frontier.records import Entry
 from streams_sched.worker.ops import Ack, DeadLetter, Extend, Failed, LeaseOp, Release
 from streams_sched.worker.selection import ShardPlan
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from streams_sched.config import StreamsConfig
 from streams_sched.frontier.batches import queue_enqueues
-from streams_sched.frontier.client import Entry, Frontier
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import shard_of
+from streams_sched.frontier.records import Entry
 from streams_sched.politeness.adaptive import FeedbackBatch
 from streams_sched.worker.io.barrier import ReplicaStage
 from streams_sched.worker.io.leasing import Leasing

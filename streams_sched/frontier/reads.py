@@ -1,0 +1,241 @@
+"""The frontier's reads and clean-up for the daemons and the command line.
+
+Read-only snapshots of sites and shards (status.lua as EVALSHA_RO, so a read-only ACL
+user can run them), the sites with expired leases, the crawl registry, node records and
+events, dead letters, and purging a crawl or a site. :class:`CrawlReads` is a part of
+:class:`~streams_sched.frontier.client.Frontier`; it uses the client, keys and scripts
+the Frontier holds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+from streams_sched.connect.clients import TRANSIENT, refresh_topology
+from streams_sched.frontier import script_keys
+from streams_sched.frontier.keys import CrawlKeys, ShardKeys, SiteKeys
+from streams_sched.frontier.records import BloomParams, SiteStatus
+from streams_sched.frontier.replies import parse_status, text
+from streams_sched.frontier.scripts import Scripts
+
+__all__ = ["CrawlReads"]
+
+logger = logging.getLogger(__name__)
+
+
+def _chunked(items: Sequence[Any], n: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), n):
+        yield list(items[i : i + n])
+
+
+def _is_moved(exc: Exception) -> bool:
+    """A cluster redirection: the slot moved (resharding) since the client read the map."""
+    text = str(exc)
+    return text.startswith(("MOVED", "ASK")) or type(exc).__name__ in ("MovedError", "AskError")
+
+
+class CrawlReads:
+    """Reads and clean-up of a crawl (a part of Frontier)."""
+
+    client: Any
+    crawl: str
+    keys: CrawlKeys
+    group: str
+    scripts: Scripts
+    cluster: bool
+    bloom: BloomParams
+
+    @property
+    def shards(self) -> int:
+        raise NotImplementedError
+
+    def site(self, site: str) -> SiteKeys:
+        raise NotImplementedError
+
+    def shard_keys(self) -> list[ShardKeys]:
+        raise NotImplementedError
+
+    def sites(self) -> list[str]:
+        raise NotImplementedError
+
+    @staticmethod
+    def crawls(client: Any) -> list[str]:
+        return sorted(
+            c.decode() if isinstance(c, bytes) else c for c in client.smembers(CrawlKeys.registry())
+        )
+
+    def subscribe_events(self) -> Any:
+        """A pub/sub object subscribed to the crawl's node events (SSUBSCRIBE on a cluster).
+
+        Read it with ``get_sharded_message()`` on a cluster, ``get_message()`` otherwise.
+        """
+        pubsub = self.client.pubsub()
+        if self.cluster:
+            pubsub.ssubscribe(self.keys.events)
+        else:
+            pubsub.subscribe(self.keys.events)
+        return pubsub
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        raw = self.client.hgetall(self.keys.nodes)
+        out = {}
+        for k, v in raw.items():
+            try:
+                out[k.decode() if isinstance(k, bytes) else k] = json.loads(v)
+            except ValueError:
+                continue
+        return out
+
+    def filters(self, site: str, now: float | None = None) -> list[str]:
+        """Bloom filter keys (filter, meta, ...) for enqueue: current filter first."""
+        k = self.site(site)
+        b = self.bloom
+        if not b.revisit_seconds:
+            return [k.seen, k.seen_meta]
+        keys: list[str] = []
+        for bucket in b.buckets(time.time() if now is None else now):
+            keys += k.seen_bucket(bucket)
+        return keys
+
+    def status(self, site: str, client: Any = None) -> SiteStatus:
+        """Read-only snapshot of a site (works for a read-only ACL user)."""
+        k = self.site(site)
+        reply = self.scripts.status_ro(
+            client or self.client, script_keys.status(k), [self.group, site]
+        )
+        return parse_status(site, reply)
+
+    def status_many(self, sites: Sequence[str]) -> list[SiteStatus]:
+        """Snapshots of many sites in one round trip (EVALSHA_RO in a pipeline; on a
+        cluster, one pipeline per node). Works for a read-only ACL user."""
+        if not sites:
+            return []
+        replies: dict[str, Any] = {}
+        if self.cluster:
+            # redis-py's cluster pipeline routes EVALSHA_RO with a COMMAND GETKEYS round
+            # trip per call: send each node its own sites in a plain pipeline instead.
+            by_node: dict[str, tuple[Any, list[str]]] = {}
+            for s in sites:
+                node = self.client.get_node_from_key(self.site(s).tag)
+                by_node.setdefault(node.name, (node.redis_connection, []))[1].append(s)
+            for connection, node_sites in by_node.values():
+                try:
+                    replies.update(self._status_pipeline(connection, node_sites))
+                except TRANSIENT:
+                    refresh_topology(self.client)  # so the caller's retry asks the node's successor
+                    raise
+        else:
+            replies = self._status_pipeline(self.client, sites)
+        out = []
+        for s in sites:
+            reply = replies[s]
+            if isinstance(reply, NoScriptError) or (isinstance(reply, Exception) and _is_moved(reply)):
+                out.append(self.status(s))  # EVAL_RO loads nothing; the cluster client follows MOVED
+            elif isinstance(reply, Exception):
+                raise reply
+            else:
+                out.append(parse_status(s, reply))
+        return out
+
+    def shard_counts(self) -> list[tuple[int, int, int, int]]:
+        """(sites ready for http, for browser, sites with leases, enqueued) of every shard,
+        in one pipeline: what the drain check reads, whatever the number of
+        idle sites (an idle site is in none of the indexes)."""
+        replies = list(_chunked(self._counts_pipeline(self.client, self.shard_keys()), 4))
+        out = []
+        for part in replies:
+            for v in part:
+                if isinstance(v, Exception):
+                    raise v
+            out.append((int(part[0]), int(part[1]), int(part[2]), int(part[3] or 0)))
+        return out
+
+    @staticmethod
+    def _counts_pipeline(client: Any, shards: Sequence[ShardKeys]) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for shard in shards:
+            for ready in shard.readies:
+                pipe.zcard(ready)
+            pipe.zcard(shard.leased)
+            pipe.hget(shard.stats, "enqueued")
+        return list(pipe.execute(raise_on_error=False))
+
+    def expired_sites(self, older_than_ms: int, per_shard: int) -> list[str]:
+        """Sites whose oldest lease was granted more than ``older_than_ms`` ago (Redis
+        time), up to ``per_shard`` per shard: where a takeover may find expired leases.
+        One round trip per shard's server, whatever the number of idle sites."""
+        now_s, now_us = self.client.time()
+        cutoff = now_s * 1000 + now_us // 1000 - older_than_ms
+        pipe = self.client.pipeline(transaction=False)
+        for shard in self.shard_keys():
+            pipe.zrangebyscore(shard.leased, "-inf", cutoff, start=0, num=per_shard)
+        return [text(s) for part in pipe.execute() for s in part]
+
+    def leased_sites(self, per_shard: int = 10_000) -> list[str]:
+        """Sites that hold leased entries (at most ``per_shard`` per shard)."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in self.shard_keys():
+            pipe.zrange(shard.leased, 0, per_shard - 1)
+        return [text(s) for part in pipe.execute() for s in part]
+
+    def _status_pipeline(self, client: Any, sites: Sequence[str]) -> dict[str, Any]:
+        sha = self.scripts._status.sha
+        pipe = client.pipeline(transaction=False)
+        for s in sites:
+            keys = script_keys.status(self.site(s))
+            pipe.execute_command("EVALSHA_RO", sha, len(keys), *keys, self.group, s)
+        return dict(zip(sites, pipe.execute(raise_on_error=False), strict=True))
+
+    def dead_letters(self, site: str, count: int = 100, start: str = "-") -> list[dict[str, Any]]:
+        out = []
+        for entry_id, fields in self.client.xrange(self.site(site).dlq, start, "+", count=count):
+            d = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
+            d["dlq_id"] = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            d["site"] = site
+            out.append(d)
+        return out
+
+    def purge_site(self, site: str, pipe: Any = None) -> Any:
+        """Delete every key of a site (one DEL: all keys share the site's hash slot).
+        Revisit buckets older than the window expire on their own."""
+        k = self.site(site)
+        keys = list(k.all)
+        if self.bloom.revisit_seconds:
+            keys += self.filters(site)
+        target = pipe if pipe is not None else self.client.pipeline(transaction=False)
+        target.execute_command("DEL", *keys)  # one slot; a cluster pipeline refuses a multi-key delete()
+        ix = k.index
+        for ready in ix.readies:
+            target.zrem(ready, site)
+        target.zrem(ix.leased, site)
+        target.hdel(ix.inbox, site)
+        target.srem(ix.sites, site)
+        if pipe is not None:
+            return None
+        return int(target.execute()[0])
+
+    def purge(self) -> int:
+        """Delete the whole crawl: every site's keys, the shards' indexes, nodes, meta, the
+        feed lock and a migrated scrapy-redis dupefilter (never the scrapy-redis keys themselves)."""
+        sites = self.sites()
+        deleted = 0
+        pipe = self.client.pipeline(transaction=False)
+        for i, s in enumerate(sites):
+            # the site's own keys only: the shards' indexes go whole below
+            keys = list(self.site(s).all) + (self.filters(s) if self.bloom.revisit_seconds else [])
+            pipe.execute_command("DEL", *keys)
+            if i % 1000 == 999:
+                deleted += sum(int(n) for n in pipe.execute())
+        deleted += sum(int(n) for n in pipe.execute())
+        for shard in self.shard_keys():
+            deleted += int(self.client.delete(*shard.all))
+        k = self.keys
+        deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen, k.sync))
+        self.client.srem(CrawlKeys.registry(), self.crawl)
+        return deleted

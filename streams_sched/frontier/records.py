@@ -1,0 +1,153 @@
+"""What the frontier's calls take and give back: entries, leases, status, dedupe sizing.
+
+Plain records, no I/O: :class:`Entry` is a request on its way into a stream (the one
+form every producer builds, frontier/entries.py), :class:`LeasedEntry` a request a
+worker holds, :class:`LeaseReply` and :class:`ShardLease` what lease.lua answers,
+:class:`SiteStatus` a site's read-only snapshot, :class:`BloomParams` the crawl's dedupe
+back-end and sizing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["BloomParams", "Entry", "LeaseReply", "LeasedEntry", "Outgoing", "ShardLease", "SiteStatus", "StreamStatus"]
+
+
+@dataclass(frozen=True)
+class BloomParams:
+    """Dedupe back-end ('bf' = RedisBloom, 'bitmap'), its sizing, and revisits.
+
+    With ``revisit_seconds`` (W) set, fingerprints live in time buckets of width
+    W / ``revisit_buckets``; a fingerprint is a duplicate while it is in the
+    current bucket or one of the ``revisit_buckets`` before it, so a page can be
+    crawled again no sooner than W and no later than W plus one bucket after
+    it was last enqueued. Each bucket's filter expires on its own.
+    """
+
+    mode: str = "bitmap"
+    error_rate: float = 0.001
+    capacity: int = 100_000
+    expansion: int = 2
+    revisit_seconds: float = 0.0
+    revisit_buckets: int = 4
+
+    @property
+    def bucket_seconds(self) -> float:
+        return self.revisit_seconds / self.revisit_buckets
+
+    def buckets(self, now: float) -> list[int]:
+        """The current bucket id, then the older ones still in the window."""
+        current = int(now // self.bucket_seconds)
+        return [current - i for i in range(self.revisit_buckets + 1)]
+
+    @property
+    def bucket_ttl(self) -> int:
+        return int((self.revisit_buckets + 2) * self.bucket_seconds) + 1
+
+
+@dataclass(slots=True)
+class Entry:
+    """A request ready to enqueue: fingerprint (b"" = no dedupe), stream, delay, payload,
+    and the site whose frontier takes it. frontier/entries.py makes them, from a request.
+
+    ``stream`` is an index into STREAMS, or ``SITE_TASK + band`` (see keys.stream_for).
+    ``legacy_fp`` is scrapy-redis's fingerprint of the request while the crawl migrated
+    from scrapy-redis has a dupefilter to check (scrapy_redis/legacy.py; b"": none, or
+    checked already); ``url`` is the request's URL, for a seeder to report.
+    """
+
+    fp: bytes
+    stream: int
+    delay_ms: int
+    payload: bytes
+    site: str = ""
+    legacy_fp: bytes = b""
+    url: str = ""
+
+
+#: The name :meth:`Frontier.enqueue` (public) took its items under.
+Outgoing = Entry
+
+
+@dataclass(slots=True)
+class LeasedEntry:
+    """An entry leased from a site's stream (stream is a 0-based index into STREAMS).
+
+    ``deliveries`` counts earlier deliveries that did not end in an ack; a
+    ``suspect`` entry had one (it was taken over or requeued after its lease
+    expired), so a worker holds at most one at a time.
+    """
+
+    site: str
+    stream: int
+    id: bytes
+    payload: bytes | None
+    deliveries: int
+    suspect: bool = False
+    #: time.monotonic() when this worker got the lease (for lease-to-ack latency)
+    leased_at: float = 0.0
+
+
+@dataclass(slots=True)
+class LeaseReply:
+    backlog_http: int
+    backlog_browser: int
+    pending: int
+    delayed: int
+    next_due_in_ms: int
+    wait_ms: int
+    deferred: int = 0
+    weight: float = 1.0
+    max_browser: int = -1
+    rate: float = 0.0
+    entries: list[LeasedEntry] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamStatus:
+    backlog: int
+    pending: int
+    oldest_pending_ms: int
+
+
+@dataclass(slots=True)
+class SiteStatus:
+    site: str
+    now_ms: int
+    streams: dict[tuple[str, str], StreamStatus]
+    delayed: int
+    next_due_ms: int
+    dead_letters: int
+    stats: dict[str, int]
+    policy: dict[str, str]
+
+    @property
+    def backlog(self) -> int:
+        return sum(s.backlog for s in self.streams.values())
+
+    @property
+    def pending(self) -> int:
+        return sum(s.pending for s in self.streams.values())
+
+    @property
+    def oldest_pending_ms(self) -> int:
+        return max((s.oldest_pending_ms for s in self.streams.values()), default=-1)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.backlog == 0 and self.pending == 0 and self.delayed == 0
+
+    def band_backlog(self, band: str) -> int:
+        return sum(s.backlog for (t, b), s in self.streams.items() if b == band)
+
+
+@dataclass(slots=True)
+class ShardLease:
+    """lease.lua's reply: one :class:`LeaseReply` per site asked, in order (None: the call's
+    budget was spent before that site); ready sites of the shard for the next call; ms
+    until its next site that is not ready yet is due (-1 none)."""
+
+    sites: list[LeaseReply | None]
+    named: list[str]
+    next_in_ms: int
