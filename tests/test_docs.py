@@ -423,3 +423,20 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-4000:]
     assert (tmp_path / "html" / "index.html").exists()
+
+
+def test_the_development_page_names_every_module_of_the_package() -> None:
+    """Every module of streams_sched, reclaimer and monitor is named on the development page, and every path it names exists."""
+    page = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    missing = []
+    for top in ("streams_sched", "reclaimer", "monitor"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if path.name in ("__init__.py", "__main__.py"):
+                continue
+            if path.parent.name == "cli" or path.parent.name == "demo" and path.name != "serving.py":
+                continue  # the command line and the demo are named as folders: one module per topic
+            if f"`{path.name}`" not in page:
+                missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"name these on docs/development.md (The package is organised by role): {missing}"
+    for named in re.findall(r"`((?:worker|frontier|wire|politeness|scrapy_redis|admin|connect|service)/[\w/]+\.(?:py|lua))`", page):
+        assert (ROOT / "streams_sched" / named).exists(), f"docs/development.md names {named}, which does not exist"

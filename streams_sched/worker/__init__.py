@@ -1,11 +1,15 @@
 """The worker, on Scrapy's side: everything that runs on the reactor thread.
 
-It owns the Scrapy scheduler (:mod:`.scheduler`), the ready sites in weighted-fair
-order (:mod:`.fairness`), what the worker holds (:mod:`.leasebook`), requests that stay
+It owns the Scrapy scheduler (:mod:`.scheduler`) and its parts: the ready requests per
+site in weighted-fair order (:mod:`.ready`, :mod:`.fairness`), what each answer tells
+the cluster (:mod:`.answers`), what this worker already sent (:mod:`.dedupe`), the
+handout per event-loop turn (:mod:`.turns`), start-up (:mod:`.opening`) and hand-back at
+close (:mod:`.handback`); what the worker holds (:mod:`.leasebook`), requests that stay
 local (:mod:`.unserializable`), the hooks into Scrapy's engine (:mod:`.engine`), the
 worker's metrics, and the two objects the reactor thread shares with the I/O thread:
-the :mod:`.exchange` and the :mod:`.ops` it queues. Every Redis round trip happens on the
-I/O thread in :mod:`streams_sched.worker.io`; nothing here waits on a socket. It may
-import :mod:`streams_sched.wire`, :mod:`streams_sched.frontier` (names and pure helpers,
-not its client), :mod:`streams_sched.politeness` and the top-level modules.
+the :mod:`.exchange` and the :mod:`.ops` it queues. Every Redis round trip happens on
+the I/O thread in :mod:`streams_sched.worker.io`; nothing here waits on a socket,
+except :mod:`.opening`, once, before the crawl starts. It may import
+:mod:`streams_sched.wire`, :mod:`streams_sched.frontier`, :mod:`streams_sched.politeness`
+and the top-level modules.
 """
