@@ -1,7 +1,7 @@
 """``python -m bench replicas``: what holding acks until a replica has the follow-ups costs.
 
 Where the primary has a replica, a worker sends the acks of a cycle only after
-a WAIT (streams_sched/worker/io/replicas.py). This bench crawls the synthetic web with
+a WAIT (streams_sched/connect/replicas.py). This bench crawls the synthetic web with
 one worker on two set-ups that have replicas:
 
 - ``replica``: one primary with one replica (as under Sentinel);

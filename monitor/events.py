@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from streams_sched.frontier.keys import CrawlKeys
 from streams_sched.service.daemon import TRANSIENT
-from streams_sched.worker.io.backoff import Backoff
+from streams_sched.connect.backoff import Backoff
 
 __all__ = ["EventListener"]
 

@@ -140,3 +140,46 @@ def test_no_issue_numbers_outside_the_history() -> None:
             if ISSUE_NUMBER.search(line):
                 found.append(f"{path}:{number}: {line.strip()[:100]}")
     assert not found, "say the rule or reason instead of the issue number:\n" + "\n".join(found)
+
+
+#: What each subpackage may import of the others, as its docstring says ("(top)": the
+#: top-level modules, config, errors and the like). cli/ and demo/ sit on top of all.
+IMPORT_RULES: dict[str, set[str]] = {
+    "wire": {"(top)"},
+    "connect": {"(top)"},
+    "frontier": {"(top)", "wire", "connect", "scrapy_redis"},
+    "politeness": {"(top)", "frontier"},
+    "scrapy_redis": {"(top)", "frontier", "wire"},
+    "admin": {"(top)", "frontier", "connect", "service"},
+    "service": {"(top)", "frontier", "connect"},
+    "worker.io": {"(top)", "worker", "wire", "frontier", "connect", "politeness", "scrapy_redis"},
+    "worker": {"(top)", "worker.io", "wire", "frontier", "connect", "politeness", "scrapy_redis", "admin", "service"},
+}
+TOP_LEVEL = {"config", "errors", "exit_codes", "testing", "scheduler", "settings_parse"}
+
+
+def _package_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "streams_sched":
+        return None
+    if len(parts) == 1 or parts[1] in TOP_LEVEL:
+        return "(top)"
+    if parts[1] == "worker" and len(parts) > 2 and parts[2] == "io":
+        return "worker.io"
+    return parts[1]
+
+
+def test_subpackages_import_only_what_their_docstrings_allow() -> None:
+    """No subpackage imports one its docstring does not allow (IMPORT_RULES), so the layers stay as the tree shows them."""
+    broken = []
+    for path in sorted((ROOT / "streams_sched").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        mine = _package_of(module)
+        if mine not in IMPORT_RULES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                target = _package_of(node.module)
+                if target is not None and target != mine and target not in IMPORT_RULES[mine]:
+                    broken.append(f"{path.relative_to(ROOT)}:{node.lineno} ({mine}) imports {node.module} ({target})")
+    assert not broken, "\n".join(broken)

@@ -3,8 +3,8 @@ how the AckGate holds acks while enqueues are confirmed by a primary but not yet
 
 from __future__ import annotations
 
+from streams_sched.connect.replicas import NodeView, ReplicaBook, Verdict, parse_replication
 from streams_sched.frontier.records import Entry, LeasedEntry
-from streams_sched.worker.io.replicas import NodeView, ReplicaBook, Verdict, parse_replication
 from streams_sched.worker.ops import Ack, AckGate
 
 PRIMARY = "10.0.0.1:7000"

@@ -45,7 +45,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from streams_sched.errors import EvictionPolicyError
-from streams_sched.frontier.replies import text
 
 __all__ = [
     "ALLOW_EVICTION_ENV",
@@ -66,6 +65,11 @@ __all__ = [
     "read_policies",
     "server_name",
 ]
+
+
+def text(value: Any) -> str:
+    """A reply value as ``str`` (connect/ sits below frontier/, whose replies.py has the same rule)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 logger = logging.getLogger(__name__)
 

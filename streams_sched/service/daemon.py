@@ -5,7 +5,7 @@
   streams_sched modules) rendered the same way;
 - :class:`StopFlag`: SIGTERM / SIGINT set a flag that the loop checks between
   passes, and wake its sleep at once;
-- :class:`~streams_sched.worker.io.backoff.Backoff`: growing delays while Redis is unreachable;
+- :class:`~streams_sched.connect.backoff.Backoff`: growing delays while Redis is unreachable;
 - :func:`connect_at_start`: a client whose Redis answered, or one clear error;
 - :func:`check_server`: the eviction-policy check at start (:mod:`streams_sched.connect.server_checks`);
 - :func:`run_passes`: the loop both daemons run (a pass every interval, back-off
@@ -32,6 +32,7 @@ import click
 import structlog
 from redis.exceptions import ResponseError
 
+from streams_sched.connect.backoff import Backoff
 from streams_sched.connect.clients import TRANSIENT as CONNECTION_TRANSIENT
 from streams_sched.connect.clients import connect_ready, redact
 from streams_sched.connect.server_checks import check_eviction, hint_for
@@ -45,7 +46,6 @@ from streams_sched.exit_codes import (
     EXIT_USAGE,
 )
 from streams_sched.service.metrics_server import MetricsServer
-from streams_sched.worker.io.backoff import Backoff
 
 __all__ = [
     "EXIT_CODES",

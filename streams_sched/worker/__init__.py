@@ -10,6 +10,5 @@ worker's metrics, and the two objects the reactor thread shares with the I/O thr
 the :mod:`.exchange` and the :mod:`.ops` it queues. Every Redis round trip happens on
 the I/O thread in :mod:`streams_sched.worker.io`; nothing here waits on a socket,
 except :mod:`.opening`, once, before the crawl starts. It may import
-:mod:`streams_sched.wire`, :mod:`streams_sched.frontier`, :mod:`streams_sched.politeness`
-and the top-level modules.
+any subpackage but the command line and the demo: it is the top of the worker's side.
 """

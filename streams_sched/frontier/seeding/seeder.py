@@ -15,6 +15,7 @@ from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.connect.clients import connect_ready, redact
+from streams_sched.connect.replicas import ReplicaBook, ReplicaGuard
 from streams_sched.connect.server_checks import allowed_by_env, check_eviction, describe_client
 from streams_sched.frontier.bloom import crawl_bloom
 from streams_sched.frontier.client import Frontier
@@ -28,7 +29,6 @@ from streams_sched.frontier.sitekey import site_keyer
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD
 from streams_sched.wire.callbacks import check_name
 from streams_sched.wire.codec import RequestCodec
-from streams_sched.worker.io.replicas import ReplicaBook, ReplicaGuard
 
 __all__ = ["Seed", "SeedResult", "Seeder", "seed"]
 

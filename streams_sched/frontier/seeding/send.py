@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.connect.clients import TRANSIENT, refresh_topology
+from streams_sched.connect.replicas import Verdict
 from streams_sched.errors import RedisUnavailable
 from streams_sched.frontier.batches import drop_legacy_seen, enqueue_calls
 from streams_sched.frontier.keys import CrawlKeys, ShardKeys
@@ -24,7 +25,6 @@ from streams_sched.frontier.records import Entry
 from streams_sched.frontier.replies import parse_enqueue
 from streams_sched.frontier.seeding.packing import Batch, Packed, Packer
 from streams_sched.frontier.seeding.wire import Wire, bulk, is_moved, unpack
-from streams_sched.worker.io.replicas import Verdict
 
 if TYPE_CHECKING:
     from streams_sched.frontier.seeding.seeder import Seeder

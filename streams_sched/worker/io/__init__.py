@@ -10,5 +10,8 @@ the heartbeat (:mod:`.presence`), outages and refusals (:mod:`.trouble`,
 (:mod:`.recovery`). It talks to the reactor thread only through
 :class:`streams_sched.worker.exchange.Exchange`, and to Redis only through
 :class:`streams_sched.frontier.client.Frontier` and the replica barrier. It may import
-everything under :mod:`streams_sched.worker` except the scheduler itself.
+the reactor side's shared objects under :mod:`streams_sched.worker` (exchange, ops,
+leasebook, selection), :mod:`streams_sched.wire`, :mod:`streams_sched.frontier`,
+:mod:`streams_sched.connect`, :mod:`streams_sched.politeness` and
+:mod:`streams_sched.scrapy_redis`.
 """

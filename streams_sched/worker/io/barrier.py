@@ -1,7 +1,7 @@
 """The I/O thread's replica barrier: acks wait until the writes before them are on a replica.
 
-replicas.py decides (pure :class:`~streams_sched.worker.io.replicas.ReplicaBook`) and
-runs one barrier (:class:`~streams_sched.worker.io.replicas.ReplicaGuard`); this is the
+replicas.py decides (pure :class:`~streams_sched.connect.replicas.ReplicaBook`) and
+runs one barrier (:class:`~streams_sched.connect.replicas.ReplicaGuard`); this is the
 stage of each cycle that uses them. On one server, ``WAIT`` and ``INFO replication`` ride
 the cycle's own pipeline right after its writes. On a cluster, each primary that
 confirmed enqueues in the cycle gets a SET + WAIT barrier of its own. A barrier that
@@ -17,9 +17,9 @@ from typing import Any
 
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import refresh_topology
+from streams_sched.connect.replicas import ReplicaBook, ReplicaGuard, Verdict, parse_replication
 from streams_sched.frontier.client import Frontier
 from streams_sched.worker.exchange import Exchange
-from streams_sched.worker.io.replicas import ReplicaBook, ReplicaGuard, Verdict, parse_replication
 from streams_sched.worker.io.sent import Enqueued, Sent, Waited
 from streams_sched.worker.ops import AckGate
 

@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from streams_sched.connect.backoff import Backoff
 from streams_sched.connect.server_checks import error_code, hint_for
 from streams_sched.worker.exchange import Exchange
-from streams_sched.worker.io.backoff import Backoff
 from streams_sched.worker.io.refusals import Refusals
 
 __all__ = ["RETRY_INITIAL_S", "RETRY_MAX_S", "Trouble"]
