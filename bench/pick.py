@@ -89,9 +89,9 @@ def measure(n_ready: int, seconds: float, max_steps: int) -> dict[str, Any]:
     x = sched._x = Exchange()
     downloader = _Downloader()
     if ready_queues is not None:
-        ready_queues.x = x
+        ready_queues.exchange = x
         ready_queues.downloader = downloader
-        sched.answers.x = x
+        sched.answers.exchange = x
     else:
         sched._downloader = downloader
     slots = downloader.slots

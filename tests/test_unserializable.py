@@ -117,7 +117,7 @@ def test_follow_ups_of_a_local_request_keep_a_drained_worker_open_until_they_are
     try:
         assert sched.enqueue_request(scrapy.Request("http://a.test/child"))
         sched.request_done(local)
-        wait_for(lambda: not pump.x.outbox, timeout=10, what="the I/O thread to take the enqueue")
+        wait_for(lambda: not pump.exchange.outbox, timeout=10, what="the I/O thread to take the enqueue")
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             assert sched.has_pending_requests()

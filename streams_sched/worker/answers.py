@@ -77,7 +77,7 @@ class Answers:
         self.ready = ready
         self.site_of = site_of
         self.inc = inc
-        self.x: Exchange | None = None
+        self.exchange: Exchange | None = None
         self.spider: Spider | None = None
         #: browser tasks whose download failed on this delivery -> what went wrong (their
         #: lease ends as a failed delivery), or None: hand the lease back (renders.py)
@@ -122,7 +122,7 @@ class Answers:
         """Every answer goes to the site's shared politeness state (I/O thread -> feedback.lua);
         a 429 / 503 with Retry-After also delays the retry of this request."""
         self.ready.slot_leaving(request)
-        x = self.x
+        x = self.exchange
         if self.robots.from_body and is_robots_request(request):
             self._report_robots(request, robots_body_crawl_delay(response.body, self.robots.of(request)))
         if response.status not in THROTTLE_STATUSES:
@@ -151,7 +151,7 @@ class Answers:
         end the download with (the engine schedules it again), or None to let Scrapy's
         middlewares and the errback handle the error."""
         self.ready.slot_leaving(request)
-        x = self.x
+        x = self.exchange
         if x is None:
             return None
         site = self._site(request)
@@ -203,7 +203,7 @@ class Answers:
         if started is None:
             return
         seconds = time.monotonic() - started
-        x = self.x
+        x = self.exchange
         if x is not None:
             x.renders += 1
             x.render_seconds += seconds
@@ -217,7 +217,7 @@ class Answers:
     def _report_robots(self, request: Request, delay: float | None) -> None:
         """A site's Crawl-delay (capped at STREAMS_MAX_CRAWL_DELAY; '0' = none) becomes its
         shared rate across all workers, unless its policy sets a rate (lease.lua)."""
-        x = self.x
+        x = self.exchange
         site = self._site(request)
         if x is None or site is None:
             return

@@ -41,8 +41,8 @@ def hand_back_unstarted(ready: ReadyQueues, put: Callable[[Op], None], counts: C
             local, extra={"spider": spider},
         )
     ready.local = 0
-    if ready.x is not None:
-        ready.x.kick()
+    if ready.exchange is not None:
+        ready.exchange.kick()
     return len(leases)
 
 

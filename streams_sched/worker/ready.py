@@ -44,7 +44,7 @@ class ReadyQueues:
         #: sites gone (nothing ready, nothing held) whose weight the Exchange still stores
         self.unweigh: set[str] = set()
         self.downloader: Any = None
-        self.x: Exchange | None = None
+        self.exchange: Exchange | None = None
         self.count = 0
         #: local requests waiting in by_site, and those the engine has not finished -> site
         self.local = 0
@@ -57,7 +57,7 @@ class ReadyQueues:
 
     def absorb(self) -> None:
         """Take the I/O thread's arrivals into the site queues."""
-        x = self.x
+        x = self.exchange
         if x is None:
             return
         arrivals = x.arrivals
@@ -88,7 +88,7 @@ class ReadyQueues:
 
     def _make_ready(self, site: str, item: Ready) -> None:
         """``site`` has a request ready again (``item``), and none before."""
-        x = self.x
+        x = self.exchange
         fair = self.fair
         level = 0.0
         if x is not None:
@@ -201,7 +201,7 @@ class ReadyQueues:
     def _site_gone(self, site: str) -> None:
         """``site`` has nothing ready and holds nothing: forget what fairness kept of it
         (if it comes back, it starts level with the others: credit_at_level)."""
-        x = self.x
+        x = self.exchange
         if x is None:
             return
         x.served.pop(site, None)

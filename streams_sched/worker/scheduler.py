@@ -180,14 +180,14 @@ class StreamsScheduler(BaseScheduler):
     def _x(self) -> Exchange | None:
         """Everything the scheduler and the I/O thread share (exchange.py), while open;
         the ready queues and the answers hold it too."""
-        return self.ready.x
+        return self.ready.exchange
 
     @_x.setter
     def _x(self, x: Exchange | None) -> None:
         self._share(x)
 
     def _share(self, x: Exchange | None) -> None:
-        self.ready.x = self.answers.x = x
+        self.ready.exchange = self.answers.exchange = x
 
     @property
     def render_listeners(self) -> list[Callable[[Request, float], None]]:

@@ -33,7 +33,7 @@ class ReplicaStage:
 
     def __init__(self, frontier: Frontier, config: StreamsConfig, x: Exchange, gate: AckGate, node_id: str) -> None:
         self.frontier = frontier
-        self.x = x
+        self.exchange = x
         self.gate = gate
         self.wait_ms = config.replica_wait_ms
         self.guard = ReplicaGuard(frontier.client, ReplicaBook(config.min_replicas), config.replica_wait_ms, node_id)
@@ -105,7 +105,7 @@ class ReplicaStage:
             self.sync_keys.pop(primary, None)
             self.next_barrier.pop(primary, None)
         elif verdict is Verdict.HOLD:
-            self.x.stats.append(("streams/replica_waits", 1))
+            self.exchange.stats.append(("streams/replica_waits", 1))
             self.next_barrier[primary] = now + self.wait_ms / 1000.0
         else:
             self._resend(primary)
@@ -124,14 +124,14 @@ class ReplicaStage:
         self._resent(primary, len(chunk))
 
     def _resent(self, primary: str, n: int) -> None:
-        self.x.stats.append(("streams/replica_resends", n))
+        self.exchange.stats.append(("streams/replica_resends", n))
         if n:
             logger.warning(
                 "Redis primary %s may not keep the %d requests it confirmed (it is gone, restarted"
                 " or no longer the primary): sending them again", primary or "of this crawl", n,
             )
         # what this worker remembers sending may not have arrived either
-        self.x.seen_epoch += 1
+        self.exchange.seen_epoch += 1
         self.refresh_topology()
 
     def refresh_topology(self) -> None:

@@ -30,7 +30,7 @@ class FeedStage:
     def __init__(self, feed: FeedMover | None, config: StreamsConfig, x: Exchange, poke: Callable[[str], None]) -> None:
         self.mover = feed
         self.poll_s = config.feed_poll_seconds
-        self.x = x
+        self.exchange = x
         #: a site got work: ask its shard at once
         self.poke = poke
         self.next_move = 0.0
@@ -61,7 +61,7 @@ class FeedStage:
             " STREAMS_FEED_KEY = \"\" to turn the feed off",
             self.mover.key, exc,
         )
-        self.x.stats.append(("streams/feed_refused", 1))
+        self.exchange.stats.append(("streams/feed_refused", 1))
         self.mover = None
 
     def move(self, now: float) -> None:
@@ -79,13 +79,13 @@ class FeedStage:
         if result.read >= feed.batch or (result.length and not result.read):
             # more to move, or another worker holds the lock: look again soon
             self.next_move = now + (0.0 if result.read else 0.2)
-        stats = self.x.stats
+        stats = self.exchange.stats
         if result.read:
             stats.append(("streams/feed_read", result.read))
         if result.added:
             stats.append(("streams/feed_added", result.added))
             stats.append(("streams/enqueued", result.added))
-            self.x.drained = False
+            self.exchange.drained = False
             for site in result.sites:
                 self.poke(site)
         if result.duplicates:

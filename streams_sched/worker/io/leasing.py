@@ -61,7 +61,7 @@ class Leasing:
     ) -> None:
         self.frontier = frontier
         self.config = config
-        self.x = x
+        self.exchange = x
         self.book = book
         self.gate = gate
         self.codec = codec
@@ -95,7 +95,7 @@ class Leasing:
         """Queue lease calls, one per shard that named sites or is due to be asked;
         True if any shard was asked."""
         book = self.book
-        x = self.x
+        x = self.exchange
         ready = book.total - x.inflight
         room = self.capacity - book.total
         if room <= 0 or (ready > x.low_water and room < x.low_water):
@@ -238,13 +238,13 @@ class Leasing:
             hint.backlog_browser = r.backlog_browser
         hint.delayed = r.delayed
         hint.weight = r.weight if r.weight > 0 else 1.0
-        if self.x.weights.get(site) != hint.weight:
-            self.x.weights[site] = hint.weight
+        if self.exchange.weights.get(site) != hint.weight:
+            self.exchange.weights[site] = hint.weight
         hint.rate = r.rate
         hint.max_browser = r.max_browser
         if n:
             hint.not_before = 0.0
-            self.x.stats.append(("streams/leased", n))
+            self.exchange.stats.append(("streams/leased", n))
         elif r.deferred:
             # only requests that failed a delivery, and this worker already holds one
             hint.not_before = now + SUSPECT_RETRY_S
@@ -260,7 +260,7 @@ class Leasing:
         decode = self.codec.decode
         now = time.monotonic()
         take = self.book.take
-        arrivals = self.x.arrivals
+        arrivals = self.exchange.arrivals
         browser = 0
         for e in entries:
             e.leased_at = now
@@ -283,5 +283,5 @@ class Leasing:
             arrivals.append((request, e))
             arrived += 1
         if browser:
-            self.x.stats.append(("streams/leased_browser", browser))
+            self.exchange.stats.append(("streams/leased_browser", browser))
         return arrived

@@ -31,7 +31,7 @@ class Presence:
     ) -> None:
         self.frontier = frontier
         self.heartbeat_s = config.heartbeat_seconds
-        self.x = x
+        self.exchange = x
         self.book = book
         self.node_id = node_id
         self.node_info = node_info
@@ -55,12 +55,12 @@ class Presence:
             "state": state,
             "last_seen": time.time(),
             "held": self.book.total,
-            "local": self.x.local_count(),
+            "local": self.exchange.local_count(),
             # browser leases held against this worker's cap, and its renders so far
             "browser": self.book.browser,
             "browser_max": self.browser_cap,
-            "renders": self.x.renders,
-            "render_s": round(self.x.render_seconds, 3),
+            "renders": self.exchange.renders,
+            "render_s": round(self.exchange.render_seconds, 3),
             "heartbeat_s": self.heartbeat_s,
         }
 

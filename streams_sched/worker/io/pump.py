@@ -113,7 +113,7 @@ class Pump(threading.Thread):
         self.node_id = node_id
         prefetch = config.prefetch or concurrency
         #: the only state shared with the reactor thread (exchange.py)
-        x = self.x = exchange if exchange is not None else Exchange()
+        x = self.exchange = exchange if exchange is not None else Exchange()
         x.low_water = max(1, prefetch // 2)
         self._closing = False
         self._stop_requested = False
@@ -145,21 +145,21 @@ class Pump(threading.Thread):
     def stop_leasing(self) -> None:
         """Lease nothing more (the worker is closing); does not wait."""
         self._closing = True
-        self.x.kick()
+        self.exchange.kick()
 
     def begin_close(self, timeout: float = 5.0) -> None:
         """Stop leasing; return once no more arrivals can appear."""
         with self._cycle_done:
             self._closing = True
             seen = self._cycles
-            self.x.kick()
+            self.exchange.kick()
             if self.is_alive():
                 self._cycle_done.wait_for(lambda: self._cycles > seen + 1 or not self.is_alive(), timeout)
 
     def finish(self, timeout: float) -> bool:
         """Flush everything queued, then stop the thread. True if all was flushed."""
         self._stop_requested = True
-        self.x.kick()
+        self.exchange.kick()
         self.join(timeout)
         return not self.is_alive() and not self.gate
 
@@ -173,13 +173,13 @@ class Pump(threading.Thread):
         try:
             self._run()
         except BaseException as exc:  # pragma: no cover - a bug; keep it visible
-            self.x.fatal = exc
+            self.exchange.fatal = exc
             logger.exception("streams-sched I/O thread crashed; the worker cannot lease or ack")
-            self.x.wake()
+            self.exchange.wake()
 
     def _run(self) -> None:
         deadline: float | None = None
-        x = self.x
+        x = self.exchange
         while True:
             if self._stop_requested:
                 if deadline is None:
@@ -200,7 +200,7 @@ class Pump(threading.Thread):
 
     def _flushed_or_late(self, deadline: float) -> bool:
         """Stopping: True once everything queued is sent, or the flush ran out of time."""
-        x = self.x
+        x = self.exchange
         if not self.gate and not x.outbox:
             return True
         if time.monotonic() <= deadline:
@@ -242,10 +242,10 @@ class Pump(threading.Thread):
         sites = {site for site, _, _ in known} | set(self.frontier.leased_sites())
         released = release_orphans(self.frontier, self.node_id, sorted(sites), known)
         if released:
-            self.x.stats.append(("streams/orphans_released", released))
+            self.exchange.stats.append(("streams/orphans_released", released))
 
     def _wait_time(self) -> float:
-        x = self.x
+        x = self.exchange
         if self._stop_requested:
             # writes waiting for a replica are retried on their own schedule: do not spin
             waiting = self.gate.awaiting
@@ -279,7 +279,7 @@ class Pump(threading.Thread):
 
     def _cycle(self) -> None:
         now = time.monotonic()
-        x = self.x
+        x = self.exchange
         x.browser_held = self.leases.browser
         if now >= self.upkeep.next_policy:
             self.upkeep.refresh_policy(now)
@@ -321,7 +321,7 @@ class Pump(threading.Thread):
     def _queue(self, pipe: Any, sent: list[Sent], enq: list[Entry], after: list[Any], now: float) -> bool:
         """Queue the cycle's commands; True if a shard was asked for leases."""
         # answers first: a site's healthy ones go with its ack
-        self.answers.absorb(self.x.feedback, now)
+        self.answers.absorb(self.exchange.feedback, now)
         self.writes.queue(pipe, sent, enq, after, now)
         self.writes.queue_feedback(pipe, sent, now)
         planned = False if (self._closing or self._stop_requested) else self.leasing.queue(pipe, sent, now)
@@ -332,12 +332,12 @@ class Pump(threading.Thread):
     def _legacy_filter(self, entries: list[Entry]) -> list[Entry]:
         """Drop requests a migrated scrapy-redis crawl already saw (one SMISMEMBER;
         frontier/batches.py, as for every producer)."""
-        kept, dropped = drop_legacy_seen(self.frontier.client, self.x.legacy, entries)
+        kept, dropped = drop_legacy_seen(self.frontier.client, self.exchange.legacy, entries)
         if dropped:
             # done as far as the scheduler's drain check goes: they will never be sent
-            self.x.enqueues_done += len(dropped)
-            self.x.stats.append(("streams/legacy_duplicates", len(dropped)))
-            self.x.stats.append(("dupefilter/filtered", len(dropped)))
+            self.exchange.enqueues_done += len(dropped)
+            self.exchange.stats.append(("streams/legacy_duplicates", len(dropped)))
+            self.exchange.stats.append(("dupefilter/filtered", len(dropped)))
         return kept
 
 

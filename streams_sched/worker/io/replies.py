@@ -54,7 +54,7 @@ class Replies:
         replicas: ReplicaStage,
     ) -> None:
         self.frontier = frontier
-        self.x = x
+        self.exchange = x
         self.gate = gate
         self.trouble = trouble
         self.leasing = leasing
@@ -88,9 +88,9 @@ class Replies:
         if noscript:
             self.frontier.load_scripts()
         if arrived:
-            self.x.drained = False
+            self.exchange.drained = False
         if arrived or confirmed:
-            self.x.wake_if_starved()
+            self.exchange.wake_if_starved()
         if transient is not None:
             raise transient
         return arrived
@@ -106,10 +106,10 @@ class Replies:
         elif isinstance(cmd, LeaseOpsSent):
             self.gate.after_failed(cmd.group)
             for site, ok in cmd.answered:
-                self.x.feedback.append((site, "ok", ok))
+                self.exchange.feedback.append((site, "ok", ok))
 
     def _applied(self, cmd: Sent, reply: Any) -> None:
-        stats = self.x.stats
+        stats = self.exchange.stats
         if isinstance(cmd, LeaseOpsSent):
             if cmd.kind is Ack:
                 n = sum(int(v) for v in reply)
@@ -127,7 +127,7 @@ class Replies:
             self.leasing.ask_again(cmd.site)
 
     def _on_enqueued(self, site: str, chunk: list[Entry], reply: Any) -> None:
-        x = self.x
+        x = self.exchange
         x.enqueues_done += len(chunk)
         added, dups, delayed, _flags = parse_enqueue(reply)
         st = x.stats

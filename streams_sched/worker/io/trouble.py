@@ -30,7 +30,7 @@ class Trouble:
     """Outages and refusals of one I/O thread, and the back-off they cause."""
 
     def __init__(self, x: Exchange, on_outage: Callable[[], None]) -> None:
-        self.x = x
+        self.exchange = x
         self.retry = Backoff(initial_s=RETRY_INITIAL_S, max_s=RETRY_MAX_S)
         self.outage_since: float | None = None
         self.refusals = Refusals()
@@ -42,7 +42,7 @@ class Trouble:
         if self.outage_since is None:
             self.outage_since = time.monotonic()
             logger.warning("Redis unreachable (%s); retrying with back-off", exc)
-        self.x.stats.append(("streams/redis_errors", 1))
+        self.exchange.stats.append(("streams/redis_errors", 1))
         self.on_outage()
 
     def reachable(self) -> bool:
@@ -57,7 +57,7 @@ class Trouble:
         """Redis refused a command for good: count it, log it the first time, and (for
         what must be sent again: enqueues, acks) back off the next cycle."""
         self.refused = self.refused or back_off
-        self.x.stats.append(("streams/redis_errors", 1))
+        self.exchange.stats.append(("streams/redis_errors", 1))
         if self.refusals.note(what, exc):
             hint = hint_for(str(exc))
             logger.error(

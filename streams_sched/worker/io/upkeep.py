@@ -43,7 +43,7 @@ class Upkeep:
     ) -> None:
         self.frontier = frontier
         self.config = config
-        self.x = x
+        self.exchange = x
         self.book = book
         self.gate = gate
         self.leasing = leasing
@@ -71,7 +71,7 @@ class Upkeep:
         self.next_policy = now + self.config.policy_refresh_seconds
         meta = self.frontier.crawl_meta()
         self.frontier.use_crawl_defaults(meta)
-        self.x.legacy = meta.get(LEGACY_FIELD) or None
+        self.exchange.legacy = meta.get(LEGACY_FIELD) or None
 
     def run(self, now: float, planned: bool, arrived: int) -> None:
         """Take over expired leases when there is nothing else to do (and now and then
@@ -80,7 +80,7 @@ class Upkeep:
         wants_claim = (not planned and now >= self.next_claim) or now >= self.next_busy_claim or self.recovering
         if room > 0 and self.book.suspects == 0 and wants_claim:
             self._claim_expired(now)
-        local_idle = self.book.total == 0 and not self.x.outbox and not self.gate
+        local_idle = self.book.total == 0 and not self.exchange.outbox and not self.gate
         if not local_idle or arrived:
             self.drain.reset()
             self.drain_interval = DRAIN_CHECK_FIRST_S
@@ -126,15 +126,15 @@ class Upkeep:
                     "moved %d entries of site %s to the dead-letter stream (STREAMS_MAX_DELIVERIES=%d)",
                     dead, site, cfg.max_deliveries,
                 )
-                self.x.stats.append(("streams/dead_lettered", dead))
+                self.exchange.stats.append(("streams/dead_lettered", dead))
             if taken:
                 self.claim_cursor = (self.claim_cursor + i) % len(sites)
                 logger.info("took over an expired lease of site %s (%s)", site, entries[0].id.decode())
-                self.x.stats.append(("streams/reclaimed", taken))
+                self.exchange.stats.append(("streams/reclaimed", taken))
                 self.recovering = True
                 if self.leasing.accept(entries):
-                    self.x.drained = False
-                    self.x.wake_if_starved()
+                    self.exchange.drained = False
+                    self.exchange.wake_if_starved()
                 return
             if dead:
                 self.recovering = True
@@ -157,11 +157,11 @@ class Upkeep:
         }
         self.leasing.shards_with_work(counts, now)
         drained = self.drain.observe(snapshot)
-        if drained != self.x.drained:
-            self.x.drained = drained
+        if drained != self.exchange.drained:
+            self.exchange.drained = drained
             if drained:
                 logger.info("crawl %s is drained: no backlog, lease or delayed request left", self.frontier.crawl)
-            self.x.wake()
+            self.exchange.wake()
         # Confirm an empty-looking crawl quickly; otherwise look less and less often.
         if not drained and all(empty for empty, _ in snapshot.values()):
             self.drain_interval = DRAIN_CHECK_FIRST_S
@@ -172,7 +172,7 @@ class Upkeep:
     def _waiting_for_seeds(self, now: float) -> bool:
         """A crawl that never had a request is not drained: it has not started yet."""
         cfg = self.config
-        if self.x.started_locally or now - self.started >= cfg.empty_crawl_wait_seconds:
+        if self.exchange.started_locally or now - self.started >= cfg.empty_crawl_wait_seconds:
             return False
         if not self.waiting_for_seeds_logged:
             logger.info(
