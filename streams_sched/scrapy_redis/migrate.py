@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -204,29 +204,19 @@ class ScrapyRedisCrawl:
         return part
 
     def copy_start_urls(self, kind: str, progress: Callable[[int], None] = lambda n: None) -> Part:
-        part = Part()
         s = self._s()
-        for chunk in self._entries(self.start_urls_key, kind):
-            entries: list[Entry] = []
-            dead: list[tuple[bytes, str]] = []
-            for raw in chunk:
-                try:
-                    entries += [
-                        entry_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None, site_of=s.site_of)
-                        for r in parse_feed_entry(raw, self.encoding)
-                    ]
-                except (EntryError, SerializationError, ValueError) as exc:
-                    dead.append((raw, str(exc)))
-            part.read += len(chunk)
-            part.take(s.send(entries))
-            part.dead += self._dead_letter(dead, self.start_urls_key)
-            progress(len(chunk))
-        return part
+
+        def entries_of(raw: bytes) -> list[Entry]:
+            return [
+                entry_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None, site_of=s.site_of)
+                for r in parse_feed_entry(raw, self.encoding)
+            ]
+
+        return self._copy(self._entries(self.start_urls_key, kind), entries_of, self.start_urls_key, progress)
 
     def copy_queue(self, kind: str, trust_pickle: bool, progress: Callable[[int], None] = lambda n: None) -> Part:
-        part = Part()
         if kind == "none":
-            return part
+            return Part()
         if not trust_pickle:
             raise PickleRefused(
                 f"{self.queue_key} holds pickled requests, and unpickling runs whatever code the data"
@@ -236,23 +226,37 @@ class ScrapyRedisCrawl:
             )
         s = self._s()
         codec = RequestCodec(None)
-        for chunk in self._entries(self.queue_key, kind, oldest_first=not self.lifo):
+
+        def entries_of(raw: bytes) -> list[Entry]:
+            request, cb, eb = request_from_scrapy_redis(raw)
+            # a dont_filter request is deduped by its entry, so a second run adds nothing
+            fp = hashlib.sha1(b"ss-migrate:" + raw).digest() if request.dont_filter else None
+            return [entry_for(
+                request, codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max,
+                callback=cb, errback=eb, fingerprint=fp, site_of=s.site_of,
+            )]
+
+        return self._copy(self._entries(self.queue_key, kind, oldest_first=not self.lifo), entries_of, self.queue_key, progress)
+
+    def _copy(
+        self, chunks: Iterable[list[bytes]], entries_of: Callable[[bytes], list[Entry]], origin: str,
+        progress: Callable[[int], None],
+    ) -> Part:
+        """Seed the entries of each chunk of raw values; a value that cannot become an entry
+        goes to the dead letters with the reason."""
+        part = Part()
+        s = self._s()
+        for chunk in chunks:
             entries: list[Entry] = []
             dead: list[tuple[bytes, str]] = []
             for raw in chunk:
                 try:
-                    request, cb, eb = request_from_scrapy_redis(raw)
-                    # a dont_filter request is deduped by its entry, so a second run adds nothing
-                    fp = hashlib.sha1(b"ss-migrate:" + raw).digest() if request.dont_filter else None
-                    entries.append(entry_for(
-                        request, codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max,
-                        callback=cb, errback=eb, fingerprint=fp, site_of=s.site_of,
-                    ))
+                    entries += entries_of(raw)
                 except (EntryError, SerializationError, ValueError) as exc:
                     dead.append((raw, str(exc)))
             part.read += len(chunk)
             part.take(s.send(entries))
-            part.dead += self._dead_letter(dead, self.queue_key)
+            part.dead += self._dead_letter(dead, origin)
             progress(len(chunk))
         return part
 
