@@ -63,7 +63,7 @@ def run_once(args: argparse.Namespace, redis_url: str, crawl: str, js: int, tmp:
             slots = args.concurrency + (4 if args.browser_slots and "browser" in caps else 0)
             settings = {
                 "BROWSER_SITE": site.web.index,
-                "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+                "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
                 "REDIS_URL": redis_url,
                 "STREAMS_PREFIX": crawl,
                 "STREAMS_DEDUPE": "bitmap",

@@ -41,16 +41,16 @@ KINDS: dict[str, dict[str, Any]] = {
         "SCHEDULER_PERSIST": True,
     },
     "streams-sched": {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "redisbloom",
     },
     "streams-sched/bitmap": {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "bitmap",
     },
     # the URL shortcut (on by default) switched off, to measure what it saves
     "streams-sched-no-url-shortcut": {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "STREAMS_DEDUPE": "redisbloom",
         "STREAMS_URL_SHORTCUT": False,
     },

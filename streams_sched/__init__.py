@@ -2,7 +2,7 @@
 
 Enable it in a Scrapy project with two settings::
 
-    SCHEDULER = "streams_sched.worker.scheduler.StreamsScheduler"
+    SCHEDULER = "streams_sched.scheduler.StreamsScheduler"
     REDIS_URL = "redis://localhost:6379/0"
 """
 

@@ -174,7 +174,7 @@ _NO_REMOTE_CONTROL = (
 
 def base_settings(redis_url: str, crawl: str, dedupe: str, record: Path, **extra: Any) -> dict[str, Any]:
     settings: dict[str, Any] = {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_PREFIX": crawl,
         "STREAMS_DEDUPE": dedupe,
@@ -275,7 +275,7 @@ def crawled_urls(path: Path) -> Counter[str]:
 SCRAPY_PROJECT_SETTINGS = """\
 BOT_NAME = "synth_project"
 SPIDER_MODULES = ["synth_project.spiders"]
-SCHEDULER = "streams_sched.worker.scheduler.StreamsScheduler"
+SCHEDULER = "streams_sched.scheduler.StreamsScheduler"
 ROBOTSTXT_OBEY = False
 TELNETCONSOLE_ENABLED = False
 DOWNLOAD_HANDLERS = {"http": "streams_sched.demo.handler.SyntheticHandler"}

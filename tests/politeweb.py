@@ -104,7 +104,7 @@ class PoliteServer:
 
 def spider_settings(redis_url: str, crawl: str, urls: list[str], record: str, **extra: Any) -> dict[str, Any]:
     settings: dict[str, Any] = {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_PREFIX": crawl,
         "STREAMS_DEDUPE": "bitmap",

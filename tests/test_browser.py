@@ -84,7 +84,7 @@ def crawl_settings(site: BrowserServer, out: Path, tag: str, **extra: Any) -> di
 def streams(redis_url: str, crawl: str, node: str, **extra: Any) -> dict[str, Any]:
     """What a worker adds to crawl through streams-sched (browser capable unless ``extra`` says)."""
     return {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_PREFIX": crawl,
         "STREAMS_DEDUPE": "bitmap",

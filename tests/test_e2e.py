@@ -399,7 +399,7 @@ def test_objects_in_meta_and_cb_kwargs_arrive_as_in_memory(redis_url: str, dedup
     cb_kwargs, followed through a name-mangled private callback, arrive through the shared queue
     exactly as with Scrapy's in-memory scheduler: the same pages, the same types and values."""
     runs = {}
-    for kind, scheduler in (("memory", "scrapy.core.scheduler.Scheduler"), ("streams", "streams_sched.worker.scheduler.StreamsScheduler")):
+    for kind, scheduler in (("memory", "scrapy.core.scheduler.Scheduler"), ("streams", "streams_sched.scheduler.StreamsScheduler")):
         items = tmp_path / f"{kind}.jsonl"
         settings = base_settings(redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=40,
                                  SCHEDULER=scheduler)

@@ -10,6 +10,9 @@ def test_all_names_exist_and_are_public() -> None:
     for name in streams_sched.__all__:
         assert hasattr(streams_sched, name), name
     assert streams_sched.StreamsScheduler.__module__ == "streams_sched.worker.scheduler"
+    from streams_sched.scheduler import StreamsScheduler  # the SCHEDULER path projects name
+
+    assert StreamsScheduler is streams_sched.StreamsScheduler
     assert streams_sched.Seeder.__module__.startswith("streams_sched.frontier.seeding")
     assert {"Seeder", "SeedResult", "seed"} <= set(streams_sched.__all__)
 

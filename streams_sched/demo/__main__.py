@@ -50,7 +50,7 @@ def say(text: str) -> None:
 
 def worker_settings(redis_url: str, crawl: str, items: Path, tag: str, lease_s: float) -> dict[str, Any]:
     return {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_PREFIX": crawl,
         "STREAMS_LEASE_SECONDS": lease_s,

@@ -41,7 +41,7 @@ def zoo_settings(web: ZooWeb, out: Path, **extra: Any) -> dict[str, Any]:
 def streams_settings(redis_url: str, dedupe: str, **extra: Any) -> dict[str, Any]:
     """What a user adds to crawl through streams-sched (plus quick polling for tests)."""
     return {
-        "SCHEDULER": "streams_sched.worker.scheduler.StreamsScheduler",
+        "SCHEDULER": "streams_sched.scheduler.StreamsScheduler",
         "REDIS_URL": redis_url,
         "STREAMS_DEDUPE": dedupe,
         "STREAMS_IDLE_POLL_SECONDS": 0.2,

@@ -8,7 +8,7 @@ BOT_NAME = "example_crawl"
 SPIDER_MODULES = ["example_crawl.spiders"]
 
 # the two settings that turn streams-sched on
-SCHEDULER = "streams_sched.worker.scheduler.StreamsScheduler"
+SCHEDULER = "streams_sched.scheduler.StreamsScheduler"
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
 
 STREAMS_PREFIX = os.environ.get("STREAMS_PREFIX", "example")
