@@ -238,18 +238,6 @@ def _count(owner: Any, attr: str, label: str, none_label: str | None = None) -> 
     setattr(owner, attr, wrapper)
 
 
-def _first(*paths: str) -> Any:
-    """The first of these modules that this worker's streams_sched has."""
-    import importlib
-
-    for path in paths[:-1]:
-        try:
-            return importlib.import_module(path)
-        except ModuleNotFoundError:
-            continue
-    return importlib.import_module(paths[-1])
-
-
 def install_call_counters() -> None:
     """Count calls of the engine loop, scheduler methods, event-loop turns and pump cycles."""
     import asyncio.base_events
@@ -258,6 +246,8 @@ def install_call_counters() -> None:
     from scrapy.core.scheduler import Scheduler
 
     from streams_sched.scheduler import StreamsScheduler
+
+    from bench.layout import first as _first
 
     # a KIND@REV worker may run a revision with the flat package layout
     EngineHooks = _first("streams_sched.worker.engine", "streams_sched._engine").EngineHooks

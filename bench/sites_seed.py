@@ -26,11 +26,11 @@ from typing import Any
 
 def prepare(redis_url: str, crawl: str, dedupe: str) -> Any:
     import streams_sched
-    from streams_sched.connect.clients import connect
-    from streams_sched.frontier.bloom import detect_dedupe
 
-    client = connect(redis_url)
-    detect_dedupe(client, crawl, dedupe)
+    from bench.layout import first
+
+    client = first("streams_sched.connect.clients", "streams_sched.connection").connect(redis_url)
+    first("streams_sched.frontier.bloom", "streams_sched.frontier").detect_dedupe(client, crawl, dedupe)
     streams_sched.Seeder(client, crawl).close()
     return client
 
