@@ -245,9 +245,8 @@ def install_call_counters() -> None:
     from scrapy.core.engine import ExecutionEngine
     from scrapy.core.scheduler import Scheduler
 
-    from streams_sched.scheduler import StreamsScheduler
-
     from bench.layout import first as _first
+    from streams_sched.scheduler import StreamsScheduler
 
     # a KIND@REV worker may run a revision with the flat package layout
     EngineHooks = _first("streams_sched.worker.engine", "streams_sched._engine").EngineHooks

@@ -26,7 +26,6 @@ from typing import Any
 
 def prepare(redis_url: str, crawl: str, dedupe: str) -> Any:
     import streams_sched
-
     from bench.layout import first
 
     client = first("streams_sched.connect.clients", "streams_sched.connection").connect(redis_url)
