@@ -19,9 +19,9 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
+from streams_sched.connect.backoff import Backoff
 from streams_sched.frontier.keys import CrawlKeys
 from streams_sched.service.daemon import TRANSIENT
-from streams_sched.connect.backoff import Backoff
 
 __all__ = ["EventListener"]
 
