@@ -136,33 +136,24 @@ class _StatsCollector:
             fam = CounterMetricFamily(name, doc, labels=labels)
             fam.add_metric(values, float(stats.get_value(key, 0) or 0) if stats is not None else 0.0)
             yield fam
-        prefetched = GaugeMetricFamily(
-            "streams_sched_worker_prefetched", "Leased requests waiting in this worker.", labels=labels
-        )
-        waiting_local = int(getattr(o.scheduler, "local_waiting", 0))
-        prefetched.add_metric(values, float(max(0, len(o.scheduler) - waiting_local)))
-        yield prefetched
-        held = GaugeMetricFamily(
-            "streams_sched_worker_local_requests",
-            "Requests only this worker holds because they cannot travel (waiting or in progress).",
-            labels=labels,
-        )
-        held.add_metric(values, float(getattr(o.scheduler, "local_held", 0)))
-        yield held
-        browser = GaugeMetricFamily(
-            "streams_sched_worker_browser_leases",
-            "Browser leases this worker holds (prefetched or rendering), against streams_sched_worker_browser_max.",
-            labels=labels,
-        )
-        browser.add_metric(values, float(getattr(o.scheduler, "browser_leases", 0)))
-        yield browser
-        cap = GaugeMetricFamily(
-            "streams_sched_worker_browser_max",
-            "Most browser leases this worker holds at once (STREAMS_BROWSER_MAX; 0 without the browser capability).",
-            labels=labels,
-        )
-        cap.add_metric(values, float(getattr(o.scheduler, "browser_max", 0)))
-        yield cap
+        sched = o.scheduler
+        waiting_local = int(getattr(sched, "local_waiting", 0))
+        for name, doc, value in (
+            ("streams_sched_worker_prefetched", "Leased requests waiting in this worker.",
+             max(0, len(sched) - waiting_local)),
+            ("streams_sched_worker_local_requests",
+             "Requests only this worker holds because they cannot travel (waiting or in progress).",
+             getattr(sched, "local_held", 0)),
+            ("streams_sched_worker_browser_leases",
+             "Browser leases this worker holds (prefetched or rendering), against streams_sched_worker_browser_max.",
+             getattr(sched, "browser_leases", 0)),
+            ("streams_sched_worker_browser_max",
+             "Most browser leases this worker holds at once (STREAMS_BROWSER_MAX; 0 without the browser capability).",
+             getattr(sched, "browser_max", 0)),
+        ):
+            gauge = GaugeMetricFamily(name, doc, labels=labels)
+            gauge.add_metric(values, float(value))
+            yield gauge
 
 
 class WorkerMetrics:
