@@ -189,7 +189,9 @@ def test_only_frontier_calls_scripts() -> None:
 def test_site_task_code_routes_by_the_site_policy(redis_url: str, dedupe: str, crawl: str) -> None:
     """A request enqueued with SITE_TASK + band lands in the band's stream of the policy's task type."""
     f = frontier(redis_url, crawl, dedupe)
-    f.client.hset(f.site("b.test").policy, "task_type", "browser")
+    from streams_sched.politeness.policy import set_policy
+
+    set_policy(f, "b.test", {"task_type": "browser"})
     items = []
     for band in range(len(BANDS)):
         fp = hashlib.sha1(str(band).encode()).digest()

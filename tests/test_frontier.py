@@ -13,7 +13,7 @@ from streams_sched.connect.clients import connect
 from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, STREAMS, ShardKeys, SiteKeys, shard_of
 from streams_sched.frontier.records import Entry
 
-from helpers import false_positive_rate, frontier, wait_for, with_user
+from helpers import false_positive_rate, frontier, queued, wait_for, with_user
 
 pytestmark = pytest.mark.cluster
 
@@ -52,6 +52,36 @@ def test_sites_dedupe_independently(redis_url: str, dedupe: str, crawl: str) -> 
     assert f.site("a.test").shard == f.site("s.test").shard  # one enqueue.lua call serves both
     parts = f.enqueue_shard([("a.test", [out(2), out(1)]), ("s.test", [out(2), out(1)])])
     assert [parse_enqueue(p)[:2] for p in parts] == [(1, 1), (2, 0)]
+
+
+def test_a_site_that_comes_twice_in_one_call_is_deduped_and_queued_across_its_parts(
+    redis_url: str, dedupe: str, crawl: str
+) -> None:
+    """A new site split over two parts of one call: the second part sees the first's fingerprints and queue."""
+    from streams_sched.frontier.replies import parse_enqueue
+
+    f = frontier(redis_url, crawl, dedupe)
+    first = [out(i) for i in range(10)]
+    second = [out(i) for i in range(5, 15)]  # 5 repeats, and past the inbox's room
+    parts = f.enqueue_shard([("a.test", first), ("s.test", [out(1)]), ("a.test", second)])
+    assert [parse_enqueue(p)[:2] for p in parts] == [(10, 0), (1, 0), (5, 5)]
+    assert sorted(queued(f, "a.test", "http")) == sorted(f"payload-{i}".encode() for i in range(15))
+    assert f.enqueue("a.test", [out(i) for i in range(16)])[:2] == (1, 15)
+    assert set(f.sites()) == {"a.test", "s.test"}
+
+
+def test_a_policy_set_before_a_site_has_work_applies_to_its_first_requests(
+    redis_url: str, dedupe: str, crawl: str
+) -> None:
+    """A site given a policy before any request still routes by its task type and holds its page cap."""
+    from streams_sched.frontier.keys import stream_for
+    from streams_sched.politeness.policy import set_policy
+
+    f = frontier(redis_url, crawl, dedupe)
+    set_policy(f, "p.test", {"task_type": "browser", "max_pages": 2})
+    reply = f.enqueue("p.test", [Entry(fp(i), stream_for(None, 1), 0, b"p%d" % i) for i in range(3)])
+    assert reply[0] == 2 and reply[3] == b"11c"
+    assert queued(f, "p.test", "browser") == [b"p0", b"p1"] and queued(f, "p.test", "http") == []
 
 
 def test_every_key_of_a_site_shares_one_cluster_slot(crawl: str) -> None:

@@ -92,8 +92,9 @@ def apply_site_policies(frontier: Any, sites: Mapping[str, Mapping[str, Any]]) -
         if site == "*":
             pipe.hset(frontier.keys.meta, mapping={f"default_{k}": v for k, v in fields.items()})
         else:
-            pipe.hset(frontier.site(site).policy, mapping=fields)
+            # registered first: enqueue.lua reads no policy of a site missing from its registry
             frontier.register_sites([site], pipe)
+            pipe.hset(frontier.site(site).policy, mapping=fields)
     pipe.execute()
 
 
@@ -105,8 +106,8 @@ def set_policy(frontier: Any, site: str, policy: Mapping[str, Any]) -> dict[str,
         if site == "*":
             frontier.client.hset(frontier.keys.meta, mapping={f"default_{k}": v for k, v in fields.items()})
         else:
+            frontier.register_sites([site])  # first: see apply_site_policies
             frontier.client.hset(frontier.site(site).policy, mapping=fields)
-            frontier.register_sites([site])
     return fields
 
 

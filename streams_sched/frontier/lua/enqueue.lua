@@ -30,6 +30,13 @@
 --              payload
 -- Returns per site {added, duplicates, delayed, flags, over_cap}; flags has one char per
 -- request: '1' added, '0' duplicate, 'c' dropped over the site's page cap.
+--
+-- A site missing from the shard's registry has no seen filter, stream, inbox field or
+-- task_type, max_pages or ready_at in its policy: what writes them (this script, a
+-- policy, lease.lua) registers the site first or in the same script, and a purge deletes
+-- its keys before the registration. Such a new site, which is most sites while a broad
+-- crawl is seeded, skips the reads of its policy, filter, streams and inbox, and the
+-- filters and inbox fields of the call's new sites are written in one command each.
 
 local group, mode = ARGV[1], ARGV[2]
 local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -43,6 +50,83 @@ local total_added = 0
 -- about as much per site as reading its policy): members collected here, see index_all.
 local marks = { {}, {} } -- per task type: score, site, score, site, ...
 local registered = {}
+-- New sites' writes, made for all of them at once (write_new): seen key, value, ... (no
+-- revisit TTL) and site, packed inbox, ...
+local new_seen, new_inbox = {}, {}
+local done_sites = {} -- sites of the call enqueued so far
+local NO_POLICY = {}
+
+-- Which sites of the call are not in the registry yet (the order of ARGV). If a filter key
+-- of one of them exists anyway (something else wrote it), none is taken as new: the
+-- general path then reads what is there, and refuses a key of the wrong type.
+local function unregistered()
+  local names = {}
+  local i = 9
+  while i <= #ARGV do
+    names[#names + 1] = ARGV[i]
+    i = i + 2 + 4 * tonumber(ARGV[i + 1])
+  end
+  local out, filter_keys = {}, {}
+  local per_site = 9 + 2 * n_filters
+  for j = 1, #names, 1000 do
+    local got = redis.call('SMISMEMBER', sites_ix, unpack(names, j, math.min(j + 999, #names)))
+    for q = 1, #got do
+      local n = j + q - 1
+      out[n] = got[q] == 0
+      if out[n] then
+        local k = 6 + (n - 1) * per_site + 9
+        for f = 0, 2 * n_filters - 1 do
+          filter_keys[#filter_keys + 1] = KEYS[k + f]
+        end
+      end
+    end
+  end
+  for j = 1, #filter_keys, 1000 do
+    if redis.call('EXISTS', unpack(filter_keys, j, math.min(j + 999, #filter_keys))) > 0 then
+      return {}
+    end
+  end
+  return out
+end
+
+local function write_new()
+  for j = 1, #new_seen, 1000 do
+    redis.call('MSET', unpack(new_seen, j, math.min(j + 999, #new_seen)))
+  end
+  for j = 1, #new_inbox, 1000 do
+    redis.call('HSET', inbox, unpack(new_inbox, j, math.min(j + 999, #new_inbox)))
+  end
+  new_seen, new_inbox = {}, {}
+end
+
+-- dedupe for a new site: its filter is empty, so only repeats within the call are
+-- duplicates; the exact set is written with the others (or now, with the revisit TTL).
+-- Nil when the set would be too big for an exact set (dedupe then makes the Bloom filter).
+local function dedupe_new(seen, fps)
+  local fresh, new, batch = {}, {}, {}
+  for i = 1, #fps do
+    local p = string.sub(fps[i], 1, 8)
+    if batch[p] then
+      fresh[i] = 0
+    else
+      fresh[i] = 1
+      batch[p] = true
+      new[#new + 1] = p
+    end
+  end
+  if #new > EXACT_MAX then
+    return nil
+  end
+  if #new > 0 then
+    if ttl > 0 then
+      redis.call('SET', seen, table.concat(new), 'EX', ttl)
+    else
+      new_seen[#new_seen + 1] = seen
+      new_seen[#new_seen + 1] = table.concat(new)
+    end
+  end
+  return fresh
+end
 
 -- mark_ready (lib) for many sites: a site got work of task type t, ready from `at` at the latest
 local function mark_later(t, site, at)
@@ -55,6 +139,7 @@ end
 -- sites enqueued before it keep their work, which must be indexed). ZADD LT applies its
 -- pairs in order, as the calls one by one would.
 local function index_all()
+  write_new()
   for t = 1, 2 do
     local m = marks[t]
     for j = 1, #m, 1000 do
@@ -66,11 +151,12 @@ local function index_all()
   end
 end
 
-local function enqueue_site(k, site, filters, first, last)
+local function enqueue_site(k, site, filters, first, last, is_new)
+  local unregistered_site = is_new
   local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2] }
   local streams = { KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8] }
   -- the site's policy fields enqueue reads: task_type (routes site-task codes), max_pages
-  local pol = redis.call('HMGET', K[3], 'task_type', 'max_pages', 'ready_at')
+  local pol = is_new and NO_POLICY or redis.call('HMGET', K[3], 'task_type', 'max_pages', 'ready_at')
   local site_task = pol[1] or ARGV[7]
   local fps, fp_at = {}, {}
   for i = first, last, 4 do
@@ -80,11 +166,15 @@ local function enqueue_site(k, site, filters, first, last)
     end
   end
 
-  local fresh = dedupe(mode, filters, fps, err, cap, expansion)
+  local fresh = is_new and dedupe_new(filters[1][1], fps)
+  if not fresh then
+    is_new = false
+    fresh = dedupe(mode, filters, fps, err, cap, expansion)
+  end
   if fresh.err then
     return fresh
   end
-  if ttl > 0 and #fps > 0 then
+  if ttl > 0 and #fps > 0 and not is_new then
     redis.call('EXPIRE', filters[1][1], ttl, 'NX')
     redis.call('EXPIRE', filters[1][2], ttl, 'NX')
   end
@@ -166,14 +256,19 @@ local function enqueue_site(k, site, filters, first, last)
   if #fresh_now > 0 then
     -- a site with no stream keeps a few requests in the shard's inbox (lib: INBOX_MAX)
     local list = false
-    if redis.call('EXISTS', unpack(streams)) == 0 then
+    if is_new then
+      list = #fresh_now <= 2 * INBOX_MAX and {}
+    elseif redis.call('EXISTS', unpack(streams)) == 0 then
       list = inbox_list(inbox, site)
       if #list + #fresh_now > 2 * INBOX_MAX then
         inbox_flush(inbox, site, streams, group)
         list = false
       end
     end
-    if list then
+    if list and is_new then
+      new_inbox[#new_inbox + 1] = site
+      new_inbox[#new_inbox + 1] = cmsgpack.pack(fresh_now)
+    elseif list then
       for _, v in ipairs(fresh_now) do
         list[#list + 1] = v
       end
@@ -201,20 +296,30 @@ local function enqueue_site(k, site, filters, first, last)
       end
     end
   end
-  registered[#registered + 1] = site
+  if unregistered_site then
+    registered[#registered + 1] = site
+  end
   total_added = total_added + added
   return { added, dups, delayed, table.concat(flags), over_cap }
 end
 
 local replies = {}
+local is_new = unregistered()
 local k, i = 6, 9
 while i <= #ARGV do
-  local n = tonumber(ARGV[i + 1])
+  local n, site = tonumber(ARGV[i + 1]), ARGV[i]
   local filters = {}
   for f = 0, n_filters - 1 do
     filters[#filters + 1] = { KEYS[k + 9 + 2 * f], KEYS[k + 10 + 2 * f] }
   end
-  local reply = enqueue_site(k, ARGV[i], filters, i + 2, i + 1 + 4 * n)
+  -- a site that comes again in the call (a long list split in parts) reads what its first
+  -- part wrote
+  if done_sites[site] then
+    write_new()
+  end
+  local fresh_site = is_new[#replies + 1] and not done_sites[site]
+  done_sites[site] = true
+  local reply = enqueue_site(k, site, filters, i + 2, i + 1 + 4 * n, fresh_site)
   if reply.err then
     index_all()
     return reply
