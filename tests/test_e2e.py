@@ -84,6 +84,7 @@ def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: s
 
 
 @pytest.mark.scrapy_matrix
+@pytest.mark.targets("bitmap", "cluster")  # the drain check does not read the dedupe filters
 def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """While one worker holds the only request (slow page 0), the other must not close; both exit at the end."""
     items = tmp_path / "items.jsonl"
@@ -150,6 +151,7 @@ def test_every_outcome_is_acked_exactly_once(redis_url: str, dedupe: str, crawl:
     assert "callback failed on purpose" in w.log()
 
 
+@pytest.mark.targets("bitmap", "cluster")  # decoding comes after dedupe
 def test_garbage_entry_goes_to_dead_letters_and_crawl_goes_on(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """Random bytes and a foreign schema in a stream end in the dead-letter stream with reasons."""
     f = frontier(redis_url, crawl, dedupe)
@@ -170,6 +172,7 @@ def test_garbage_entry_goes_to_dead_letters_and_crawl_goes_on(redis_url: str, de
     assert set(crawled_urls(items)) == expected(1, 30)
 
 
+@pytest.mark.targets("bitmap", "cluster")  # decoding comes after dedupe
 def test_foreign_entries_arriving_mid_crawl_are_dead_lettered_with_reasons(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """Entries written into a stream while a worker crawls (random bytes, no payload, an unknown
     callback, a private attribute as callback, a URL Scrapy rejects, a class outside the
@@ -263,6 +266,7 @@ def test_requests_that_cannot_travel_fail_the_crawl_in_error_mode(redis_url: str
     assert set(crawled_urls(items)) == expected(1, 20)
 
 
+@pytest.mark.targets("bitmap", "cluster")  # dead letters do not touch the dedupe filters
 def test_entry_that_kills_every_worker_ends_in_dead_letters(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A request whose processing kills the worker is retried up to the limit, then dead-lettered."""
     items = tmp_path / "items.jsonl"
@@ -285,6 +289,7 @@ def test_entry_that_kills_every_worker_ends_in_dead_letters(redis_url: str, dedu
     assert json.loads(Path(tmp_path / "items.jsonl").read_text().splitlines()[0])["url"].endswith("/p/1")
 
 
+@pytest.mark.targets("bitmap", "cluster")  # a retry has no fingerprint: no dedupe
 def test_retry_after_waits_in_the_delay_queue(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A 429 with Retry-After is retried through the site's delay queue, not at once."""
     items = tmp_path / "items.jsonl"
@@ -394,6 +399,7 @@ def test_node_events_use_sharded_pubsub_on_a_cluster(redis_url: str, dedupe: str
     assert events[0] == "node_online" and events[-1] == "node_offline" and "heartbeat" in events
 
 
+@pytest.mark.targets("bitmap")  # the codec decides, in the worker
 def test_objects_in_meta_and_cb_kwargs_arrive_as_in_memory(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """An Item, an aware datetime, a Decimal, a tuple and a frozenset in meta and a dataclass in
     cb_kwargs, followed through a name-mangled private callback, arrive through the shared queue

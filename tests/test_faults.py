@@ -56,7 +56,8 @@ def no_tracebacks(*workers: Worker) -> None:
 
 
 @pytest.mark.cluster
-@pytest.mark.targets("bitmap", "cluster")
+# on the cluster only: a worker killed on a single Redis is in test_e2e and test_zoo
+@pytest.mark.targets("cluster")
 def test_five_sigkills_at_random_moments_lose_no_page(
     redis_url: str, dedupe: str, crawl: str, tmp_path: Path, measured: Any
 ) -> None:

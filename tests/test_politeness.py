@@ -76,21 +76,6 @@ def test_adaptive_backoff_keeps_three_workers_near_the_sites_limit(plain_redis_u
     assert recorded(tmp_path / "rec.jsonl") == set(urls)  # the items, as the spider saw them
 
 
-def test_scrapy_alone_against_the_same_limit_for_comparison(tmp_path: Path, measured: Any) -> None:
-    """For comparison: Scrapy's own scheduler, one process, default settings (AutoThrottle
-    off), against the same 429 limit; it gets the same pages, with most answers 429."""
-    limit, n_pages = 20, 360
-    with PoliteServer(limit=limit, retry_after=1) as web:
-        urls = [web.url("busy.test", f"/p/{i}") for i in range(n_pages)]
-        got = scrapy_alone(spider_settings("", "unused", urls, "", RETRY_TIMES=1000), tmp_path)
-        log = web.pages()
-    ok = sum(1 for *_, s in log if s == 200)
-    duration = max(t for _, _, t, _ in log) - min(t for _, _, t, _ in log)
-    measured(f"Scrapy alone, 1 process, limit R={limit}/s: {1 - ok / len(log):.1%} of {len(log)} answers 429,"
-             f" {ok / duration:.1f} pages/s; {len(got)} pages")
-    assert got == set(urls)
-
-
 def test_crawl_delay_holds_across_three_workers(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """With ROBOTSTXT_OBEY, a robots.txt Crawl-delay of 0.5 s spaces the site's pages 0.5 s apart
     at the server, all three workers together, from the first page on."""
