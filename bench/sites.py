@@ -40,6 +40,10 @@ streams-sched as it was at git revision REV (bench/revision.py): its workers,
 its ``streams-sched push`` and its Seeder import that revision's streams_sched;
 the report compares today's KIND with it per row.
 
+After the rows (unless ``--no-reference``), each streams-sched kind crawls bench (a)'s
+10 sites x 2,000 pages on the same Redis, and the report gives each row's Redis CPU per
+page against that deep crawl's (the bound is 2x).
+
 Throwaway redis-servers on free ports only. ``--quick``: 2,000 sites, 10 s
 windows. A 1,000,000-site row needs several GB of Redis memory and a few
 minutes per kind.
@@ -69,6 +73,10 @@ from .revision import split_kind
 RESULTS = Path(__file__).resolve().parent / "results"
 #: the push rate the CLI should reach
 PUSH_TARGET = 50_000
+#: the deep crawl (sites, pages per site) Redis CPU per page is compared with, and the
+#: most a page of a crawl of many one-page sites may cost against it
+DEEP = (10, 2000)
+DEEP_CPU_BOUND = 2.0
 
 
 def say(text: str) -> None:
@@ -77,7 +85,8 @@ def say(text: str) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench sites", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="2,000 sites, 10 s windows: about a minute")
+    p.add_argument("--quick", action="store_true",
+                   help="2,000 sites, 10 s windows, a deep reference of 200 pages per site: about a minute")
     p.add_argument("--sites", help="comma-separated site counts, one row each (default 10000,100000,1000000; quick 2000)")
     p.add_argument("--window-s", type=float, help="crawl window per run, from its first item (default 60, quick 10)")
     p.add_argument("--kinds", default="memory,scrapy-redis,streams-sched",
@@ -85,6 +94,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         " kind with streams_sched from git revision REV, compared with today's")
     p.add_argument("--two-workers", action=argparse.BooleanOptionalAction, default=True,
                    help="also crawl with two streams-sched workers (default: yes)")
+    p.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
+                   help="also crawl 10 sites x 2,000 pages with each streams-sched kind on the same Redis,"
+                        " for Redis CPU per page against a deep crawl (default: yes)")
     p.add_argument("--concurrency", type=int, default=256, help="CONCURRENT_REQUESTS (default 256)")
     p.add_argument("--per-domain", type=int, default=2, help="CONCURRENT_REQUESTS_PER_DOMAIN (default 2)")
     p.add_argument("--timeout-s", type=float, default=600.0,
@@ -93,6 +105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     a.sites = [int(float(x)) for x in (a.sites or ("2000" if a.quick else "10000,100000,1000000")).split(",")]
     a.window_s = a.window_s or (10.0 if a.quick else 60.0)
+    a.deep = (DEEP[0], 200) if a.quick else DEEP
     a.kinds = a.kinds.split(",")
     for kind in a.kinds:
         base = split_kind(kind)[0]
@@ -484,6 +497,7 @@ def render(res: dict[str, Any]) -> str:
             rate = _median([p["urls_per_s"] for p in pushes])
             lines.append(f"\n{row['sites']:,} sites: `streams-sched push` {rate:,.0f} URLs/s against a target of"
                          f" {PUSH_TARGET:,}: {'met' if rate >= PUSH_TARGET else 'not met'}")
+    lines += against_deep(res, main)
     lines += against_revisions(res)
     return "\n".join(lines)
 
@@ -523,6 +537,41 @@ def against_revisions(res: dict[str, Any]) -> list[str]:
     return out
 
 
+def deep_reference(kinds: list[str], server_url: str, deep: tuple[int, int]) -> dict[str, dict[str, float]]:
+    """Each streams-sched kind on bench (a)'s crawl, 10 sites x 2,000 pages, one worker, on
+    the same Redis: its Redis CPU per page is the figure a crawl of many sites is held to."""
+    from .crawl import CrawlSpec, run_crawl
+
+    out: dict[str, dict[str, float]] = {}
+    for kind in kinds:
+        if not split_kind(kind)[0].startswith("streams-sched"):
+            continue
+        r = run_crawl(CrawlSpec(kind, 1, *deep), server_url, "deep")
+        if r["missing"]:
+            raise RuntimeError(f"the deep reference crawl ({kind}) missed {r['missing']} pages")
+        out[kind] = {"pages_per_s": r["pages_per_s"], "redis_cpu_us_per_page": 1000 * r["redis_cpu_ms_per_page"]}
+        say(f"deep reference {deep[0]} sites x {deep[1]:,} pages: {kind}: {r['pages_per_s']:,.0f} pages/s,"
+            f" Redis {out[kind]['redis_cpu_us_per_page']:.0f} µs/page")
+    return out
+
+
+def against_deep(res: dict[str, Any], main: str | None) -> list[str]:
+    """Redis CPU per page of each row against the deep crawl of the same run."""
+    ref = res.get("reference", {}).get(main) if main else None
+    if not ref:
+        return []
+    deep = res["config"]["deep"]
+    out = ["", f"Redis CPU per page against {deep[0]} sites x {deep[1]:,} pages in the same run ({main}, one worker,"
+           f" {ref['redis_cpu_us_per_page']:.0f} µs/page; the bound is {DEEP_CPU_BOUND:g}x):", ""]
+    for row in res["rows"]:
+        ss = _run(row, main)
+        if ss and "redis_cpu_us_per_page" in ss:
+            x = ss["redis_cpu_us_per_page"] / ref["redis_cpu_us_per_page"]
+            out.append(f"- {row['sites']:,} sites: {ss['redis_cpu_us_per_page']:.0f} µs/page, {x:.2f}x:"
+                       f" {'met' if x <= DEEP_CPU_BOUND else 'not met'}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from streams_sched.testing import RedisServer
@@ -534,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {
         "config": {"command": "./scripts/bench.sh sites " + " ".join(shlex.quote(a) for a in given),
                    "sites": args.sites, "window_s": args.window_s, "kinds": args.kinds,
-                   "two_workers": args.two_workers, "concurrency": args.concurrency, "per_domain": args.per_domain},
+                   "two_workers": args.two_workers, "deep": args.deep, "concurrency": args.concurrency, "per_domain": args.per_domain},
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rows": [],
     }
@@ -543,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
         res["machine"] = machine(server.url)
         for n in args.sites:
             res["rows"].append(run_row(n, args, server.url, tmp))
+        if args.reference:
+            res["reference"] = deep_reference(args.kinds, server.url, args.deep)
     res["elapsed_s"] = time.time() - started
     text = render(res)
     print(text)

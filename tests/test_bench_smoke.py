@@ -79,7 +79,7 @@ def test_bench_broad_quick_mode_reports_every_figure(tmp_path: Path) -> None:
 
 
 def test_bench_sites_quick_mode_reports_every_figure(tmp_path: Path) -> None:
-    """`python -m bench sites --quick` crawls every one-page site once with each kind (and two streams-sched workers) and reports the push rates and Redis bytes per queued site (KIND@REV is covered by the broad smoke test: it costs this one as much again)."""
+    """`python -m bench sites --quick` crawls every one-page site once with each kind (and two streams-sched workers) and reports the push rates, Redis bytes per queued site and Redis CPU per page against a deep crawl (KIND@REV is covered by the broad smoke test: it costs this one as much again)."""
     env = bench_env()
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "sites", "--quick",
@@ -104,6 +104,9 @@ def test_bench_sites_quick_mode_reports_every_figure(tmp_path: Path) -> None:
     assert row["push"]["scrapy-redis"][0]["bytes_per_site"] > 0
     assert "bench-rev-" not in runs[("streams-sched", 1)]["streams_sched_from"]
     assert "| sites | Scrapy in-memory pages/s | streams-sched pages/s | ratio | 2 workers / 1 |" in proc.stdout
+    deep = json.loads(result.read_text())["reference"]["streams-sched"]
+    assert deep["pages_per_s"] > 0 and deep["redis_cpu_us_per_page"] > 0, deep
+    assert f"- {n:,} sites: {runs[('streams-sched', 1)]['redis_cpu_us_per_page']:.0f} µs/page" in proc.stdout
 def test_bench_pick_quick_mode_compares_with_a_revision(tmp_path: Path) -> None:
     """`python -m bench pick` (no Redis) times today's scheduler and streams_sched@HEAD per request and reports the sizes of Exchange.served / weights."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
