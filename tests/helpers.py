@@ -118,7 +118,7 @@ def inbox_of(f: Frontier, site: str) -> list[tuple[int, bytes]]:
     raw = f.client.hget(f.site(site).index.inbox, site)
     if raw is None:
         return []
-    flat = msgpack.unpackb(raw, raw=True)
+    flat = msgpack.unpackb(raw.removeprefix(b"u"), raw=True)  # "u": not yet counted as enqueued
     return [(stream_of_code(int(code)), bytes(payload)) for code, payload in zip(flat[::2], flat[1::2], strict=True)]
 
 

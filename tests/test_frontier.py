@@ -84,6 +84,41 @@ def test_a_policy_set_before_a_site_has_work_applies_to_its_first_requests(
     assert queued(f, "p.test", "browser") == [b"p0", b"p1"] and queued(f, "p.test", "http") == []
 
 
+def test_a_site_in_the_inbox_has_no_stats_hash_and_counts_each_request_once(
+    redis_url: str, dedupe: str, crawl: str
+) -> None:
+    """A one-URL site is counted as enqueued from its enqueue on, with no stats hash, and once only after its lease and ack."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1)])
+    f.enqueue("a.test", [out(2)])  # appended to the same inbox list
+    assert f.client.exists(f.site("a.test").stats) == 0
+    assert f.status("a.test").stats["enqueued"] == 2
+    entries = f.lease("a.test", "w1", 10, (1, 1, 1)).entries
+    assert len(entries) == 2 and f.status("a.test").stats["enqueued"] == 2
+    f.ack("a.test", [(e.stream, e.id) for e in entries])
+    st = f.status("a.test")
+    assert (st.stats["enqueued"], st.stats["acked"], st.backlog) == (2, 2, 0)
+
+
+def test_an_inbox_list_counted_at_enqueue_is_not_counted_again(redis_url: str, dedupe: str, crawl: str) -> None:
+    """An inbox list an earlier version wrote (counted as it was enqueued, no mark) is counted once after the upgrade."""
+    import msgpack
+
+    from streams_sched.frontier.keys import stream_code
+
+    f = frontier(redis_url, crawl, dedupe)
+    k = f.site("a.test")
+    # as the earlier version left a site with one queued request
+    f.register_sites(["a.test"])
+    f.client.hset(k.stats, "enqueued", 1)
+    f.client.hset(k.index.inbox, "a.test", msgpack.packb([stream_code(1), b"old"], use_bin_type=False))
+    f.enqueue("a.test", [out(2)])
+    assert f.status("a.test").stats["enqueued"] == 2
+    entries = f.lease("a.test", "w1", 10, (1, 1, 1)).entries
+    assert sorted(e.payload for e in entries) == [b"old", b"payload-2"]
+    assert f.status("a.test").stats["enqueued"] == 2
+
+
 def test_every_key_of_a_site_shares_one_cluster_slot(crawl: str) -> None:
     """All keys of one site hash to the same Redis Cluster slot, with its shard's indexes."""
     from redis.crc import key_slot

@@ -636,32 +636,50 @@ end
 --   ready[t]  ZSET site -> ms from which it may be leased, for task type t (1 http, 2 browser):
 --             sites with backlog of that type, or with delayed requests (in both)
 --   leased    ZSET site -> ms of a lease it holds (a takeover looks once that is a lease old)
---   inbox     HASH site -> a small site's queued requests, cmsgpack {code, payload, ...}
--- A site with one queued URL keeps it in the inbox: no stream, no consumer group.
+--   inbox     HASH site -> a small site's queued requests, cmsgpack {code, payload, ...},
+--             after UNCOUNTED (see below)
+-- A site with one queued URL keeps it in the inbox: no stream, no consumer group, and no
+-- stats hash: the requests of a list marked UNCOUNTED are added to the site's enqueued
+-- counter when they move into its streams (inbox_flush), and status.lua adds them until
+-- then. A list without the mark (written by an earlier version) was counted at enqueue.
 
 -- Most requests a site keeps in the inbox; more, and they move to its streams.
 local INBOX_MAX = 8
+local UNCOUNTED = 'u' -- a msgpack array never starts with it
 
--- The requests a site keeps in the inbox, as a flat list {code, payload, ...} ({} none).
+-- A packed inbox value: its flat list {code, payload, ...}, and whether it is counted.
+local function inbox_unpack(packed)
+  if string.sub(packed, 1, 1) == UNCOUNTED then
+    return cmsgpack.unpack(string.sub(packed, 2)), false
+  end
+  return cmsgpack.unpack(packed), true
+end
+
+-- The requests a site keeps in the inbox ({} none), and whether they are counted in its
+-- enqueued counter (false for none: a new list is written uncounted).
 local function inbox_list(inbox, site)
   local packed = redis.call('HGET', inbox, site)
   if not packed then
-    return {}
+    return {}, false
   end
-  return cmsgpack.unpack(packed)
+  return inbox_unpack(packed)
 end
 
 -- Move a site's inbox requests into its streams, in their order. A site keeps requests
 -- in the inbox only while it has no stream: enqueue writes the inbox only then, and
 -- everything else that adds to a stream (a lease, promote.lua, requeue_dead.lua)
 -- flushes the inbox first. Returns false if the inbox was empty, else the count moved
--- per stream index: the site's whole backlog, nothing pending.
-local function inbox_flush(inbox, site, streams, group)
+-- per stream index: the site's whole backlog, nothing pending. Requests not yet counted
+-- are counted in the site's stats (enqueued) now.
+local function inbox_flush(inbox, site, streams, group, stats)
   local packed = redis.call('HGET', inbox, site)
   if not packed then
     return false
   end
-  local list = cmsgpack.unpack(packed)
+  local list, counted = inbox_unpack(packed)
+  if not counted then
+    redis.call('HINCRBY', stats, 'enqueued', #list / 2)
+  end
   local moved = {}
   for i = 1, #list, 2 do
     local idx = tonumber(list[i])

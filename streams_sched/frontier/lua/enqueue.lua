@@ -237,42 +237,36 @@ local function enqueue_site(k, site, filters, first, last, is_new)
     end
   end
 
-  if added > 0 then
-    redis.call('HINCRBY', K[2], 'enqueued', added)
-  end
-  if dups > 0 then
-    redis.call('HINCRBY', K[2], 'duplicates', dups)
-  end
-  if delayed > 0 then
-    redis.call('HINCRBY', K[2], 'delayed_in', delayed)
-  end
-  if pages_in > 0 then
-    redis.call('HINCRBY', K[2], 'pages', pages_in)
-  end
-  if over_cap > 0 then
-    redis.call('HINCRBY', K[2], 'over_cap', over_cap)
-  end
-
+  -- requests counted in the site's enqueued now; those left in an uncounted inbox list
+  -- are counted when they move into its streams (lib: UNCOUNTED)
+  local counted_now = added
   if #fresh_now > 0 then
     -- a site with no stream keeps a few requests in the shard's inbox (lib: INBOX_MAX)
-    local list = false
+    local list, counted = false, false
     if is_new then
       list = #fresh_now <= 2 * INBOX_MAX and {}
     elseif redis.call('EXISTS', unpack(streams)) == 0 then
-      list = inbox_list(inbox, site)
+      list, counted = inbox_list(inbox, site)
       if #list + #fresh_now > 2 * INBOX_MAX then
-        inbox_flush(inbox, site, streams, group)
+        inbox_flush(inbox, site, streams, group, K[2])
         list = false
       end
     end
-    if list and is_new then
-      new_inbox[#new_inbox + 1] = site
-      new_inbox[#new_inbox + 1] = cmsgpack.pack(fresh_now)
-    elseif list then
+    if list then
       for _, v in ipairs(fresh_now) do
         list[#list + 1] = v
       end
-      redis.call('HSET', inbox, site, cmsgpack.pack(list))
+      local packed = cmsgpack.pack(list)
+      if not counted then
+        packed = UNCOUNTED .. packed
+        counted_now = counted_now - #fresh_now / 2
+      end
+      if is_new then
+        new_inbox[#new_inbox + 1] = site
+        new_inbox[#new_inbox + 1] = packed
+      else
+        redis.call('HSET', inbox, site, packed)
+      end
     else
       local made = {}
       for j = 1, #fresh_now, 2 do
@@ -296,6 +290,21 @@ local function enqueue_site(k, site, filters, first, last, is_new)
       end
     end
   end
+  if counted_now > 0 then
+    redis.call('HINCRBY', K[2], 'enqueued', counted_now)
+  end
+  if dups > 0 then
+    redis.call('HINCRBY', K[2], 'duplicates', dups)
+  end
+  if delayed > 0 then
+    redis.call('HINCRBY', K[2], 'delayed_in', delayed)
+  end
+  if pages_in > 0 then
+    redis.call('HINCRBY', K[2], 'pages', pages_in)
+  end
+  if over_cap > 0 then
+    redis.call('HINCRBY', K[2], 'over_cap', over_cap)
+  end
   if unregistered_site then
     registered[#registered + 1] = site
   end
@@ -303,15 +312,76 @@ local function enqueue_site(k, site, filters, first, last, is_new)
   return { added, dups, delayed, table.concat(flags), over_cap }
 end
 
+-- A new site in the common case, in one pass: no policy, an empty filter, every request
+-- due now and few enough for the inbox. Its reply, or nil (nothing written) when the
+-- general path must take it.
+local function enqueue_new(k, site, first, last)
+  if (last - first + 1) / 4 > INBOX_MAX then
+    return nil
+  end
+  local list, flags, prefixes, batch = {}, {}, {}, {}
+  local dups, typed = 0, {}
+  local browser_site = ARGV[7] == 'browser'
+  for i = first, last, 4 do
+    if tonumber(ARGV[i + 2]) ~= 0 then
+      return nil
+    end
+    local fp = ARGV[i]
+    local p = fp ~= '' and string.sub(fp, 1, 8)
+    if p and batch[p] then
+      dups = dups + 1
+      flags[#flags + 1] = '0'
+    else
+      local idx = tonumber(ARGV[i + 1])
+      if idx > SITE_TASK then
+        idx = idx - SITE_TASK + (browser_site and BANDS or 0)
+      end
+      if not idx or idx < 1 or idx > STREAM_COUNT then
+        return nil -- the general path names the bad code
+      end
+      if p then
+        batch[p] = true
+        prefixes[#prefixes + 1] = p
+      end
+      list[#list + 1] = idx
+      list[#list + 1] = ARGV[i + 3]
+      flags[#flags + 1] = '1'
+      typed[idx > BANDS and 2 or 1] = true
+    end
+  end
+  if #prefixes > 0 then
+    local seen = KEYS[k + 9]
+    if ttl > 0 then
+      redis.call('SET', seen, table.concat(prefixes), 'EX', ttl)
+    else
+      new_seen[#new_seen + 1] = seen
+      new_seen[#new_seen + 1] = table.concat(prefixes)
+    end
+  end
+  local added = #list / 2
+  if added > 0 then
+    new_inbox[#new_inbox + 1] = site
+    new_inbox[#new_inbox + 1] = UNCOUNTED .. cmsgpack.pack(list)
+    now = now or now_ms()
+    for t = 1, 2 do
+      if typed[t] then
+        mark_later(t, site, now)
+      end
+    end
+  end
+  if dups > 0 then
+    redis.call('HINCRBY', KEYS[k + 1], 'duplicates', dups)
+  end
+  registered[#registered + 1] = site
+  total_added = total_added + added
+  return { added, dups, 0, table.concat(flags), 0 }
+end
+
 local replies = {}
 local is_new = unregistered()
 local k, i = 6, 9
 while i <= #ARGV do
   local n, site = tonumber(ARGV[i + 1]), ARGV[i]
-  local filters = {}
-  for f = 0, n_filters - 1 do
-    filters[#filters + 1] = { KEYS[k + 9 + 2 * f], KEYS[k + 10 + 2 * f] }
-  end
   -- a site that comes again in the call (a long list split in parts) reads what its first
   -- part wrote
   if done_sites[site] then
@@ -319,7 +389,14 @@ while i <= #ARGV do
   end
   local fresh_site = is_new[#replies + 1] and not done_sites[site]
   done_sites[site] = true
-  local reply = enqueue_site(k, site, filters, i + 2, i + 1 + 4 * n, fresh_site)
+  local reply = fresh_site and enqueue_new(k, site, i + 2, i + 1 + 4 * n)
+  if not reply then
+    local filters = {}
+    for f = 0, n_filters - 1 do
+      filters[#filters + 1] = { KEYS[k + 9 + 2 * f], KEYS[k + 10 + 2 * f] }
+    end
+    reply = enqueue_site(k, site, filters, i + 2, i + 1 + 4 * n, fresh_site)
+  end
   if reply.err then
     index_all()
     return reply

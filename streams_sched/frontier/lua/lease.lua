@@ -75,7 +75,7 @@ local function lease_site(k, site, total, max_http, max_browser)
   local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3] }
   -- a site with requests in the inbox has no stream (lib: inbox_flush): what it
   -- flushes is all its backlog, so its streams need not be read
-  local known = inbox_flush(inbox, site, streams, group)
+  local known = inbox_flush(inbox, site, streams, group, K[3])
   local delayed = redis.call('ZCARD', K[1])
   if delayed > 0 then
     if promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit) > 0 then

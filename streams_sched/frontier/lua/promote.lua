@@ -16,7 +16,7 @@
 local streams = { KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9] }
 local now = now_ms()
 if redis.call('ZCARD', KEYS[1]) > 0 then
-  inbox_flush(KEYS[12], ARGV[3], streams, ARGV[1])
+  inbox_flush(KEYS[12], ARGV[3], streams, ARGV[1], KEYS[3])
 end
 local moved = promote_due(KEYS[1], KEYS[2], KEYS[3], streams, ARGV[1], now, tonumber(ARGV[2]))
 if moved > 0 then

@@ -20,7 +20,7 @@
 local group = ARGV[1]
 local requeued, kept, missing = 0, 0, 0
 local now = now_ms()
-inbox_flush(KEYS[11], ARGV[2], { KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }, group)
+inbox_flush(KEYS[11], ARGV[2], { KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8] }, group, KEYS[2])
 for i = 3, #ARGV do
   local found = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
   if #found == 0 then

@@ -17,7 +17,7 @@ local group = ARGV[1]
 local reply = { now_ms() }
 -- requests still in the inbox count as backlog of their streams
 local waiting = {}
-local list = inbox_list(KEYS[11], ARGV[2])
+local list, counted = inbox_list(KEYS[11], ARGV[2])
 for i = 1, #list, 2 do
   local code = tonumber(list[i])
   waiting[code] = (waiting[code] or 0) + 1
@@ -43,6 +43,22 @@ end
 reply[#reply + 1] = delayed
 reply[#reply + 1] = next_due
 reply[#reply + 1] = redis.call('XLEN', KEYS[2])
-reply[#reply + 1] = redis.call('HGETALL', KEYS[3])
+local stats = redis.call('HGETALL', KEYS[3])
+if not counted and #list > 0 then
+  -- inbox requests count as enqueued from the start (lib: UNCOUNTED)
+  local at = nil
+  for i = 1, #stats, 2 do
+    if stats[i] == 'enqueued' then
+      at = i + 1
+    end
+  end
+  if at then
+    stats[at] = tostring(tonumber(stats[at]) + #list / 2)
+  else
+    stats[#stats + 1] = 'enqueued'
+    stats[#stats + 1] = tostring(#list / 2)
+  end
+end
+reply[#reply + 1] = stats
 reply[#reply + 1] = redis.call('HGETALL', KEYS[4])
 return reply
