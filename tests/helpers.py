@@ -118,7 +118,9 @@ def inbox_of(f: Frontier, site: str) -> list[tuple[int, bytes]]:
     raw = f.client.hget(f.site(site).index.inbox, site)
     if raw is None:
         return []
-    flat = msgpack.unpackb(raw.removeprefix(b"u"), raw=True)  # "u": not yet counted as enqueued
+    unpacker = msgpack.Unpacker(raw=True)
+    unpacker.feed(raw)
+    flat = next(unpacker)  # then 117 if its requests are not yet counted as enqueued (lua/_lib.lua)
     return [(stream_of_code(int(code)), bytes(payload)) for code, payload in zip(flat[::2], flat[1::2], strict=True)]
 
 

@@ -87,12 +87,15 @@ def test_a_policy_set_before_a_site_has_work_applies_to_its_first_requests(
 def test_a_site_in_the_inbox_has_no_stats_hash_and_counts_each_request_once(
     redis_url: str, dedupe: str, crawl: str
 ) -> None:
-    """A one-URL site is counted as enqueued from its enqueue on, with no stats hash, and once only after its lease and ack."""
+    """A one-URL site is counted as enqueued from its enqueue on, with no stats hash, once only after its lease, and its inbox field reads as before."""
     f = frontier(redis_url, crawl, dedupe)
     f.enqueue("a.test", [out(1)])
     f.enqueue("a.test", [out(2)])  # appended to the same inbox list
     assert f.client.exists(f.site("a.test").stats) == 0
     assert f.status("a.test").stats["enqueued"] == 2
+    # the mark follows the list: a worker of an earlier version unpacks the list as before
+    raw = f.client.hget(f.site("a.test").index.inbox, "a.test")
+    assert f.client.eval("local list = cmsgpack.unpack(ARGV[1]); return #list", 0, raw) == 4
     entries = f.lease("a.test", "w1", 10, (1, 1, 1)).entries
     assert len(entries) == 2 and f.status("a.test").stats["enqueued"] == 2
     f.ack("a.test", [(e.stream, e.id) for e in entries])

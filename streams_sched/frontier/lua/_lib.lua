@@ -637,22 +637,23 @@ end
 --             sites with backlog of that type, or with delayed requests (in both)
 --   leased    ZSET site -> ms of a lease it holds (a takeover looks once that is a lease old)
 --   inbox     HASH site -> a small site's queued requests, cmsgpack {code, payload, ...},
---             after UNCOUNTED (see below)
+--             then UNCOUNTED (see below)
 -- A site with one queued URL keeps it in the inbox: no stream, no consumer group, and no
 -- stats hash: the requests of a list marked UNCOUNTED are added to the site's enqueued
 -- counter when they move into its streams (inbox_flush), and status.lua adds them until
 -- then. A list without the mark (written by an earlier version) was counted at enqueue.
+-- The mark is a second msgpack value after the list, which an earlier version's
+-- cmsgpack.unpack returns and ignores: its workers still read these lists.
 
 -- Most requests a site keeps in the inbox; more, and they move to its streams.
 local INBOX_MAX = 8
-local UNCOUNTED = 'u' -- a msgpack array never starts with it
+local UNCOUNTED = 'u' -- the msgpack of the integer 117
+local UNCOUNTED_VALUE = 117
 
 -- A packed inbox value: its flat list {code, payload, ...}, and whether it is counted.
 local function inbox_unpack(packed)
-  if string.sub(packed, 1, 1) == UNCOUNTED then
-    return cmsgpack.unpack(string.sub(packed, 2)), false
-  end
-  return cmsgpack.unpack(packed), true
+  local list, mark = cmsgpack.unpack(packed)
+  return list, mark ~= UNCOUNTED_VALUE
 end
 
 -- The requests a site keeps in the inbox ({} none), and whether they are counted in its

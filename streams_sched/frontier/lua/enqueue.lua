@@ -258,7 +258,7 @@ local function enqueue_site(k, site, filters, first, last, is_new)
       end
       local packed = cmsgpack.pack(list)
       if not counted then
-        packed = UNCOUNTED .. packed
+        packed = packed .. UNCOUNTED
         counted_now = counted_now - #fresh_now / 2
       end
       if is_new then
@@ -361,7 +361,7 @@ local function enqueue_new(k, site, first, last)
   local added = #list / 2
   if added > 0 then
     new_inbox[#new_inbox + 1] = site
-    new_inbox[#new_inbox + 1] = UNCOUNTED .. cmsgpack.pack(list)
+    new_inbox[#new_inbox + 1] = cmsgpack.pack(list) .. UNCOUNTED
     now = now or now_ms()
     for t = 1, 2 do
       if typed[t] then
