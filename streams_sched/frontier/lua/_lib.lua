@@ -671,13 +671,18 @@ end
 -- everything else that adds to a stream (a lease, promote.lua, requeue_dead.lua)
 -- flushes the inbox first. Returns false if the inbox was empty, else the count moved
 -- per stream index: the site's whole backlog, nothing pending. Requests not yet counted
--- are counted in the site's stats (enqueued) now.
-local function inbox_flush(inbox, site, streams, group, stats)
-  local packed = redis.call('HGET', inbox, site)
-  if not packed then
+-- are counted in the site's stats (enqueued) now. A caller that has just read the list
+-- (inbox_list) passes it and whether it is counted.
+local function inbox_flush(inbox, site, streams, group, stats, list, counted)
+  if not list then
+    local packed = redis.call('HGET', inbox, site)
+    if not packed then
+      return false
+    end
+    list, counted = inbox_unpack(packed)
+  elseif #list == 0 then
     return false
   end
-  local list, counted = inbox_unpack(packed)
   if not counted then
     redis.call('HINCRBY', stats, 'enqueued', #list / 2)
   end

@@ -248,7 +248,7 @@ local function enqueue_site(k, site, filters, first, last, is_new)
     elseif redis.call('EXISTS', unpack(streams)) == 0 then
       list, counted = inbox_list(inbox, site)
       if #list + #fresh_now > 2 * INBOX_MAX then
-        inbox_flush(inbox, site, streams, group, K[2])
+        inbox_flush(inbox, site, streams, group, K[2], list, counted)
         list = false
       end
     end
