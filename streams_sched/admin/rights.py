@@ -77,6 +77,7 @@ PROBES: dict[str, tuple[str, ...]] = {
     "get": ("GET", "K"),
     "del": ("DEL", "K"),
     "smismember": ("SMISMEMBER", "K", "m"),
+    "mset": ("MSET", "K", "v"),
     # acks that wait for replicas (replicas.py), the eviction-policy check at start
     # (server_checks.py)
     "info": ("INFO", "replication"),
