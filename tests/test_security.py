@@ -396,3 +396,14 @@ def test_monitor_rules_read_many_sites_on_a_cluster(redis_url: str, crawl: str) 
         assert acl.denials(f.client, "monitor") == []
     finally:
         acl.deluser(f.client, "monitor")
+
+
+@pytest.mark.parametrize(("user", "role", "crawl"), [("worker-shop", "worker", "shop"), ("reclaimer", "reclaimer", None), ("monitor", "monitor", None)])
+def test_the_acl_rules_in_the_docs_are_the_ones_each_role_needs(user: str, role: str, crawl: str | None) -> None:
+    """docs/operations/security.md prints each role's ACL SETUSER rules exactly as acl.rules makes them (an operator copies them)."""
+    from streams_sched.admin.acl import rules
+
+    text = (Path(__file__).resolve().parent.parent / "docs/operations/security.md").read_text()
+    start = text.index(f"ACL SETUSER {user} reset on >CHANGE-ME ")
+    block = text[start : text.index("```", start)].split()
+    assert block[6:] == rules(role, crawl)
