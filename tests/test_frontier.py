@@ -122,6 +122,17 @@ def test_an_inbox_list_counted_at_enqueue_is_not_counted_again(redis_url: str, d
     assert f.status("a.test").stats["enqueued"] == 2
 
 
+def test_a_stream_code_out_of_range_is_refused_by_name_on_a_new_site_and_a_known_one(
+    redis_url: str, dedupe: str, crawl: str
+) -> None:
+    """An entry whose stream code names no stream is refused with STREAMSARG, whether its site is new or known."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("known.test", [out(1)])
+    for site in ("new.test", "known.test"):
+        with pytest.raises(redis.ResponseError, match="STREAMSARG stream index 8 out of range"):
+            f.enqueue(site, [out(2, stream=7)])
+
+
 def test_every_key_of_a_site_shares_one_cluster_slot(crawl: str) -> None:
     """All keys of one site hash to the same Redis Cluster slot, with its shard's indexes."""
     from redis.crc import key_slot

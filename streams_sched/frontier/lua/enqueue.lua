@@ -99,9 +99,20 @@ local function write_new()
   new_seen, new_inbox = {}, {}
 end
 
+-- A new site's exact set of 8-byte prefixes: written with the call's others (write_new),
+-- or now when it must carry the revisit TTL.
+local function write_exact(seen, prefixes)
+  if ttl > 0 then
+    redis.call('SET', seen, table.concat(prefixes), 'EX', ttl)
+  else
+    new_seen[#new_seen + 1] = seen
+    new_seen[#new_seen + 1] = table.concat(prefixes)
+  end
+end
+
 -- dedupe for a new site: its filter is empty, so only repeats within the call are
--- duplicates; the exact set is written with the others (or now, with the revisit TTL).
--- Nil when the set would be too big for an exact set (dedupe then makes the Bloom filter).
+-- duplicates. Nil when the set would be too big for an exact set (dedupe then makes the
+-- Bloom filter).
 local function dedupe_new(seen, fps)
   local fresh, new, batch = {}, {}, {}
   for i = 1, #fps do
@@ -118,14 +129,22 @@ local function dedupe_new(seen, fps)
     return nil
   end
   if #new > 0 then
-    if ttl > 0 then
-      redis.call('SET', seen, table.concat(new), 'EX', ttl)
-    else
-      new_seen[#new_seen + 1] = seen
-      new_seen[#new_seen + 1] = table.concat(new)
-    end
+    write_exact(seen, new)
   end
   return fresh
+end
+
+-- The stream index (1..STREAM_COUNT) a request's stream code names, or nil: a band code
+-- (SITE_TASK + band) takes the site's task type.
+local function stream_index(code, site_task)
+  local idx = tonumber(code)
+  if idx and idx > SITE_TASK then
+    idx = idx - SITE_TASK + (site_task == 'browser' and BANDS or 0)
+  end
+  if idx and idx % 1 == 0 and idx >= 1 and idx <= STREAM_COUNT then
+    return idx
+  end
+  return nil
 end
 
 -- mark_ready (lib) for many sites: a site got work of task type t, ready from `at` at the latest
@@ -212,12 +231,8 @@ local function enqueue_site(k, site, filters, first, last, is_new)
     elseif over[i] then
       flags[#flags + 1] = 'c'
     else
-      local idx, delay, payload = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
-      if idx > SITE_TASK then
-        idx = idx - SITE_TASK + (site_task == 'browser' and BANDS or 0)
-      end
-      local stream = streams[idx]
-      if not stream then
+      local idx, delay, payload = stream_index(ARGV[i + 1], site_task), tonumber(ARGV[i + 2]), ARGV[i + 3]
+      if not idx then
         return redis.error_reply('STREAMSARG stream index ' .. tostring(ARGV[i + 1]) .. ' out of range')
       end
       if delay and delay > 0 then
@@ -319,26 +334,20 @@ local function enqueue_new(k, site, first, last)
   if (last - first + 1) / 4 > INBOX_MAX then
     return nil
   end
+  -- one pass, deduping as it goes (dedupe_new's rule: only repeats within the call);
+  -- nothing is written before the last request has been found fit
   local list, flags, prefixes, batch = {}, {}, {}, {}
   local dups, typed = 0, {}
-  local browser_site = ARGV[7] == 'browser'
   for i = first, last, 4 do
-    if tonumber(ARGV[i + 2]) ~= 0 then
-      return nil
+    local idx = tonumber(ARGV[i + 2]) == 0 and stream_index(ARGV[i + 1], ARGV[7])
+    if not idx then
+      return nil -- a delay, or a code the general path names
     end
-    local fp = ARGV[i]
-    local p = fp ~= '' and string.sub(fp, 1, 8)
+    local p = ARGV[i] ~= '' and string.sub(ARGV[i], 1, 8)
     if p and batch[p] then
       dups = dups + 1
       flags[#flags + 1] = '0'
     else
-      local idx = tonumber(ARGV[i + 1])
-      if idx > SITE_TASK then
-        idx = idx - SITE_TASK + (browser_site and BANDS or 0)
-      end
-      if not idx or idx < 1 or idx > STREAM_COUNT then
-        return nil -- the general path names the bad code
-      end
       if p then
         batch[p] = true
         prefixes[#prefixes + 1] = p
@@ -350,13 +359,7 @@ local function enqueue_new(k, site, first, last)
     end
   end
   if #prefixes > 0 then
-    local seen = KEYS[k + 9]
-    if ttl > 0 then
-      redis.call('SET', seen, table.concat(prefixes), 'EX', ttl)
-    else
-      new_seen[#new_seen + 1] = seen
-      new_seen[#new_seen + 1] = table.concat(prefixes)
-    end
+    write_exact(KEYS[k + 9], prefixes)
   end
   local added = #list / 2
   if added > 0 then
