@@ -538,8 +538,9 @@ def against_revisions(res: dict[str, Any]) -> list[str]:
 
 
 def deep_reference(kinds: list[str], server_url: str, deep: tuple[int, int]) -> dict[str, dict[str, float]]:
-    """Each streams-sched kind on bench (a)'s crawl, 10 sites x 2,000 pages, one worker, on
-    the same Redis: its Redis CPU per page is the figure a crawl of many sites is held to."""
+    """Each streams-sched kind on bench (a)'s crawl, ``deep`` = (sites, pages per site): 10 x
+    2,000, or 10 x 200 with --quick; one worker, on the same Redis. Its Redis CPU per page
+    is the figure a crawl of many sites is held to."""
     from .crawl import CrawlSpec, run_crawl
 
     out: dict[str, dict[str, float]] = {}
