@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streams_sched.politeness.retry_after import retry_after_seconds
 from streams_sched.worker.seen import SeenCache
 from streams_sched.worker.selection import (
+    RETURN_GRACE,
     DrainDetector,
     ShardPlan,
     SiteHint,
@@ -19,12 +22,13 @@ def test_band_for_thresholds() -> None:
     assert [band_for(p, 1, -1) for p in (5, 1, 0, -1, -9)] == [0, 0, 1, 2, 2]
 
 
-def test_returning_site_starts_level_in_served_per_weight() -> None:
-    """A site back from a dry spell starts level with the least served per weight: no catch-up burst, no lost share."""
-    # weight 3 back while a weight-1 site served 40: level is 40 per weight, so 120
-    assert returning_credit(100.0, 3.0, [(40.0, 1.0)]) == 120.0
-    # weight 1 back while a weight-3 site served 120 (40 per weight): 40, not 120
-    assert returning_credit(10.0, 1.0, [(120.0, 3.0), (90.0, 1.0)]) == 40.0
+def test_returning_site_starts_at_most_the_grace_behind_in_served_per_weight() -> None:
+    """A site back from a dry spell starts RETURN_GRACE behind the least served per weight: no long catch-up burst, no lost share."""
+    g = RETURN_GRACE
+    # weight 3 back while a weight-1 site served 40: level is 40 per weight, so (40 - g) * 3
+    assert returning_credit(100.0, 3.0, [(40.0, 1.0)]) == (40.0 - g) * 3
+    # weight 1 back while a weight-3 site served 120 (40 per weight): 40 - g, not 120
+    assert returning_credit(10.0, 1.0, [(120.0, 3.0), (90.0, 1.0)]) == 40.0 - g
     assert returning_credit(50.0, 1.0, [(120.0, 3.0)]) == 50.0  # never below its own count
     assert returning_credit(5.0, 1.0, []) == 5.0
 
@@ -40,11 +44,15 @@ def _shards(named: list[list[str]], **kw: object) -> list[ShardPlan]:
 
 
 def test_shard_plans_respect_the_site_cap_what_is_held_and_the_room() -> None:
-    """A named site gets at most its cap minus what the worker holds, and its weighted share
-    of the room (20 / 3 sites = 7); the calls' budgets add up to the room at most."""
-    plans = _shards([["a", "b", "c"], []], held={"a": 7}, hints={"c": SiteHint(backlog_http=0, backlog_browser=0)})
+    """A named site gets at most its cap, and its weighted share of all the worker can hold
+    (20 free + 7 held = 27, / 3 sites = 9), less what it holds; the budgets fit the room."""
+    hints = {"c": SiteHint(backlog_http=0, backlog_browser=0)}
+    plans = _shards([["a", "b", "c"], []], held={"a": 7}, hints=hints)
     by_site = {p.site: p.total for plan in plans for p in plan.sites}
-    assert by_site["a"] == 1 and by_site["b"] == 7
+    assert by_site["a"] == 8 - 7 and by_site["b"] == 8  # the site cap
+    plans = _shards([["a", "b", "c"], []], held={"a": 7}, hints=hints, per_site_cap=16)
+    by_site = {p.site: p.total for plan in plans for p in plan.sites}
+    assert by_site["a"] == 9 - 7 and by_site["b"] == 9  # the weighted share
     assert sum(plan.budget for plan in plans) <= 20
 
 
@@ -54,6 +62,24 @@ def test_shard_plans_share_the_room_by_weight() -> None:
     plans = _shards([["a"], ["b"]], hints=hints, total_room=8, per_site_cap=16)
     by_site = {p.site: p.total for plan in plans for p in plan.sites}
     assert by_site == {"a": 6, "b": 2}
+
+
+@pytest.mark.parametrize("start", [0, 1])
+def test_a_site_at_its_weighted_share_leaves_the_room_to_the_light_one(start: int) -> None:
+    """Weights 3:1 over 8 slots: holding 6 and 1, the one free slot goes to the light site,
+    whichever shard is asked first, so it does not run dry while the heavy one is topped up."""
+    hints = {"a": SiteHint(weight=3.0), "b": SiteHint(weight=1.0)}
+    plans = _shards([["a"], ["b"]], hints=hints, held={"a": 6, "b": 1}, total_room=1, per_site_cap=16, start=start)
+    assert {p.site: p.total for plan in plans for p in plan.sites} == {"b": 1}
+    assert sum(plan.budget for plan in plans) == 1
+
+
+def test_a_held_site_not_named_still_counts_in_the_weighted_shares() -> None:
+    """A heavy site the worker holds but the shards did not name just now still weighs in:
+    the light site named alone gets its share of 8 (2), not all of it."""
+    hints = {"a": SiteHint(weight=3.0), "b": SiteHint(weight=1.0)}
+    plans = _shards([["b"], []], hints=hints, held={"a": 4}, total_room=4, per_site_cap=16)
+    assert {p.site: p.total for plan in plans for p in plan.sites} == {"b": 2}
 
 
 def test_a_due_shard_that_named_nothing_is_asked_for_names_in_its_turn() -> None:

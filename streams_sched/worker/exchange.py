@@ -15,7 +15,7 @@ Written by the reactor thread (the scheduler), read by the I/O thread:
 - ``served``: requests handed to the engine per site, for weighted fairness
   (the scheduler picks the least served site per weight, the pump leases
   for it first); only for the sites the scheduler has requests of, ready or in
-  progress: a site that comes back starts level with the others anyway
+  progress: a site that comes back starts close to the least served anyway
   (selection.returning_credit), so the worker's memory follows the sites it
   holds, not every site it ever crawled;
 - ``local_count``, ``started_locally``: requests kept by this worker because

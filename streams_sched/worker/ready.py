@@ -99,7 +99,7 @@ class ReadyQueues:
             count = served.get(site, 0.0)
             least = fair.least_level()
             if least is not None:
-                # a site coming back starts level with the least served, not far behind
+                # a site coming back starts at most RETURN_GRACE behind the least served, not far behind
                 count = served[site] = credit_at_level(count, weight, least)
             level = count / weight
         self.by_site[site] = deque((item,))
@@ -200,7 +200,7 @@ class ReadyQueues:
 
     def _site_gone(self, site: str) -> None:
         """``site`` has nothing ready and holds nothing: forget what fairness kept of it
-        (if it comes back, it starts level with the others: credit_at_level)."""
+        (if it comes back, it starts close to the least served: credit_at_level)."""
         x = self.exchange
         if x is None:
             return

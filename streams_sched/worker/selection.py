@@ -90,14 +90,18 @@ def plan_shards(
     held_browser: Mapping[str, int] | None = None,
     name: int = 16,
     start: int = 0,
+    held_total: int | None = None,
 ) -> list[ShardPlan]:
     """Split ``total_room`` free lease slots among the sites the shards named.
 
     ``named[n]`` are the ready sites shard ``n`` named to this worker, oldest first;
     ``due[n]`` is when to ask shard ``n`` again though it named none. A shard's share of
-    the room, and a site's, follow their weight (a site's from its last lease reply, 1
-    while unknown; a shard's the sum of its named sites'), and a call stops leasing when
-    its share is spent, so a site with one request costs one slot, not ``per_site_cap``. A site never
+    the free room follows its weight (the sum of its named sites', a site's from its last
+    lease reply, 1 while unknown), and a call stops leasing when its share is spent, so a
+    site with one request costs one slot, not ``per_site_cap``. A site's part is its
+    weighted share of all the worker can hold (``total_room`` plus ``held_total``, what it
+    holds already) less what it holds, so a site at its share leaves the room to the others
+    and a light site is topped up before it runs dry. A site never
     gets more than ``site_cap - held`` (one slow site cannot fill the worker), and
     browser slots go to the first sites until ``browser_room`` is spent. A shard whose
     named sites run low is asked for ``name`` more in the same call. Shards are taken in
@@ -107,9 +111,16 @@ def plan_shards(
     if total_room <= 0:
         return []
     shards = len(named)
-    lease = _LeasePass(now, hints, held, held_browser or {}, per_site_cap, total_room, browser_room, http)
+    held_total = sum(held.values()) if held_total is None else held_total
+    lease = _LeasePass(now, hints, held, held_browser or {}, per_site_cap, total_room + held_total, browser_room, http)
     shard_weight = [sum(lease.weight(site) for site in sites) for sites in named]
-    lease.total_weight = sum(shard_weight) or 1.0
+    named_weight = sum(shard_weight) or 1.0
+    # a site's part is out of the weight of every site that competes for the worker: the
+    # named ones and those it holds requests of (named or not just now)
+    competing = dict.fromkeys(held)
+    for sites in named:
+        competing.update(sites)
+    lease.total_weight = sum(lease.weight(site) for site in competing) or 1.0
     plans: list[ShardPlan] = []
     room = total_room
     for n in [(start + i) % shards for i in range(shards)]:
@@ -121,11 +132,14 @@ def plan_shards(
             continue
         if room <= 0:
             continue
-        share = min(room, max(1, round(total_room * shard_weight[n] / lease.total_weight)))
+        share = min(room, max(1, round(total_room * shard_weight[n] / named_weight)))
         chosen = lease.choose(sites, share)
         if chosen or refill:
-            plans.append(ShardPlan(n, chosen, share, refill))
-            room -= share
+            # a call never leases more than its sites' parts: the rest of its share is
+            # left to the other shards
+            budget = min(share, sum(p.total for p in chosen))
+            plans.append(ShardPlan(n, chosen, budget, refill))
+            room -= budget
     return plans
 
 
@@ -138,7 +152,8 @@ class _LeasePass:
     held: Mapping[str, int]
     held_browser: Mapping[str, int]
     per_site_cap: int
-    total_room: int
+    #: all the worker can hold: its free room and what it holds
+    capacity: int
     browser_room: int
     http: bool
     total_weight: float = 1.0
@@ -170,11 +185,12 @@ class _LeasePass:
         """How much to lease from ``site``, or None: waiting, weight 0, or full."""
         if hint is not None and hint.not_before > self.now:
             return None
-        cap = (site_cap(hint, self.per_site_cap) if hint is not None else self.per_site_cap) - self.held.get(site, 0)
+        held = self.held.get(site, 0)
+        cap = site_cap(hint, self.per_site_cap) if hint is not None else self.per_site_cap
         if hint is not None and hint.weight <= 0:
             return None
-        # weighted fairness: a site's share of the room follows its weight
-        cap = min(cap, max(1, round(self.total_room * self.weight(site) / self.total_weight)))
+        # weighted fairness: what a site may hold follows its weight
+        cap = min(cap, max(1, round(self.capacity * self.weight(site) / self.total_weight))) - held
         if cap <= 0:
             return None
         site_b = self.browser_room
@@ -217,14 +233,22 @@ class DrainDetector:
 
 
 
+#: how far behind the least served ready site, in requests per weight, a site coming back
+#: may start: a backlogged site whose buffer ran dry for one lease round trip (its
+#: requests were on their way) gets back what the others were served meanwhile, while
+#: a site back from a long pause or a rate limit still cannot take every slot until it
+#: has "caught up"
+RETURN_GRACE = 2.0
+
+
 def returning_credit(served: float, weight: float, others: Iterable[tuple[float, float]]) -> float:
     """The served count a site coming back to the ready set starts from.
 
     ``others`` are the (served, weight) of the sites already ready. A site that
     was away (its buffer ran dry, it was rate limited or paused) must not come
     back far behind and then take every slot until it has "caught up"; it
-    starts level, in served-per-weight terms, with the least served of them,
-    and never below its own count.
+    starts at most :data:`RETURN_GRACE` behind the least served of them, in
+    served-per-weight terms, and never below its own count.
     """
     levels = [s / w for s, w in others if w > 0]
     return credit_at_level(served, weight, min(levels) if levels else None)
@@ -236,4 +260,4 @@ def credit_at_level(served: float, weight: float, least: float | None) -> float:
     instead of looking at every ready site."""
     if least is None or weight <= 0:
         return served
-    return max(served, least * weight)
+    return max(served, (least - RETURN_GRACE) * weight)

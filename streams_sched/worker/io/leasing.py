@@ -114,6 +114,7 @@ class Leasing:
             held_browser=book.browser_by_site,
             name=self.name_count,
             start=self.shard_cursor,
+            held_total=book.total,
         )
         self.shard_cursor = (self.shard_cursor + 1) % len(self.named)
         self._drop_unleasable(now, {p.shard for p in plans})
