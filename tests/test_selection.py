@@ -82,6 +82,14 @@ def test_a_held_site_not_named_still_counts_in_the_weighted_shares() -> None:
     assert {p.site: p.total for plan in plans for p in plan.sites} == {"b": 2}
 
 
+def test_the_weights_kept_by_the_caller_plan_as_the_hints_do() -> None:
+    """Given the weights other than 1 (as the pump keeps them), the plans are those the hints alone give."""
+    hints = {"a": SiteHint(weight=3.0), "b": SiteHint(weight=1.0), "c": SiteHint(weight=0.5), "d": SiteHint(weight=2.0)}
+    kw: dict[str, object] = {"hints": hints, "held": {"a": 2, "d": 1, "e": 1}, "total_room": 9, "per_site_cap": 16}
+    named = [["a", "b"], ["c"], []]
+    assert _shards(named, weighted={"a": 3.0, "c": 0.5, "d": 2.0}, **kw) == _shards(named, **kw)
+
+
 def test_a_due_shard_that_named_nothing_is_asked_for_names_in_its_turn() -> None:
     """A shard that named no site is asked for ready sites (leasing nothing) once due, not before."""
     plans = _shards([["a"], []], start=1)

@@ -75,6 +75,8 @@ class Leasing:
         #: what this worker last learned of the sites it holds or recently asked (bounded:
         #: _prune_hints), never one per site of the crawl
         self.hints: dict[str, SiteHint] = {}
+        #: the weights other than 1 among the hints (most sites weigh 1)
+        self.weighted: dict[str, float] = {}
         shards = frontier.shards
         #: per shard, the ready sites it named to this worker (an ordered set), and when to
         #: ask it again while it names none
@@ -115,6 +117,7 @@ class Leasing:
             name=self.name_count,
             start=self.shard_cursor,
             held_total=book.total,
+            weighted=self.weighted,
         )
         self.shard_cursor = (self.shard_cursor + 1) % len(self.named)
         self._drop_unleasable(now, {p.shard for p in plans})
@@ -198,6 +201,7 @@ class Leasing:
             return
         held = self.book.by_site
         self.hints = {s: h for s, h in self.hints.items() if s in held or h.not_before > now}
+        self.weighted = {s: w for s, w in self.weighted.items() if s in self.hints}
 
     def on_leased(self, plan: ShardPlan, reply: Any) -> int:
         """Apply one shard's lease reply; return how many requests arrived."""
@@ -239,6 +243,10 @@ class Leasing:
             hint.backlog_browser = r.backlog_browser
         hint.delayed = r.delayed
         hint.weight = r.weight if r.weight > 0 else 1.0
+        if hint.weight != 1.0:
+            self.weighted[site] = hint.weight
+        elif self.weighted:
+            self.weighted.pop(site, None)
         if self.exchange.weights.get(site) != hint.weight:
             self.exchange.weights[site] = hint.weight
         hint.rate = r.rate
