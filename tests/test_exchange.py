@@ -35,33 +35,14 @@ def test_the_exchange_has_no_instance_dict() -> None:
 
 
 def test_a_full_outbox_kicks_the_io_thread() -> None:
-    """While the I/O thread waits its flush interval, operations queue silently until the
-    outbox holds OUTBOX_FLUSH of them, then it is woken."""
+    """Operations queue silently until the outbox holds OUTBOX_FLUSH of them, then the I/O thread is woken."""
     x = Exchange()
-    x.waiting_long = False
     op = Entry(b"\0" * 20, 1, 0, b"p", site="a.test")
     for _ in range(OUTBOX_FLUSH - 1):
         x.put(op)
     assert not x.kicked.is_set() and x.may_be_busy()
     x.put(op)
     assert x.kicked.is_set()
-
-
-def test_the_first_operation_and_a_nudge_wake_only_an_io_thread_in_a_long_wait() -> None:
-    """An I/O thread that may sleep past a flush interval is woken by the first queued
-    operation and by a nudge; one in its flush wait is not (it runs within the interval),
-    and a kick wakes it whatever it waits for."""
-    op = Entry(b"\0" * 20, 1, 0, b"p", site="a.test")
-    x = Exchange()
-    x.put(op)
-    assert x.kicked.is_set()
-    for waiting_long in (True, False):
-        x = Exchange()
-        x.waiting_long = waiting_long
-        x.nudge()
-        assert x.kicked.is_set() is waiting_long
-        x.kick()
-        assert x.kicked.is_set()
 
 
 def test_weights_default_to_one_and_never_divide_by_zero() -> None:

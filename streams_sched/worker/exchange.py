@@ -236,9 +236,6 @@ class Exchange:
     starved: bool = True
     wake: Callable[[], None] = _nothing
     kicked: threading.Event = field(default_factory=threading.Event)
-    #: the I/O thread sets it while it may wait longer than a flush interval: only then
-    #: does a ``nudge`` wake it
-    waiting_long: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, SiteWeights):  # Exchange(weights={...})
@@ -247,13 +244,6 @@ class Exchange:
     def kick(self) -> None:
         """Wake the I/O thread now."""
         self.kicked.set()
-
-    def nudge(self) -> None:
-        """Have the I/O thread run within a flush interval: wake it only if it may sleep
-        longer. A busy I/O thread already runs every flush interval; waking it at each
-        request handed out would make a cycle, with its own script calls, per few requests."""
-        if self.waiting_long:
-            self.kicked.set()
 
     def wake_if_starved(self) -> None:
         """I/O thread: new requests arrived; wake the engine only if it found nothing the
@@ -267,8 +257,7 @@ class Exchange:
         """Queue ``op`` for the I/O thread (in order)."""
         outbox = self.outbox
         outbox.append(op)
-        n = len(outbox)
-        if n >= OUTBOX_FLUSH or (n == 1 and self.waiting_long):
+        if len(outbox) >= OUTBOX_FLUSH:
             self.kicked.set()
 
     def weight(self, site: str) -> float:

@@ -396,7 +396,7 @@ class StreamsScheduler(BaseScheduler):
         self._leases[request] = entry
         x.inflight = len(self._leases)
         if ready.count - ready.local <= x.low_water:
-            x.nudge()
+            x.kick()
         counts = self.counts
         counts.dequeued += 1
         if counts.dequeued % self.STATS_EVERY_DEQUEUES == 0:

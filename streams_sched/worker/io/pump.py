@@ -186,13 +186,9 @@ class Pump(threading.Thread):
                     deadline = time.monotonic() + STOP_FLUSH_S
                 if self._flushed_or_late(deadline):
                     break
-            # Set before the wait is chosen, so a nudge that comes meanwhile ends it.
-            x.waiting_long = True
             timeout = self._wait_time()
-            x.waiting_long = timeout > self.config.flush_interval_seconds
             if timeout > 0:
                 x.kicked.wait(timeout)
-            x.waiting_long = False
             x.kicked.clear()
             delay = self._one_cycle()
             with self._cycle_done:
