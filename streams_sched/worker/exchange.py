@@ -13,8 +13,9 @@ Written by the reactor thread (the scheduler), read by the I/O thread:
 - ``feedback``: answers seen by the downloader (politeness.FeedbackBatch);
 - ``inflight``: requests handed to the engine and not finished;
 - ``served``: requests handed to the engine per site, for weighted fairness
-  (the scheduler picks the least served site per weight, the pump leases
-  for it first); only for the sites the scheduler has requests of, ready or in
+  (the scheduler picks the least served site per weight; the pump keeps each
+  site's holding to its weighted share, selection.plan_shards); only for the
+  sites the scheduler has requests of, ready or in
   progress: a site that comes back starts close to the least served anyway
   (selection.returning_credit), so the worker's memory follows the sites it
   holds, not every site it ever crawled;

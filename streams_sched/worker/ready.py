@@ -99,7 +99,7 @@ class ReadyQueues:
             count = served.get(site, 0.0)
             least = fair.least_level()
             if least is not None:
-                # a site coming back starts at most RETURN_GRACE behind the least served, not far behind
+                # a site coming back starts at most RETURN_GRACE behind the least served
                 count = served[site] = credit_at_level(count, weight, least)
             level = count / weight
         self.by_site[site] = deque((item,))
