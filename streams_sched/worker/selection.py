@@ -100,10 +100,9 @@ def plan_shards(
     the free room follows its weight (the sum of its named sites', a site's from its last
     lease reply, 1 while unknown), and a call stops leasing when its share is spent, so a
     site with one request costs one slot, not ``per_site_cap``. A site's part is its
-    weighted share of all the worker can hold (``total_room`` plus ``held_total``, what it
-    holds already) less what it holds, so a site at its share leaves the room to the others
-    and a light site is topped up before it runs dry. ``weighted`` are the weights other
-    than 1 among ``hints`` (None: read from them), kept by the caller as replies come. A site never
+    weighted share of all the worker can hold (``total_room`` plus ``held_total``) less
+    what it holds: a site at its share leaves the room to others, and a light one is
+    topped up before it runs dry (``weighted``: see :func:`_weigh`). A site never
     gets more than ``site_cap - held`` (one slow site cannot fill the worker), and
     browser slots go to the first sites until ``browser_room`` is spent. A shard whose
     named sites run low is asked for ``name`` more in the same call. Shards are taken in
@@ -115,22 +114,7 @@ def plan_shards(
     shards = len(named)
     held_total = sum(held.values()) if held_total is None else held_total
     lease = _LeasePass(now, hints, held, held_browser or {}, per_site_cap, total_room + held_total, browser_room, http)
-    if weighted is None:
-        weighted = {site: hint.weight for site, hint in hints.items() if hint.weight != 1.0}
-    # Weights are 1 but for a few sites, so they are counted, and the few added: the cost
-    # is C-speed set work over the sites named and held, not a lookup per site.
-    # A site's part is out of the weight of every site that competes for the worker: the
-    # named ones and those it holds requests of, named just now or not.
-    shard_weight = [float(len(sites)) for sites in named]
-    named_all: set[str] = set().union(*named)
-    competing = named_all | held.keys()
-    total_weight = float(len(competing))
-    for site, w in weighted.items():
-        if site in competing:
-            total_weight += w - 1.0
-            if site in named_all:
-                shard_weight[next(n for n, sites in enumerate(named) if site in sites)] += w - 1.0
-    lease.total_weight = total_weight if total_weight > 0 else 1.0
+    shard_weight, lease.total_weight = _weigh(named, held, hints, weighted)
     named_weight = sum(shard_weight) or 1.0
     plans: list[ShardPlan] = []
     room = total_room
@@ -152,6 +136,33 @@ def plan_shards(
             plans.append(ShardPlan(n, chosen, budget, refill))
             room -= budget
     return plans
+
+
+def _weigh(
+    named: Sequence[Mapping[str, None]],
+    held: Mapping[str, int],
+    hints: Mapping[str, SiteHint],
+    weighted: Mapping[str, float] | None,
+) -> tuple[list[float], float]:
+    """The weight of each shard's named sites, and of every site that competes for the
+    worker: the named ones and those it holds requests of, named just now or not.
+
+    Weights are 1 but for the few in ``weighted`` (the weights other than 1 among
+    ``hints``, kept by the caller as replies come; None: read from ``hints``), so the
+    sites are counted and the few added: C-speed set work over the sites named and held,
+    not a lookup per site."""
+    if weighted is None:
+        weighted = {site: hint.weight for site, hint in hints.items() if hint.weight != 1.0}
+    shard_weight = [float(len(sites)) for sites in named]
+    named_all: set[str] = set().union(*named)
+    competing = named_all | held.keys()
+    total_weight = float(len(competing))
+    for site, w in weighted.items():
+        if site in competing:
+            total_weight += w - 1.0
+            if site in named_all:
+                shard_weight[next(n for n, sites in enumerate(named) if site in sites)] += w - 1.0
+    return shard_weight, total_weight if total_weight > 0 else 1.0
 
 
 @dataclass(slots=True)
