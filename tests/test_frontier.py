@@ -10,6 +10,7 @@ import pytest
 import redis
 
 from streams_sched.connect.clients import connect
+from streams_sched.frontier.keycache import SiteKeyCache
 from streams_sched.frontier.keys import DEFAULT_SHARDS, GROUP, STREAMS, ShardKeys, SiteKeys, shard_of
 from streams_sched.frontier.records import Entry
 
@@ -140,6 +141,21 @@ def test_every_key_of_a_site_shares_one_cluster_slot(crawl: str) -> None:
     shard = shard_of("example.com", DEFAULT_SHARDS)
     keys = SiteKeys(crawl, "example.com", shard).all + ShardKeys(crawl, shard).all
     assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+def test_the_site_key_cache_keeps_the_sites_in_hand_not_every_site_served() -> None:
+    """The cache of site key names holds at most two generations: a site used again stays
+    the same object, a site unused for two generations is dropped, and its size stays bound
+    however many sites pass through it."""
+    cache = SiteKeyCache("c", size=4)
+    held = cache.get("held.test", 16)
+    for i in range(1000):
+        cache.get(f"s{i}.test", 16)
+        if i % 3 == 0:
+            assert cache.get("held.test", 16) is held
+        assert len(cache) <= 8
+    assert held.site == "held.test" and held.shard == shard_of("held.test", 16)
+    assert "s0.test" not in cache.young and "s0.test" not in cache.old
 
 
 def test_bloom_false_positive_rate_is_within_the_setting(redis_url: str, dedupe: str, crawl: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from streams_sched.connect.clients import is_cluster_client
 from streams_sched.errors import LayoutError
 from streams_sched.frontier import script_keys
+from streams_sched.frontier.keycache import SiteKeyCache
 from streams_sched.frontier.keys import (
     DEFAULT_SHARDS,
     GROUP,
@@ -28,7 +29,6 @@ from streams_sched.frontier.keys import (
     CrawlKeys,
     ShardKeys,
     SiteKeys,
-    shard_of,
     stream_code,
     stream_mask,
 )
@@ -71,7 +71,7 @@ class Frontier(CrawlReads):
         #: Redis Cluster: node events use sharded pub/sub (SPUBLISH), so they stay
         #: on the shard of the crawl's slot instead of being broadcast to every node.
         self.cluster = is_cluster_client(client)
-        self._sites: dict[str, SiteKeys] = {}
+        self._sites = SiteKeyCache(crawl)
         #: task type of requests that name none, for sites whose policy names none
         self.default_task = "http"
         #: the crawl's default policy ("*"), as lease.lua ARGV: DEFAULT_POLICY_FIELDS in order
@@ -130,12 +130,7 @@ class Frontier(CrawlReads):
         return recorded
 
     def site(self, site: str) -> SiteKeys:
-        keys = self._sites.get(site)
-        if keys is None:
-            if len(self._sites) > 8192:
-                self._sites.clear()  # a cache, not a registry: a broad crawl must not grow it
-            keys = self._sites[site] = SiteKeys(self.crawl, site, shard_of(site, self.shards))
-        return keys
+        return self._sites.get(site, self.shards)
 
     def shard(self, n: int) -> ShardKeys:
         return ShardKeys(self.crawl, n)

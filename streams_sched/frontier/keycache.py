@@ -1,0 +1,39 @@
+"""The key names of the sites a worker has in hand, cached in two generations.
+
+A site's :class:`~streams_sched.frontier.keys.SiteKeys` holds about 1 KB of key
+strings once its scripts have run. A worker touches them from a site's lease to its
+ack, so a cache keeps those; but a broad crawl serves thousands of sites a second,
+and a cache of every site served would grow with the crawl. When the young
+generation is full it becomes the old one: what was used in the last two
+generations stays, the rest goes.
+"""
+
+from __future__ import annotations
+
+from streams_sched.frontier.keys import SiteKeys, shard_of
+
+__all__ = ["SiteKeyCache"]
+
+
+class SiteKeyCache:
+    __slots__ = ("crawl", "old", "size", "young")
+
+    def __init__(self, crawl: str, size: int = 1024) -> None:
+        self.crawl = crawl
+        #: sites per generation
+        self.size = size
+        self.young: dict[str, SiteKeys] = {}
+        self.old: dict[str, SiteKeys] = {}
+
+    def get(self, site: str, shards: int) -> SiteKeys:
+        keys = self.young.get(site)
+        if keys is None:
+            keys = self.old.get(site) or SiteKeys(self.crawl, site, shard_of(site, shards))
+            if len(self.young) >= self.size:
+                self.old = self.young
+                self.young = {}
+            self.young[site] = keys
+        return keys
+
+    def __len__(self) -> int:
+        return len(self.young) + len(self.old)
