@@ -29,6 +29,7 @@ from streams_sched.frontier.keys import (
     CrawlKeys,
     ShardKeys,
     SiteKeys,
+    shard_of,
     stream_code,
     stream_mask,
 )
@@ -130,7 +131,12 @@ class Frontier(CrawlReads):
         return recorded
 
     def site(self, site: str) -> SiteKeys:
-        return self._sites.get(site, self.shards)
+        # the shard count is looked up on a miss only: a reader's Frontier of a crawl nobody
+        # has written yet reads it from Redis each time
+        keys = self._sites.get(site)
+        if keys is None:
+            keys = self._sites.add(SiteKeys(self.crawl, site, shard_of(site, self.shards)))
+        return keys
 
     def shard(self, n: int) -> ShardKeys:
         return ShardKeys(self.crawl, n)

@@ -10,7 +10,7 @@ generations stays, the rest goes.
 
 from __future__ import annotations
 
-from streams_sched.frontier.keys import SiteKeys, shard_of
+from streams_sched.frontier.keys import SiteKeys
 
 __all__ = ["SiteKeyCache"]
 
@@ -25,14 +25,21 @@ class SiteKeyCache:
         self.young: dict[str, SiteKeys] = {}
         self.old: dict[str, SiteKeys] = {}
 
-    def get(self, site: str, shards: int) -> SiteKeys:
+    def get(self, site: str) -> SiteKeys | None:
+        """The cached keys of ``site`` (kept for another generation), or None."""
         keys = self.young.get(site)
         if keys is None:
-            keys = self.old.get(site) or SiteKeys(self.crawl, site, shard_of(site, shards))
-            if len(self.young) >= self.size:
-                self.old = self.young
-                self.young = {}
-            self.young[site] = keys
+            keys = self.old.get(site)
+            if keys is not None:
+                self.add(keys)
+        return keys
+
+    def add(self, keys: SiteKeys) -> SiteKeys:
+        young = self.young
+        if len(young) >= self.size:
+            self.old = young
+            self.young = young = {}
+        young[keys.site] = keys
         return keys
 
     def __len__(self) -> int:
