@@ -147,7 +147,7 @@ def test_the_site_key_cache_keeps_the_sites_in_hand_not_every_site_served() -> N
     """The cache of site key names holds at most two generations: a site used again stays
     the same object, a site unused for two generations is dropped, and its size stays bound
     however many sites pass through it."""
-    cache = SiteKeyCache("c", size=4)
+    cache = SiteKeyCache(size=4)
     held = cache.add(SiteKeys("c", "held.test", shard_of("held.test", 16)))
     for i in range(1000):
         cache.get(f"s{i}.test") or cache.add(SiteKeys("c", f"s{i}.test", 1))

@@ -72,7 +72,7 @@ class Frontier(CrawlReads):
         #: Redis Cluster: node events use sharded pub/sub (SPUBLISH), so they stay
         #: on the shard of the crawl's slot instead of being broadcast to every node.
         self.cluster = is_cluster_client(client)
-        self._sites = SiteKeyCache(crawl)
+        self._sites = SiteKeyCache()
         #: task type of requests that name none, for sites whose policy names none
         self.default_task = "http"
         #: the crawl's default policy ("*"), as lease.lua ARGV: DEFAULT_POLICY_FIELDS in order

@@ -16,10 +16,9 @@ __all__ = ["SiteKeyCache"]
 
 
 class SiteKeyCache:
-    __slots__ = ("crawl", "old", "size", "young")
+    __slots__ = ("old", "size", "young")
 
-    def __init__(self, crawl: str, size: int = 1024) -> None:
-        self.crawl = crawl
+    def __init__(self, size: int = 1024) -> None:
         #: sites per generation
         self.size = size
         self.young: dict[str, SiteKeys] = {}
