@@ -24,6 +24,7 @@ quietly) only from Redis 7.2.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -32,12 +33,12 @@ from streams_sched.frontier.replies import text
 from streams_sched.frontier.scripts import read_lua
 
 __all__ = [
-    "OPTIONAL_COMMANDS",
     "ROLES",
     "channel_patterns",
     "denials",
     "deluser",
     "key_patterns",
+    "optional_commands",
     "role_commands",
     "rules",
     "script_commands",
@@ -60,6 +61,10 @@ def _commands_in(text: str) -> set[str]:
     return out
 
 
+_CALLED = re.compile(r"\b(\w+)\(")
+
+
+@functools.cache
 def _lib_functions() -> dict[str, str]:
     """Body of every helper in lua/_lib.lua, by name."""
     lib = read_lua("_lib.lua")
@@ -70,6 +75,10 @@ def _lib_functions() -> dict[str, str]:
     }
 
 
+def _helpers_called(text: str) -> set[str]:
+    return set(_CALLED.findall(text)) & _lib_functions().keys()
+
+
 def script_commands(script: str) -> set[str]:
     """The Redis commands ``lua/<script>.lua`` can run, with those of the _lib.lua
     helpers it calls (directly or through other helpers). Read from the shipped
@@ -77,13 +86,14 @@ def script_commands(script: str) -> set[str]:
     helpers = _lib_functions()
     source = read_lua(f"{script}.lua")
     used: set[str] = set()
-    todo = [name for name in helpers if re.search(rf"\b{name}\(", source)]
+    todo = list(_helpers_called(source))
     while todo:
         name = todo.pop()
         if name in used:
             continue
         used.add(name)
-        todo += [o for o in helpers if o != name and re.search(rf"\b{o}\(", helpers[name])]
+        # A helper's own body starts with its definition, which the pattern also sees.
+        todo += [o for o in _helpers_called(helpers[name]) if o != name]
     commands = _commands_in(source)
     for name in used:
         commands |= _commands_in(helpers[name])
@@ -153,24 +163,32 @@ def _role_commands(role: str) -> list[str]:
     return own + sorted(from_scripts - set(own))
 
 
-_ALL = {role: _role_commands(role) for role in _ROLE_SCRIPTS}
+ROLES: tuple[str, ...] = tuple(_ROLE_SCRIPTS)
 
-_ROLE_COMMANDS: dict[str, tuple[str, ...]] = {
-    role: tuple(c for c in cmds if not c.startswith(_MODULE_PREFIXES)) for role, cmds in _ALL.items()
-}
 
-#: Commands in the rules only where the server knows them: module commands, and
-#: CLIENT SETINFO (Redis 7.2+; redis-py sends it on connect and ignores a refusal).
-OPTIONAL_COMMANDS: dict[str, tuple[str, ...]] = {
-    role: (*(c for c in cmds if c.startswith(_MODULE_PREFIXES)), "client|setinfo") for role, cmds in _ALL.items()
-}
+@functools.cache
+def _tables() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """Each role's commands, and its optional ones. Worked out on first use, not at
+    import: reading every script for its commands takes about 0.1 s, and every
+    worker imports this module to check its rights at start."""
+    every = {role: _role_commands(role) for role in _ROLE_SCRIPTS}
+    needed = {role: tuple(c for c in cmds if not c.startswith(_MODULE_PREFIXES)) for role, cmds in every.items()}
+    # Module commands, and CLIENT SETINFO (Redis 7.2+; redis-py sends it on connect
+    # and ignores a refusal), go in the rules only where the server knows them.
+    optional = {
+        role: (*(c for c in cmds if c.startswith(_MODULE_PREFIXES)), "client|setinfo") for role, cmds in every.items()
+    }
+    return needed, optional
 
-ROLES: tuple[str, ...] = tuple(_ROLE_COMMANDS)
+
+def optional_commands(role: str) -> tuple[str, ...]:
+    """The commands of ``role`` that go in its rules only where the server knows them."""
+    return _tables()[1][role]
 
 
 def role_commands(role: str) -> tuple[str, ...]:
     """The commands ``role`` needs (module and optional commands left out)."""
-    return _ROLE_COMMANDS[role]
+    return _tables()[0][role]
 
 
 def key_patterns(crawl: str | None = None) -> list[str]:
@@ -201,13 +219,14 @@ def rules(
     """ACL SETUSER rules (after ``on`` and the password) for ``role``; ``cluster`` and
     ``sentinel`` add what a Redis Cluster or a Sentinel client needs.
 
-    ``optional`` lists which of :data:`OPTIONAL_COMMANDS` to include (default:
+    ``optional`` lists which of :func:`optional_commands` to include (default:
     all of them, as printed in docs/operations/security.md).
     """
-    if role not in _ROLE_COMMANDS:
+    if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
-    commands = list(_ROLE_COMMANDS[role])
-    commands += [c for c in OPTIONAL_COMMANDS[role] if optional is None or c in optional]
+    needed, optional_commands = _tables()
+    commands = list(needed[role])
+    commands += [c for c in optional_commands[role] if optional is None or c in optional]
     if cluster:
         commands += _CLUSTER
     if sentinel:
@@ -259,7 +278,7 @@ def setuser(client: Any, user: str, password: str, role: str, crawl: str | None 
     from streams_sched.connect.clients import is_sentinel_client
 
     everywhere = _everywhere(client)
-    optional = tuple(c for c in OPTIONAL_COMMANDS[role] if _known(client, c))
+    optional = tuple(c for c in optional_commands(role) if _known(client, c))
     applied = rules(role, crawl, cluster=bool(everywhere), sentinel=is_sentinel_client(client), optional=optional)
     client.execute_command("ACL SETUSER", user, "reset", "on", f">{password}", *applied, **everywhere)
     return applied
