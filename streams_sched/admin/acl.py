@@ -168,9 +168,8 @@ ROLES: tuple[str, ...] = tuple(_ROLE_SCRIPTS)
 
 @functools.cache
 def _tables() -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
-    """Each role's commands, and its optional ones. Worked out on first use, not at
-    import: reading every script for its commands takes about 0.1 s, and every
-    worker imports this module to check its rights at start."""
+    """Each role's commands, and its optional ones, read from the shipped scripts on
+    first use (a worker's rights check at start, the ACL tools), not at import."""
     every = {role: _role_commands(role) for role in _ROLE_SCRIPTS}
     needed = {role: tuple(c for c in cmds if not c.startswith(_MODULE_PREFIXES)) for role, cmds in every.items()}
     # Module commands, and CLIENT SETINFO (Redis 7.2+; redis-py sends it on connect
