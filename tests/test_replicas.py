@@ -131,3 +131,26 @@ def test_gate_sends_the_enqueues_of_a_lost_primary_again_before_any_ack() -> Non
     assert enq == [enqueue(1)] and not after
     enq, after = gate.plan([])
     assert after == [ack(1)]
+
+
+def test_after_auto_gave_up_each_write_still_gets_a_barrier_that_sees_a_returning_replica() -> None:
+    """Once auto stopped waiting for a primary that lost its replica, its writes still go
+    behind a barrier: one that finds the replica back holds the acks, one that finds none lets them go."""
+    book = ReplicaBook(grace_s=10.0)
+    book.look(PRIMARY, view(connected=1), 0.0)
+    assert book.judge(PRIMARY, 0, view(connected=0), 1.0) is Verdict.HOLD
+    assert book.judge(PRIMARY, 0, view(connected=0), 11.5) is Verdict.PASS
+    assert book.required(PRIMARY) == 0 and book.checks_writes(PRIMARY)
+    assert book.judge(PRIMARY, 0, view(connected=0), 12.0) is Verdict.PASS
+    # the replica resynced: WAIT 0 saw no replica ack these writes yet, INFO shows it online
+    assert book.judge(PRIMARY, 0, view(connected=1), 12.5) is Verdict.HOLD
+    assert book.required(PRIMARY) == 1
+    assert book.judge(PRIMARY, 1, view(connected=1), 13.0) is Verdict.PASS
+
+
+def test_a_primary_that_never_had_a_replica_sends_its_acks_without_a_barrier() -> None:
+    """auto on a server without replicas: no barrier per write (a failover needs a replica to promote)."""
+    book = ReplicaBook()
+    assert book.checks_writes(PRIMARY)  # not seen yet: the first barrier counts its replicas
+    book.look(PRIMARY, view(connected=0), 0.0)
+    assert not book.checks_writes(PRIMARY)

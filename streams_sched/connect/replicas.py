@@ -39,6 +39,12 @@ sending (they may not have arrived).
 What this cannot save: a primary and all of its replicas lost together, and
 the writes of a primary whose requirement is 0 (no replica, or
 ``STREAMS_MIN_REPLICAS = 0``).
+
+A primary that auto stopped waiting for still gets a barrier after each write, with
+``WAIT 0`` (it returns at once) and INFO replication on the same connection. A replica
+that comes back resyncs and then takes the writes that follow over a link a failover
+can cut, so the acks behind them must wait from its first moment, not from the next
+count of the replicas.
 """
 
 from __future__ import annotations
@@ -102,6 +108,8 @@ class _Primary:
     zero_since: float | None = None
     short_logged: bool = False
     lost_logged: bool = False
+    #: auto stopped waiting after it lost its replicas: its writes still get a barrier
+    gave_up: bool = False
 
 
 @dataclass(slots=True)
@@ -135,6 +143,13 @@ class ReplicaBook:
         known = self.primaries.get(name)
         return known.required if known is not None else None
 
+    def checks_writes(self, name: str) -> bool:
+        """True if writes on ``name`` go behind a barrier before the acks that follow them:
+        it needs replicas, is not known yet, or auto stopped waiting after it lost them
+        (whether one is back is read right after the writes)."""
+        known = self.primaries.get(name)
+        return known is None or known.required != 0 or known.gave_up
+
     def look(self, name: str, view: NodeView, now: float) -> bool:
         """Take in what node ``name`` said of its replication; True if it is not the
         node it was when last seen (its earlier writes may be gone)."""
@@ -162,6 +177,7 @@ class ReplicaBook:
         known.required, known.replid, known.offset, known.checked_at = required, view.replid, view.offset, now
         if view.connected > 0:
             known.zero_since = None
+            known.gave_up = False
             if known.lost_logged or known.short_logged:
                 logger.warning("Redis primary %s has %d replica(s) again; acks wait for them", name, view.connected)
             known.lost_logged = known.short_logged = False
@@ -182,6 +198,7 @@ class ReplicaBook:
                 known.zero_since = now
             if now - known.zero_since >= self.grace_s:
                 known.required = 0
+                known.gave_up = True
                 if not known.lost_logged:
                     logger.error(
                         "Redis primary %s has had no replica for %gs: acks no longer wait for one"
@@ -263,6 +280,12 @@ class ReplicaGuard:
             if view is not None and view.role == "master":
                 book.look(name, view, now)
         return book.required(name)
+
+    def checks_writes(self, name: str, now: float) -> bool:
+        """True if the writes on ``name`` must pass a barrier before the acks behind them
+        (:meth:`ReplicaBook.checks_writes`; the replicas counted again if due)."""
+        self.required(name, now)
+        return self.book.checks_writes(name)
 
     def barrier(self, name: str, sync_key: str, now: float) -> Verdict:
         """SET ``sync_key`` and WAIT on one connection of primary ``name``; judge the result."""

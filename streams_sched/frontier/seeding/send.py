@@ -142,7 +142,7 @@ class Sender:
         for primary, key in targets.items():
             while True:
                 now = time.monotonic()
-                if guard.required(primary, now) == 0:
+                if not guard.checks_writes(primary, now):
                     break
                 verdict = guard.barrier(primary, key, now)
                 if verdict is Verdict.PASS:

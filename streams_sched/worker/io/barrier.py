@@ -52,9 +52,8 @@ class ReplicaStage:
         """On one server: WAIT right after the cycle's writes covers them all."""
         if self.cluster:
             return
-        needed = self.guard.required("", now)
-        if needed != 0:
-            pipe.execute_command("WAIT", needed or 0, self.wait_ms)
+        if self.guard.checks_writes("", now):
+            pipe.execute_command("WAIT", self.guard.book.required("") or 0, self.wait_ms)
             pipe.info("replication")
             sent += (Waited("wait"), Waited("info"))
 
@@ -70,7 +69,7 @@ class ReplicaStage:
             for cmd in confirmed:
                 key = self.frontier.site(cmd.site).sync
                 primary = guard.primary_of(key)
-                if primary in gate.awaiting or guard.required(primary, now) != 0:
+                if primary in gate.awaiting or guard.checks_writes(primary, now):
                     gate.await_replicas(primary, cmd.chunk)
                     self.sync_keys.setdefault(primary, key)
         except Exception:
