@@ -27,8 +27,7 @@ def online_replicas(client: redis.Redis) -> int:
 
 
 def test_a_replica_back_after_auto_gave_up_holds_the_acks_of_the_very_next_write(primary: RedisServer) -> None:
-    """auto stopped waiting for a primary whose replica was gone; the replica resyncs, and the
-    next write's barrier holds until the replica has it, before any recount of the replicas."""
+    """After auto gave up on a primary, a replica back from a resync holds the very next write's acks until it has it."""
     client = redis.Redis.from_url(primary.url)
     replica = RedisServer(extra_args=["--replicaof", "127.0.0.1", str(primary.port)])
     replica.start()

@@ -134,8 +134,7 @@ def test_gate_sends_the_enqueues_of_a_lost_primary_again_before_any_ack() -> Non
 
 
 def test_after_auto_gave_up_each_write_still_gets_a_barrier_that_sees_a_returning_replica() -> None:
-    """Once auto stopped waiting for a primary that lost its replica, its writes still go
-    behind a barrier: one that finds the replica back holds the acks, one that finds none lets them go."""
+    """After auto gave up on a primary its writes still pass a barrier, which holds if a replica is back."""
     book = ReplicaBook(grace_s=10.0)
     book.look(PRIMARY, view(connected=1), 0.0)
     assert book.judge(PRIMARY, 0, view(connected=0), 1.0) is Verdict.HOLD
