@@ -44,6 +44,20 @@ class Digest32:
         return hashlib.sha256(b"tenant-1:" + request.url.encode()).digest()
 
 
+class Salted:
+    """A REQUEST_FINGERPRINTER_CLASS built from the crawler's settings (FINGERPRINT_SALT)."""
+
+    def __init__(self, salt: str) -> None:
+        self.salt = salt.encode()
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> Salted:
+        return cls(crawler.settings.get("FINGERPRINT_SALT", ""))
+
+    def fingerprint(self, request: Request) -> bytes:
+        return hashlib.sha1(self.salt + b":" + request.url.encode()).digest()
+
+
 FINGERPRINTERS: dict[str, tuple[Callable[[], Any], str | None]] = {
     "scrapy": (RequestFingerprinter, None),
     "digest32": (Digest32, f"{__name__}.Digest32"),
@@ -207,3 +221,19 @@ def test_fingerprints_not_20_bytes_long_are_hashed_to_20() -> None:
     assert fingerprint_of(request, Digest32()) == hashlib.sha1(Digest32().fingerprint(request)).digest()
     assert fingerprint_of(request, RequestFingerprinter()) == RequestFingerprinter().fingerprint(request)
     assert fingerprint_of(Request(URL, dont_filter=True), Digest32()) == b""
+
+
+def test_push_builds_its_fingerprinter_from_the_project_settings(
+    plain_redis_url: str, crawl: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """push --fingerprinter builds a from_crawler fingerprinter with the project's settings, so its seeds dedupe as the workers' requests do."""
+    (tmp_path / "salted_settings.py").write_text('FINGERPRINT_SALT = "pepper"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SCRAPY_SETTINGS_MODULE", "salted_settings")
+    out = CliRunner().invoke(main, ["push", "--redis-url", plain_redis_url, "-c", crawl, URL,
+                                    "--fingerprinter", f"{__name__}.Salted"])
+    assert out.exit_code == 0 and "pushed 1 request(s)" in out.output, out.output
+    with Seeder(plain_redis_url, crawl, fingerprinter=Salted("pepper")) as seeder:
+        assert seeder.seed([URL]).duplicates == [URL]  # the project's salt: the same fingerprint
+    with Seeder(plain_redis_url, crawl, fingerprinter=Salted("")) as seeder:
+        assert seeder.seed([URL]).added == [URL]  # without it, another one

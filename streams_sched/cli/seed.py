@@ -24,7 +24,7 @@ __all__ = ["push"]
 @click.option("--callback", default=None, help="Spider method to call (default: parse).")
 @click.option("--dont-filter", is_flag=True, help="Skip dedupe.")
 @click.option("--fingerprinter", default=None, metavar="IMPORT.PATH",
-              help="The project's REQUEST_FINGERPRINTER_CLASS, if it changes Scrapy's (seeds must dedupe as the workers do).")
+              help="The project's REQUEST_FINGERPRINTER_CLASS, if it changes Scrapy's (seeds must dedupe as the workers do); built through its from_crawler with the settings of the project push runs in.")
 @click.option("--batch", default=500, show_default=True, type=click.IntRange(min=1),
               help="URLs per round of enqueue calls (one call per shard; the next round is sent while one is read).")
 @allow_eviction_option
@@ -66,12 +66,17 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
 
 
 def _fingerprinter(path: str) -> Any:
-    """An instance of the fingerprinter class at ``path`` (built as Scrapy builds
-    REQUEST_FINGERPRINTER_CLASS, without a crawler)."""
-    from scrapy.utils.misc import load_object
+    """An instance of the fingerprinter class at ``path``, built as Scrapy builds
+    REQUEST_FINGERPRINTER_CLASS: through its ``from_crawler`` if it has one, with the
+    settings of the Scrapy project push runs in (``SCRAPY_SETTINGS_MODULE`` or
+    ``scrapy.cfg``; Scrapy's defaults outside a project), else without arguments."""
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.utils.misc import build_from_crawler, load_object
+    from scrapy.utils.project import get_project_settings
 
     try:
         cls = load_object(path)
-        return cls()
+        return build_from_crawler(cls, Crawler(Spider, get_project_settings()))
     except Exception as exc:
         raise click.BadParameter(f"{path}: {type(exc).__name__}: {exc}", param_hint="--fingerprinter") from None
