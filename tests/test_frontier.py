@@ -144,9 +144,7 @@ def test_every_key_of_a_site_shares_one_cluster_slot(crawl: str) -> None:
 
 
 def test_the_site_key_cache_keeps_the_sites_in_hand_not_every_site_served() -> None:
-    """The cache of site key names holds at most two generations: a site used again stays
-    the same object, a site unused for two generations is dropped, and its size stays bound
-    however many sites pass through it."""
+    """The site key cache keeps a site in use and drops one unused for two generations, so its size stays bound."""
     cache = SiteKeyCache(size=4)
     held = cache.add(SiteKeys("c", "held.test", shard_of("held.test", 16)))
     for i in range(1000):

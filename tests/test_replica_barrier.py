@@ -8,16 +8,19 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from conftest import _missing
 
 from streams_sched.connect.replicas import ReplicaBook, ReplicaGuard, Verdict, parse_replication
 from streams_sched.testing import RedisServer, redis_server_binary
-from tests.helpers import wait_for
+
+from helpers import wait_for
 
 
 @pytest.fixture
 def primary() -> Iterator[RedisServer]:
+    """A server of its own: the test attaches a replica to it and takes it away."""
     if redis_server_binary() is None:
-        pytest.fail("redis-server is not installed")
+        _missing("redis-server is not installed (apt-get install redis-server)")
     with RedisServer() as server:
         yield server
 

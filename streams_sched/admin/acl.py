@@ -223,9 +223,8 @@ def rules(
     """
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {list(ROLES)}")
-    needed, optional_commands = _tables()
-    commands = list(needed[role])
-    commands += [c for c in optional_commands[role] if optional is None or c in optional]
+    commands = list(role_commands(role))
+    commands += [c for c in optional_commands(role) if optional is None or c in optional]
     if cluster:
         commands += _CLUSTER
     if sentinel:

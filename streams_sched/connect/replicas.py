@@ -107,8 +107,7 @@ class _Primary:
     #: since when it has had no replica while still required to have one (auto)
     zero_since: float | None = None
     short_logged: bool = False
-    lost_logged: bool = False
-    #: auto stopped waiting after it lost its replicas: its writes still get a barrier
+    #: auto stopped waiting after it lost its replicas (logged once): its writes still get a barrier
     gave_up: bool = False
 
 
@@ -177,10 +176,9 @@ class ReplicaBook:
         known.required, known.replid, known.offset, known.checked_at = required, view.replid, view.offset, now
         if view.connected > 0:
             known.zero_since = None
-            known.gave_up = False
-            if known.lost_logged or known.short_logged:
+            if known.gave_up or known.short_logged:
                 logger.warning("Redis primary %s has %d replica(s) again; acks wait for them", name, view.connected)
-            known.lost_logged = known.short_logged = False
+            known.gave_up = known.short_logged = False
         return changed
 
     def judge(self, name: str, acked: int | None, view: NodeView | None, now: float) -> Verdict:
@@ -198,15 +196,14 @@ class ReplicaBook:
                 known.zero_since = now
             if now - known.zero_since >= self.grace_s:
                 known.required = 0
-                known.gave_up = True
-                if not known.lost_logged:
+                if not known.gave_up:
                     logger.error(
                         "Redis primary %s has had no replica for %gs: acks no longer wait for one"
                         " (STREAMS_MIN_REPLICAS=auto), so a failover of it now loses what it took"
                         " since; attach a replica, or set STREAMS_MIN_REPLICAS=1 to hold acks until one is back",
                         name, self.grace_s,
                     )
-                    known.lost_logged = True
+                    known.gave_up = True
                 return Verdict.PASS
         if not known.short_logged and view.connected < known.required:
             logger.warning(
