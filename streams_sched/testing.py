@@ -189,6 +189,10 @@ class RedisServer:
             "--logfile", os.path.join(self.dir, "redis.log"),
             "--protected-mode", "no",
         ]
+        if self.sentinel is None:
+            # a replica's full sync starts at once: by default a primary waits 5 s for more
+            # replicas to share the transfer, and every failover test waits for resyncs
+            args += ["--repl-diskless-sync-delay", "0"]
         if self.bloom_module:
             args += ["--loadmodule", self.bloom_module]
         return args + self.extra_args
