@@ -43,7 +43,7 @@ from typing import Any
 from .crawl import KINDS
 from .onepage import site_url
 from .revision import split_kind
-from .sites import RESULTS, _dedupe, _python, cli_push, prepare
+from .sites import RESULTS, _dedupe, _python, cli_push, net_rate, net_text, prepare
 
 TARGETS = ("single", "cluster")
 
@@ -168,7 +168,7 @@ def cli_run(kind: str, meter: RedisMeter, url: str, crawl: str, urls: Path, noth
     if added != n:
         raise RuntimeError(f"streams-sched push ({kind}) added {added} of {n} URLs")
     return {"how": "push", "urls": n, "seconds": wall, "startup_s": startup, "urls_per_s": n / wall,
-            "net_urls_per_s": n / max(wall - startup, 1e-9), "client_cpu_us_per_url": cpu * 1e6 / n,
+            "net_urls_per_s": net_rate(n, wall, startup), "client_cpu_us_per_url": cpu * 1e6 / n,
             **meter.since(before, n)}
 
 
@@ -197,7 +197,7 @@ def run_target(target: str, args: argparse.Namespace, urls: Path, nothing: Path)
             for r in runs:
                 r.update(target=target, kind=kind, load=" ".join(f"{x:.2f}" for x in os.getloadavg()))
                 say(f"{target} {kind} {r['how']}: {r['urls_per_s']:,.0f} URLs/s"
-                    + (f" ({r['net_urls_per_s']:,.0f} net of {r['startup_s']:.1f} s start-up)" if "startup_s" in r else "")
+                    + (f" ({net_text(r['net_urls_per_s'])} net of {r['startup_s']:.1f} s start-up)" if "startup_s" in r else "")
                     + f", Redis {r['redis_cpu_us_per_url']:.1f} us CPU/URL, EVALSHA {r['evalsha_us_per_url']:.1f} us/URL")
             rows += runs
         meter.empty()
@@ -217,7 +217,7 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace, load: str) -> s
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        net = f"{r['net_urls_per_s']:,.0f}" if "net_urls_per_s" in r else "-"
+        net = net_text(r["net_urls_per_s"]) if "net_urls_per_s" in r else "-"
         client = f"{r['client_cpu_us_per_url']:.1f}"
         busiest = r["busiest_node_cpu_us_per_url"]
         redis_cpu = f"{r['redis_cpu_us_per_url']:.1f}" + (f" ({busiest:.1f})" if r["target"] == "cluster" else "")
