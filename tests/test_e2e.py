@@ -42,6 +42,7 @@ def assert_frontier_empty(url: str, crawl: str, dedupe: str) -> None:
 
 
 @pytest.mark.scrapy_matrix
+@pytest.mark.targets("bitmap", "cluster")  # RedisBloom dedupe runs on the cluster
 def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A single worker crawls the whole synthetic web exactly once, drains the frontier and exits."""
     items = tmp_path / "items.jsonl"
@@ -115,6 +116,7 @@ def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, c
 
 
 @pytest.mark.scrapy_matrix
+@pytest.mark.targets("bitmap", "cluster")  # RedisBloom dedupe runs on the cluster
 def test_every_outcome_is_acked_exactly_once(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """Redirect, retry, errback, download error, IgnoreRequest, callback exception, 404: one ack each."""
     from spiders import OUTCOME_SPECIAL
@@ -310,6 +312,7 @@ def test_retry_after_waits_in_the_delay_queue(redis_url: str, dedupe: str, crawl
     assert set(crawled_urls(items)) == expected(1, 5)
 
 
+@pytest.mark.targets("bitmap", "cluster")  # RedisBloom dedupe runs on the cluster
 def test_stopped_worker_keeps_state_and_a_new_one_resumes(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A worker that stops early deletes nothing; the next one resumes and finishes the crawl."""
     items = tmp_path / "items.jsonl"
