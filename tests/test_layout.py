@@ -123,7 +123,7 @@ def _text_files() -> Iterator[str]:
         rel = Path(folder).relative_to(ROOT).as_posix()
         dirs[:] = [
             d for d in dirs
-            if d not in SKIPPED_DIRS and not d.endswith(".egg-info") and (d if rel == "." else f"{rel}/{d}") != "docs/_build"
+            if d not in SKIPPED_DIRS and not d.startswith(".venv") and not d.endswith(".egg-info") and (d if rel == "." else f"{rel}/{d}") != "docs/_build"
         ]
         for name in files:
             if name.endswith(ISSUE_SUFFIXES):

@@ -19,10 +19,14 @@ from streams_sched import Seeder, seed
 from streams_sched.cli import main
 from streams_sched.connect.clients import connect
 from streams_sched.errors import SerializationError
+from streams_sched.frontier.batches import enqueue_calls
 from streams_sched.frontier.bloom import crawl_bloom
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import entry_for, facts_agree, url_facts
+from streams_sched.frontier.keys import STREAMS, shard_of
 from streams_sched.frontier.records import Entry
+from streams_sched.frontier.replies import parse_enqueue
+from streams_sched.frontier.seeding.send import SeedKeys
 from streams_sched.frontier.seeding.wire import Wire
 from streams_sched.politeness.policy import set_policy
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD, legacy_fingerprint
@@ -285,7 +289,7 @@ def test_custom_fingerprinter_turns_the_plain_url_path_off(plain_redis_url: str,
         assert got.fp == fingerprinter.fingerprint(Request("http://a.test/x"))
 
 
-def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Entry]]]) -> bytes:
+def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Entry]]], seed: bool) -> bytes:
     """What redis-py sends for Frontier.enqueue_shard of these sites."""
 
     class Capture:
@@ -293,26 +297,90 @@ def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Entry]]
             self.args = args
 
     pipe = Capture()
-    frontier.enqueue_shard(sites, pipe)
+    frontier.enqueue_shard(sites, pipe, seed=seed)
     return bytes(hiredis.pack_command(pipe.args))
 
 
 @pytest.mark.parametrize("revisit", [0.0, 3600.0])
-def test_packed_calls_are_what_enqueue_shard_sends(plain_redis_url: str, crawl: str, revisit: float) -> None:
-    """Pre-packed calls are byte for byte what redis-py sends for Frontier.enqueue_shard (revisits or not)."""
+@pytest.mark.parametrize("seed_keys", [True, False])
+def test_packed_calls_are_what_enqueue_shard_sends(plain_redis_url: str, crawl: str, revisit: float, seed_keys: bool) -> None:
+    """Pre-packed calls are byte for byte what redis-py sends for Frontier.enqueue_shard (revisits or not, 'seed' keys or all)."""
     client = connect(plain_redis_url)
     crawl_bloom(client, crawl, revisit_seconds=revisit)
     with Seeder(client, crawl, batch=10_000) as seeder:
         assert seeder.frontier.bloom.revisit_seconds == revisit
         seeds = list(seeder.seeds([f"http://s{i}.test/" for i in range(40)] + ["http://s1.test/b", "http://s1.test/c"]))
         seeds += list(seeder.seeds(["http://s2.test/low", "http://ü.test/"], priority=-5, dont_filter=True))
-        batch = seeder.sender.prepare(seeds, Wire(client), False)
-        assert len(batch.calls) > 1 and any(len(items) == 3 for c in batch.calls for _, items in c.parts)
-        for call in batch.calls:
-            expected = _enqueue_shard_bytes(seeder.frontier, call.parts)
-            assert call.command == expected
+        wire = Wire(client)
+        calls = seeder.sender.packer.pack(enqueue_calls(seeds, seeder.frontier.shards, None), wire.node_of, seed_keys)
+        assert len(calls) > 1 and any(len(items) == 3 for c in calls for _, items in c.parts)
+        for call in calls:
+            assert call.seed is seed_keys
+            assert call.command == _enqueue_shard_bytes(seeder.frontier, call.parts, seed_keys)
 
 
+def test_seed_keys_leave_a_site_that_needs_more_untouched(plain_redis_url: str, crawl: str) -> None:
+    """An enqueue.lua call with 'seed' keys adds new sites' few URLs and leaves, with an empty part and nothing written, a registered site and one with more than the inbox holds."""
+    client = connect(plain_redis_url)
+    f = Frontier(client, crawl)
+    DEFAULT = STREAMS.index(("http", "default"))  # noqa: N806
+    shard = shard_of("old.test", f.shards)
+    big, new = (next(n for i in range(10_000) if shard_of(n := f"{kind}{i}.test", f.shards) == shard) for kind in ("big", "new"))
+    f.enqueue("old.test", [Entry(b"f" * 16, DEFAULT, 0, b"old")])
+    before = client.hgetall(f.site("old.test").stats)
+    many = [Entry(b"%016d" % i, DEFAULT, 0, b"b%d" % i) for i in range(9)]
+    parts = f.enqueue_shard([("old.test", [Entry(b"g" * 16, DEFAULT, 0, b"again")]), (big, many),
+                             (new, [Entry(b"h" * 16, DEFAULT, 0, b"new")])], seed=True)
+    assert parts[:2] == [[], []]
+    assert parse_enqueue(parts[2])[:3] == (1, 0, 0)
+    assert client.hgetall(f.site("old.test").stats) == before
+    assert _entries(client, crawl, "old.test", "http") == [b"old"] and _entries(client, crawl, big, "http") == []
+    assert not client.sismember(f.site(big).index.sites, big)
+    assert _entries(client, crawl, new, "http") == [b"new"]
+
+
+def test_seeding_sends_again_with_all_keys_what_seed_keys_left(plain_redis_url: str, crawl: str) -> None:
+    """A batch of new sites, a registered one, one with more URLs than the inbox holds and a browser-routed one is seeded exactly, each URL where all keys put it."""
+    client = connect(plain_redis_url)
+    seed(client, crawl, ["http://old.test/1"])
+    set_policy(Frontier(client, crawl), "js.test", {"task_type": "browser"})
+    urls = [f"http://n{i}.test/" for i in range(20)] + ["http://old.test/1", "http://old.test/2", "http://js.test/"]
+    urls += [f"http://big.test/{i}" for i in range(12)]
+    with Seeder(client, crawl, batch=10_000) as seeder:
+        result = seeder.seed(urls)
+    assert result.duplicates == ["http://old.test/1"] and sorted(result.added) == sorted(u for u in urls if u != "http://old.test/1")
+    assert len(_entries(client, crawl, "old.test", "http")) == 2 and len(_entries(client, crawl, "big.test", "http")) == 12
+    assert len(_entries(client, crawl, "js.test", "browser")) == 1 and _entries(client, crawl, "js.test", "http") == []
+    assert all(len(_entries(client, crawl, f"n{i}.test", "http")) == 1 for i in range(20))
+
+
+def test_seed_keys_pause_while_most_sites_come_back() -> None:
+    """Batches go with 'seed' keys while few of their sites come back; after one that mostly came back, with all keys for a pause that doubles with each try that comes back too, and is short again after one that does not."""
+    keys = SeedKeys()
+
+    def pause() -> int:
+        n = 0
+        while not keys.seed():
+            n += 1
+        return n
+
+    assert keys.seed()
+    keys.saw(100, 25)
+    assert pause() == 0
+    keys.saw(100, 26)
+    assert pause() == SeedKeys.PAUSE
+    keys.saw(100, 100)
+    assert pause() == 2 * SeedKeys.PAUSE
+    for _ in range(20):
+        keys.saw(100, 100)
+        pause()
+    keys.saw(100, 100)
+    assert pause() == SeedKeys.LONGEST
+    keys.saw(0, 0)
+    assert pause() == 0
+    keys.saw(100, 1)
+    keys.saw(100, 90)
+    assert pause() == SeedKeys.PAUSE
 # --- batches in flight: what is reported stays exact ---------------------------------------
 
 

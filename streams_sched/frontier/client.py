@@ -185,21 +185,21 @@ class Frontier(CrawlReads):
         reply = self.enqueue_shard([(site, items)], pipe)
         return reply if pipe is not None else parse_enqueue(reply)
 
-    def enqueue_shard(self, sites: Sequence[tuple[str, Sequence[Entry]]], pipe: Any = None) -> Any:
-        """Dedupe and add requests of several sites of ONE shard in one call. The reply
-        has one part per site, in order (read each with :func:`parse_enqueue`)."""
+    def enqueue_shard(self, sites: Sequence[tuple[str, Sequence[Entry]]], pipe: Any = None, seed: bool = False) -> Any:
+        """Dedupe and add requests of several sites of ONE shard in one call; a reply part per site
+        (:func:`parse_enqueue`). ``seed``: a new site's keys only (others get [], send them again)."""
         b = self.bloom
         ttl = b.bucket_ttl if b.revisit_seconds else 0
         now = time.time()
         first = self.site(sites[0][0])
         keyed = [(self.site(site), self.filters(site, now)) for site, _ in sites]
         args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion, ttl, self.default_task,
-                           len(keyed[0][1]) // 2]
+                           len(keyed[0][1]) // 2, "seed" if seed else "all"]
         for site, items in sites:
             args += (site, len(items))
             for it in items:
                 args += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
-        return self.scripts.call(self.scripts.enqueue, script_keys.enqueue(first.index, keyed), args, pipe)
+        return self.scripts.call(self.scripts.enqueue, script_keys.enqueue(first.index, keyed, seed), args, pipe)
 
     def lease(
         self,

@@ -16,12 +16,13 @@ __all__ = ["BUILDERS", "ack", "claim", "dead", "enqueue", "fail", "feedback", "l
            "prune", "reindex", "release", "requeue_dead", "status"]
 
 
-def enqueue(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]]) -> list[str]:
+def enqueue(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], seed: bool = False) -> list[str]:
     """The shard's ready indexes, inbox, stats and site registry, then per site: delayed,
-    stats, policy, streams, then its Bloom filter pairs (current first)."""
+    stats, policy, streams, then its Bloom filter pairs (current first). With ``seed``
+    (enqueue.lua's 'seed' keys) a site has only its stats and its filter pairs."""
     keys = [*shard.readies, shard.inbox, shard.stats, shard.sites]
     for k, filters in sites:
-        keys += (k.delayed, k.stats, k.policy, *k.streams, *filters)
+        keys += (k.stats, *filters) if seed else (k.delayed, k.stats, k.policy, *k.streams, *filters)
     return keys
 
 

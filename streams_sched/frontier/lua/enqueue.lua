@@ -24,12 +24,23 @@
 -- ARGV[6]      seconds the current filter lives (revisit buckets; 0 = forever)
 -- ARGV[7]      default task type of the crawl ('http' or 'browser')
 -- ARGV[8]      filter pairs per site
--- ARGV[9..]    per site: site name, n, then n groups of 4: fingerprint ('' = dont_filter),
+-- ARGV[9]      the keys each site has: 'all' (as above), or 'seed': only its stats, then
+--              its filter pairs (2 * ARGV[8] keys), for a batch of seeds that are mostly
+--              new sites; each site the call cannot take with those keys alone is left
+--              untouched and gets {} (send it again with all its keys)
+-- ARGV[10..]   per site: site name, n, then n groups of 4: fingerprint ('' = dont_filter),
 --              stream code (1-6; or 11-13 = band 1-3 with the task type from the site's
 --              policy; see _codes.lua), delay in ms ('0' = now; due = Redis TIME + delay),
 --              payload
 -- Returns per site {added, duplicates, delayed, flags, over_cap}; flags has one char per
--- request: '1' added, '0' duplicate, 'c' dropped over the site's page cap.
+-- request: '1' added, '0' duplicate, 'c' dropped over the site's page cap. With 'seed'
+-- keys, {} for a site that is registered, comes again in the call, or has a delayed
+-- request, a band code or more than INBOX_MAX requests.
+--
+-- Passing a key or an argument costs Redis time whether the script uses it or not (about
+-- a third of a new site's share of a call): a new site in the common case needs only its
+-- stats and filter keys, which is why seeding sends those alone and then the few sites
+-- that need more again.
 --
 -- A site missing from the shard's registry has no seen filter, stream, inbox field or
 -- task_type, max_pages or ready_at in its policy: what writes them (this script, a
@@ -42,6 +53,14 @@ local group, mode = ARGV[1], ARGV[2]
 local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ttl = tonumber(ARGV[6])
 local n_filters = tonumber(ARGV[8])
+local seed_keys = ARGV[9] == 'seed'
+-- where a site's stats and first filter key are among its keys, and how many keys it has
+local AT_STATS, AT_FILTERS = 1, 9
+if seed_keys then
+  AT_STATS, AT_FILTERS = 0, 1
+end
+local PER_SITE = AT_FILTERS + 2 * n_filters
+local FIRST_SITE_ARG = 10
 local ready = { KEYS[1], KEYS[2] }
 local inbox, sites_ix = KEYS[3], KEYS[5]
 local now = nil -- Redis TIME, read once, when something needs it
@@ -61,20 +80,19 @@ local NO_POLICY = {}
 -- general path then reads what is there, and refuses a key of the wrong type.
 local function unregistered()
   local names = {}
-  local i = 9
+  local i = FIRST_SITE_ARG
   while i <= #ARGV do
     names[#names + 1] = ARGV[i]
     i = i + 2 + 4 * tonumber(ARGV[i + 1])
   end
   local out, filter_keys = {}, {}
-  local per_site = 9 + 2 * n_filters
   for j = 1, #names, 1000 do
     local got = redis.call('SMISMEMBER', sites_ix, unpack(names, j, math.min(j + 999, #names)))
     for q = 1, #got do
       local n = j + q - 1
       out[n] = got[q] == 0
       if out[n] then
-        local k = 6 + (n - 1) * per_site + 9
+        local k = 6 + (n - 1) * PER_SITE + AT_FILTERS
         for f = 0, 2 * n_filters - 1 do
           filter_keys[#filter_keys + 1] = KEYS[k + f]
         end
@@ -359,7 +377,7 @@ local function enqueue_new(k, site, first, last)
     end
   end
   if #prefixes > 0 then
-    write_exact(KEYS[k + 9], prefixes)
+    write_exact(KEYS[k + AT_FILTERS], prefixes)
   end
   local added = #list / 2
   if added > 0 then
@@ -373,7 +391,7 @@ local function enqueue_new(k, site, first, last)
     end
   end
   if dups > 0 then
-    redis.call('HINCRBY', KEYS[k + 1], 'duplicates', dups)
+    redis.call('HINCRBY', KEYS[k + AT_STATS], 'duplicates', dups)
   end
   registered[#registered + 1] = site
   total_added = total_added + added
@@ -382,7 +400,7 @@ end
 
 local replies = {}
 local is_new = unregistered()
-local k, i = 6, 9
+local k, i = 6, FIRST_SITE_ARG
 while i <= #ARGV do
   local n, site = tonumber(ARGV[i + 1]), ARGV[i]
   -- a site that comes again in the call (a long list split in parts) reads what its first
@@ -393,7 +411,9 @@ while i <= #ARGV do
   local fresh_site = is_new[#replies + 1] and not done_sites[site]
   done_sites[site] = true
   local reply = fresh_site and enqueue_new(k, site, i + 2, i + 1 + 4 * n)
-  if not reply then
+  if not reply and seed_keys then
+    reply = {}
+  elseif not reply then
     local filters = {}
     for f = 0, n_filters - 1 do
       filters[#filters + 1] = { KEYS[k + 9 + 2 * f], KEYS[k + 10 + 2 * f] }
@@ -405,7 +425,7 @@ while i <= #ARGV do
     return reply
   end
   replies[#replies + 1] = reply
-  k = k + 9 + 2 * n_filters
+  k = k + PER_SITE
   i = i + 2 + 4 * n
 end
 index_all()

@@ -27,13 +27,15 @@ class Packed:
     """One enqueue.lua call of a batch: its shard, its (site, entries) parts, the command
     packed, the primary it goes to, and then its reply."""
 
-    __slots__ = ("shard", "parts", "command", "node", "reply")
+    __slots__ = ("shard", "parts", "command", "node", "seed", "reply")
 
-    def __init__(self, shard: int, parts: Call, command: bytes, node: str) -> None:
+    def __init__(self, shard: int, parts: Call, command: bytes, node: str, seed: bool = False) -> None:
         self.shard = shard
         self.parts = parts
         self.command = command
         self.node = node
+        #: sent with only the keys a new site needs (enqueue.lua's 'seed' keys)
+        self.seed = seed
         self.reply: Any = None
 
 
@@ -47,6 +49,8 @@ class Batch:
     register: str | None = None
     #: the primary the registration went to (the one to read its reply from)
     register_node: str = ""
+    #: the calls that sent again, with all their keys, the sites its 'seed' calls left
+    again: list[Packed] = field(default_factory=list)
 
 
 class Packer:
@@ -70,10 +74,11 @@ class Packer:
             self._shard_parts[shard] = part
         return part
 
-    def site_layout(self, now: float) -> tuple[list[bytes], list[bytes]]:
+    def site_layout(self, now: float, seed: bool = False) -> tuple[list[bytes], list[bytes]]:
         """The suffixes of the keys enqueue.lua takes per site (after the site's key prefix;
         the same for every site at time ``now``: revisit buckets change with it), and the
-        call's ARGV head, as :meth:`Frontier.enqueue_shard` builds them, as bytes."""
+        call's ARGV head, as :meth:`Frontier.enqueue_shard` builds them (with ``seed``: its
+        'seed' keys), as bytes."""
         f, b = self.frontier, self.frontier.bloom
         k = SiteKeys(self.crawl, "\x00", 0)
         if b.revisit_seconds:
@@ -82,22 +87,23 @@ class Packer:
                 filters += k.seen_bucket(bucket)
         else:
             filters = [k.seen, k.seen_meta]
-        keys = script_keys.enqueue(k.index, [(k, filters)])[len(script_keys.enqueue(k.index, [])):]
+        keys = script_keys.enqueue(k.index, [(k, filters)], seed)[len(script_keys.enqueue(k.index, [])):]
         if not all(key.startswith(k.base) for key in keys):  # pragma: no cover - keys.py puts the site last
             raise AssertionError("enqueue.lua's site keys do not all start with the site's key prefix")
         suffixes = [key[len(k.base):].encode() for key in keys]
         ttl = b.bucket_ttl if b.revisit_seconds else 0
         # numbers as redis-py sends them (repr)
         head = [f.group, b.mode, repr(b.error_rate), repr(b.capacity), repr(b.expansion), repr(ttl),
-                f.default_task, repr(len(filters) // 2)]
+                f.default_task, repr(len(filters) // 2), "seed" if seed else "all"]
         return suffixes, [str(v).encode() for v in head]
 
-    def pack(self, calls: list[Call], node_of: Callable[[str], str]) -> list[Packed]:
+    def pack(self, calls: list[Call], node_of: Callable[[str], str], seed: bool = False) -> list[Packed]:
         """Each call (the sites of one shard) packed as one EVALSHA, for the primary
-        ``node_of`` names for the shard's first key."""
+        ``node_of`` names for the shard's first key (with ``seed``: enqueue.lua's 'seed'
+        keys)."""
         if not calls:
             return []
-        suffixes, head = self.site_layout(time.time())
+        suffixes, head = self.site_layout(time.time(), seed)
         head_resp = b"".join(bulk(v) for v in head)
         start = bulk(b"EVALSHA") + bulk(self.frontier.scripts.enqueue.sha.encode())
         templates: dict[int, bytes] = {}  # by key prefix length: the RESP of a site's keys
@@ -125,7 +131,7 @@ class Packer:
                 _pack_entries(items, codes, args)
             nkeys = n_shard_keys + n_sfx * len(parts)
             command = b"".join([b"*%d\r\n" % (3 + nkeys + nargs), start, bulk(b"%d" % nkeys), *keys, *args])
-            out.append(Packed(shard, parts, command, node_of(first_key)))
+            out.append(Packed(shard, parts, command, node_of(first_key), seed))
         return out
 
 

@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError, ResponseError
 from streams_sched.connect.clients import TRANSIENT, refresh_topology
 from streams_sched.connect.replicas import Verdict
 from streams_sched.errors import RedisUnavailable
-from streams_sched.frontier.batches import drop_legacy_seen, enqueue_calls
+from streams_sched.frontier.batches import Call, drop_legacy_seen, enqueue_calls
 from streams_sched.frontier.keys import CrawlKeys, ShardKeys
 from streams_sched.frontier.records import Entry
 from streams_sched.frontier.replies import parse_enqueue
@@ -29,7 +29,47 @@ from streams_sched.frontier.seeding.wire import Wire, bulk, is_moved, unpack
 if TYPE_CHECKING:
     from streams_sched.frontier.seeding.seeder import Seeder
 
-__all__ = ["SeedResult", "Sender"]
+__all__ = ["SeedKeys", "SeedResult", "Sender"]
+
+
+class SeedKeys:
+    """Whether the next batch goes with enqueue.lua's 'seed' keys (a site's stats and
+    filters only), from what the last batches sent that way came back with.
+
+    A new site in the common case needs no more, and Redis takes each key passed at a
+    cost; a registered site comes back untouched and is sent again with all its keys.
+    So while most sites are new (a broad crawl being seeded) batches go with 'seed'
+    keys. When more than :attr:`MOST` of a batch comes back (seeding a crawl that has
+    those sites already), the next :attr:`PAUSE` batches go with all keys and one tries
+    again; each try that comes back too doubles the pause, up to :attr:`LONGEST`, so
+    seeding known sites pays for a try in well under 1% of its batches."""
+
+    #: the share of a batch's sites sent again above which 'seed' keys cost more than they save
+    MOST = 0.25
+    #: batches sent with all keys after a batch that mostly came back
+    PAUSE = 64
+    LONGEST = 4096
+
+    def __init__(self) -> None:
+        self._left = 0
+        self._pause = self.PAUSE
+
+    def seed(self) -> bool:
+        """True: send the next batch with 'seed' keys."""
+        if self._left:
+            self._left -= 1
+            return False
+        return True
+
+    def saw(self, sites: int, again: int) -> None:
+        """A batch had ``sites`` sites in calls with 'seed' keys, and ``again`` of them came back."""
+        if not sites:
+            return
+        if again > self.MOST * sites:
+            self._left = self._pause
+            self._pause = min(2 * self._pause, self.LONGEST)
+        else:
+            self._pause = self.PAUSE
 
 
 @dataclass
@@ -51,13 +91,14 @@ class Sender:
     def __init__(self, seeder: Seeder) -> None:
         self.seeder = seeder
         self.packer = Packer(seeder.frontier)
+        self.keys = SeedKeys()
 
     def prepare(self, entries: list[Entry], wire: Wire, register: bool) -> Batch:
         """A batch's enqueue.lua calls, one per shard, packed for the primaries of ``wire``
         (after dropping what a migrated scrapy-redis dupefilter saw)."""
         s = self.seeder
         entries, dropped = drop_legacy_seen(s.client, s.legacy, entries)
-        calls = self.packer.pack(enqueue_calls(entries, s.frontier.shards, None), wire.node_of)
+        calls = self.packer.pack(enqueue_calls(entries, s.frontier.shards, None), wire.node_of, self.keys.seed())
         return Batch(calls, [e.url for e in dropped], CrawlKeys.registry() if register else None)
 
     def send(self, wire: Wire, batch: Batch) -> None:
@@ -104,6 +145,40 @@ class Sender:
             self.seeder.frontier.load_scripts()
             for call in redo:
                 call.reply = self.run(call)
+        self._send_again(wire, batch)
+
+    def _send_again(self, wire: Wire, batch: Batch) -> None:
+        """Send the sites a call with 'seed' keys left untouched (registered ones, or ones that
+        need more keys) again with all their keys, and put their replies in its reply.
+
+        They go on links of their own, not on the run's: the next batch may be on its way
+        there already. So a site sent again can land after that next batch's part of it;
+        dedupe is not affected."""
+        again: Call = []
+        seeded = 0
+        for call in batch.calls:
+            if call.seed:
+                seeded += len(call.parts)
+                again += [part for part, reply in zip(call.parts, call.reply, strict=True) if not reply]
+        self.keys.saw(seeded, len(again))
+        if not again:
+            return
+        calls = enqueue_calls((e for _, items in again for e in items), self.seeder.frontier.shards, None)
+        more = Batch(self.packer.pack(calls, wire.node_of))
+        side = Wire(self.seeder.client)
+        try:
+            self.send(side, more)
+            self.read(side, more)
+        finally:
+            side.close()
+        batch.again = more.calls
+        replies: dict[str, Any] = {}
+        for call in more.calls:
+            for (site, _), reply in zip(call.parts, call.reply, strict=True):
+                replies[site] = reply
+        for call in batch.calls:
+            if call.seed:
+                call.reply = [reply or replies[site] for (site, _), reply in zip(call.parts, call.reply, strict=True)]
 
     def run(self, call: Packed) -> Any:
         """Run one call through redis-py (it reloads a lost script, follows a moved slot)."""
@@ -163,7 +238,7 @@ class Sender:
         refresh_topology(s.client)
         try:
             s.client.sadd(CrawlKeys.registry(), s.crawl)
-            for call in batch.calls:
+            for call in (*batch.calls, *batch.again):
                 self.run(call)
         except TRANSIENT:
             pass  # the new primary is not there yet: try again
