@@ -197,8 +197,11 @@ class Sender:
         one = ord("1")
         for call in batch.calls:
             for (_site, items), part in zip(call.parts, call.reply, strict=True):
-                flags = parse_enqueue(part)[3]
-                for e, flag in zip(items, flags, strict=True):
+                flags = part[3]  # a site's part: {added, duplicates, delayed, flags, over_cap}
+                if len(items) == 1 and len(flags) == 1:  # most sites of a broad seeding
+                    (added if flags == b"1" else dups).append(items[0].url)
+                    continue
+                for e, flag in zip(items, parse_enqueue(part)[3], strict=True):
                     (added if flag == one else dups).append(e.url)
         return result
 
