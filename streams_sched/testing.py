@@ -38,6 +38,10 @@ _SYSTEM_MODULE_PATHS = (
 )
 
 
+#: the ports free_port() gave in this process
+_GIVEN: set[int] = set()
+
+
 def _outgoing_ports() -> tuple[int, int]:
     """The range the kernel takes the local ports of outgoing connections from."""
     try:
@@ -70,7 +74,9 @@ def free_port() -> int:
     for _ in range(200 if spans else 0):
         span_low, span_high = pick.choice(spans)
         port = pick.randint(span_low, span_high)
-        if _bindable(port):
+        # never one given before: its server may be down for a restart at that address
+        if port not in _GIVEN and _bindable(port):
+            _GIVEN.add(port)
             return port
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind(("127.0.0.1", 0))
