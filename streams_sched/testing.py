@@ -208,9 +208,10 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                if "Address already in use" in self.log() and self._started:
+                taken = "Address already in use" in self.log()
+                if taken and self._started:
                     raise RuntimeError(f"redis-server could not start again at port {self.port}: another process took it; see {self.dir}/redis.log")
-                if "Address already in use" in self.log() and self._port_tries < 5:
+                if taken and self._port_tries < 5:
                     # another process took a port (its own or the cluster bus's) between
                     # free_port() and the bind: take new free ones and start again
                     self._port_tries += 1

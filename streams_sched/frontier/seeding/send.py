@@ -145,7 +145,6 @@ class Sender:
             self.seeder.frontier.load_scripts()
             for call in redo:
                 call.reply = self.run(call)
-        self._send_again(wire, batch)
 
     def _send_again(self, wire: Wire, batch: Batch) -> None:
         """Send the sites a call with 'seed' keys left untouched (registered ones, or ones that
@@ -191,6 +190,7 @@ class Sender:
     def finish(self, wire: Wire, batch: Batch) -> SeedResult:
         """Read a batch's replies, wait until a replica has it, and say what was added."""
         self.read(wire, batch)
+        self._send_again(wire, batch)
         self.replicated(batch)
         result = SeedResult(duplicates=list(batch.duplicates))
         added, dups = result.added, result.duplicates
