@@ -9,6 +9,7 @@ what they remember sending to a primary that is gone."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -208,3 +209,48 @@ def test_seeder_refuses_to_report_seeds_no_replica_has(primary_and_replica: tupl
             replica.resume()
         again = seeder.seed(urls)
     assert len(again.added) + len(again.duplicates) == 50
+
+
+def test_seeder_sends_a_lost_batch_again_with_its_sites_sent_again() -> None:
+    """A batch the master took but no replica got, with a registered site that went in a second
+    call, is all on the new master when seed() returns after the master is SIGKILLed."""
+    with LocalSentinel(replicas=2) as sentinel:
+        crawl = "t" + uuid.uuid4().hex[:8]
+        seeder = Seeder(sentinel.url, crawl, connect_timeout_s=10, replica_timeout_s=120)
+        # registered by this first seed: the batch's 'seed' keys leave it for a call with all keys
+        assert len(seeder.seed(["http://known.test/0"]).added) == 1
+        urls = [f"http://n{i}.test/" for i in range(200)] + [f"http://known.test/{i}" for i in range(1, 6)]
+        old = sentinel.master()
+        on_old = frontier(old.url, crawl)
+        replicas = sentinel.replicas()
+        outcome: dict[str, Any] = {}
+
+        def seed() -> None:
+            try:
+                outcome["result"] = seeder.seed(urls)
+            except Exception as e:  # noqa: BLE001  # reported by the assertion below
+                outcome["error"] = e
+
+        for r in replicas:
+            r.pause()
+        try:
+            connect(old.url).execute_command("CLIENT", "KILL", "TYPE", "replica")
+            thread = threading.Thread(target=seed)
+            thread.start()
+            # both calls are on the master (the sent-again one last) and seed() waits for a replica
+            wait_for(lambda: on_old.status("known.test").backlog == 6, timeout=60, what="the batch on the master")
+            assert thread.is_alive(), outcome
+            old.kill()
+        finally:
+            for r in replicas:
+                r.resume()
+        sentinel.wait_failover(old.port)
+        thread.join(timeout=150)
+        seeder.close()
+        assert not thread.is_alive() and "error" not in outcome, outcome
+        assert sorted(outcome["result"].added) == sorted(urls)
+        new = sentinel.master()
+        on_new = frontier(new.url, crawl)
+        assert new.port != old.port
+        assert on_new.status("known.test").backlog == 6
+        assert sum(on_new.status(f"n{i}.test").backlog for i in range(200)) == 200
