@@ -11,6 +11,9 @@
 - with ``BENCH_FIRST_FILE``, writes the time of the first item there as soon as it
   comes, and with ``BENCH_ITEM_TIMES``, keeps the time of every item: the harness
   of a crawl cut after a time window (bench/sites.py) needs both;
+- times the garbage collector (each collection, by generation, from a
+  ``gc.callbacks`` hook): a worker that keeps more objects alive across a
+  collection pays for it here, apart from its own code;
 - writes all of it as JSON to ``BENCH_RESULT_FILE`` when the spider closes.
 
 Not part of streams-sched: imported only by ``bench/worker.py``.
@@ -18,6 +21,7 @@ Not part of streams-sched: imported only by ``bench/worker.py``.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -60,6 +64,26 @@ def round_trips() -> dict[str, int]:
     for name, n in _ROUND_TRIPS.items():
         out["reactor" if name == "MainThread" else "io"] += n
     return out
+
+
+class GcTimer:
+    """Seconds spent in collections and how many ran, per generation, since it was made."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = [0, 0, 0]
+        self._started = 0.0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[info["generation"]] += 1
+
+    def read(self) -> tuple[float, list[int]]:
+        return self.seconds, list(self.collections)
 
 
 def _cpu_seconds() -> float:
@@ -136,6 +160,8 @@ class BenchProbe:
         self.ru_last: dict[str, float] = {}
         self.threads_go: dict[str, dict[str, float]] = {}
         self.threads_last: dict[str, dict[str, float]] = {}
+        self.gc = GcTimer()
+        self.gc_go = self.gc_last = self.gc.read()
         crawler.signals.connect(self.spider_opened, signals.spider_opened)
         crawler.signals.connect(self.item_scraped, signals.item_scraped)
         crawler.signals.connect(self.spider_closed, signals.spider_closed)
@@ -159,6 +185,7 @@ class BenchProbe:
         self.rt_go = self.rt_last = round_trips()
         self.ru_go = self.ru_last = _rusage()
         self.threads_go = self.threads_last = thread_cpu()
+        self.gc_go = self.gc_last = self.gc.read()
 
     def item_scraped(self, item: Any, response: Any, spider: Any) -> None:
         now = time.time()
@@ -177,6 +204,7 @@ class BenchProbe:
         # cheap enough per item (two syscalls-free reads); keeps the tail (drain, close) out
         self.cpu_last = _cpu_seconds()
         self.rt_last = round_trips()
+        self.gc_last = self.gc.read()
         if self.items % 256 == 0:
             self.t_last_sample = self.t_last
             self.ru_last = _rusage()
@@ -209,6 +237,9 @@ class BenchProbe:
                 | {"wall_s": self.t_last_sample - self.t_go}
                 for kind, acc in self.threads_last.items()
             },
+            # the collector, from the gate to the last item, as cpu_s
+            "gc_s": self.gc_last[0] - self.gc_go[0],
+            "gc_collections": [b - a for a, b in zip(self.gc_go[1], self.gc_last[1], strict=True)],
             "calls": dict(CALLS),
             "stats": {k: v for k, v in stats.items() if isinstance(v, (int, float))},
             # where the worker's streams_sched came from (a KIND@REV run: that revision's copy)

@@ -350,6 +350,9 @@ def summarize(kind: str, workers: int, n: int, window_s: float, results: list[di
         "max_rss_mb": [kb / 1024 for kb in rss_kb],
         # CPU of the workers from the start gate to their last item, over every item they had
         "worker_cpu_ms_per_page": 1000 * sum(r["cpu_s"] for r in results) / max(len(times), 1),
+        # the part of it spent in the garbage collector, and the collections per generation
+        "worker_gc_ms_per_page": 1000 * sum(r.get("gc_s", 0.0) for r in results) / max(len(times), 1),
+        "gc_collections": [sum(r.get("gc_collections", [0, 0, 0])[g] for r in results) for g in range(3)],
         "streams_sched_from": results[0].get("streams_sched_from"),
         "log_dir": str(wdir),
     }
@@ -431,6 +434,12 @@ def _rss(r: dict[str, Any] | None) -> str:
     return f"{max(r['max_rss_mb']):,.0f}" if r else "-"
 
 
+def _gc(r: dict[str, Any]) -> str:
+    if "worker_gc_ms_per_page" not in r:  # a result file written before the probe timed the collector
+        return "-"
+    return f"{r['worker_gc_ms_per_page']:.3f} ({' / '.join(f'{n:,}' for n in r['gc_collections'])})"
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "-"
 
@@ -480,8 +489,9 @@ def render(res: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Every run:", "",
               "| sites | kind | workers | pages/s | pages/s from the gate | start-up s | pages in window |"
-              " max RSS MB | worker CPU ms/page | Redis CPU µs/page | Redis commands/page | repeats |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              " max RSS MB | worker CPU ms/page | of it in GC (collections gen 0 / 1 / 2) | Redis CPU µs/page |"
+              " Redis commands/page | repeats |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in res["rows"]:
         for r in row["runs"]:
             cpu = f"{r['redis_cpu_us_per_page']:.0f}" if "redis_cpu_us_per_page" in r else "-"
@@ -489,7 +499,7 @@ def render(res: dict[str, Any]) -> str:
             lines.append(
                 f"| {row['sites']:,} | {r['kind']} | {r['workers']} | {_rate(r)} | {r['pages_per_s_from_gate']:,.0f} |"
                 f" {r['startup_s']:.1f} | {r['pages']:,} | {' + '.join(f'{m:,.0f}' for m in r['max_rss_mb'])} |"
-                f" {r['worker_cpu_ms_per_page']:.2f} | {cpu} | {cmds} | {r['repeats']} |")
+                f" {r['worker_cpu_ms_per_page']:.2f} | {_gc(r)} | {cpu} | {cmds} | {r['repeats']} |")
     lines += ["", "Seeding (Redis used_memory right after it, before any crawl):", "",
               "| sites | kind | how | URLs/s | net of start-up | Redis B per queued site |", "|---|---|---|---|---|---|"]
     for row in res["rows"]:
