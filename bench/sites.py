@@ -351,8 +351,8 @@ def summarize(kind: str, workers: int, n: int, window_s: float, results: list[di
         # CPU of the workers from the start gate to their last item, over every item they had
         "worker_cpu_ms_per_page": 1000 * sum(r["cpu_s"] for r in results) / max(len(times), 1),
         # the part of it spent in the garbage collector, and the collections per generation
-        "worker_gc_ms_per_page": 1000 * sum(r.get("gc_s", 0.0) for r in results) / max(len(times), 1),
-        "gc_collections": [sum(r.get("gc_collections", [0, 0, 0])[g] for r in results) for g in range(3)],
+        "worker_gc_ms_per_page": 1000 * sum(r["gc_s"] for r in results) / max(len(times), 1),
+        "gc_collections": [sum(per_gen) for per_gen in zip(*(r["gc_collections"] for r in results), strict=True)],
         "streams_sched_from": results[0].get("streams_sched_from"),
         "log_dir": str(wdir),
     }
@@ -435,8 +435,6 @@ def _rss(r: dict[str, Any] | None) -> str:
 
 
 def _gc(r: dict[str, Any]) -> str:
-    if "worker_gc_ms_per_page" not in r:  # a result file written before the probe timed the collector
-        return "-"
     return f"{r['worker_gc_ms_per_page']:.3f} ({' / '.join(f'{n:,}' for n in r['gc_collections'])})"
 
 
