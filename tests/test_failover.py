@@ -222,7 +222,6 @@ def test_seeder_sends_a_lost_batch_again_with_its_sites_sent_again() -> None:
         urls = [f"http://n{i}.test/" for i in range(200)] + [f"http://known.test/{i}" for i in range(1, 6)]
         old = sentinel.master()
         on_old = frontier(old.url, crawl)
-        replicas = sentinel.replicas()
         outcome: dict[str, Any] = {}
 
         def seed() -> None:
@@ -231,22 +230,21 @@ def test_seeder_sends_a_lost_batch_again_with_its_sites_sent_again() -> None:
             except Exception as e:  # noqa: BLE001  # reported by the assertion below
                 outcome["error"] = e
 
-        for r in replicas:
-            r.pause()
-        try:
-            connect(old.url).execute_command("CLIENT", "KILL", "TYPE", "replica")
-            thread = threading.Thread(target=seed)
+        thread = threading.Thread(target=seed)
+
+        def seed_then_kill() -> None:
             thread.start()
             # both calls are on the master (the sent-again one last) and seed() waits for a replica
             wait_for(lambda: on_old.status("known.test").backlog == 6, timeout=60, what="the batch on the master")
             assert thread.is_alive(), outcome
             old.kill()
+
+        try:
+            cut_off_and_kill(connect(old.url), sentinel.replicas(), seed_then_kill)
+            sentinel.wait_failover(old.port)
+            thread.join(timeout=150)
         finally:
-            for r in replicas:
-                r.resume()
-        sentinel.wait_failover(old.port)
-        thread.join(timeout=150)
-        seeder.close()
+            seeder.close()
         assert not thread.is_alive() and "error" not in outcome, outcome
         assert sorted(outcome["result"].added) == sorted(urls)
         new = sentinel.master()
