@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 import scrapy
+from scrapy.http import HtmlResponse
 from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.config import StreamsConfig
@@ -229,3 +230,33 @@ def test_extend_lease_resets_the_lease_clock(sched: StreamsScheduler, r: redis.R
     assert sched.extend_lease(req)
     wait_for(lambda: r.xpending_range(stream, GROUP, "-", "+", 1)[0]["time_since_delivered"] < 300, timeout=10, what="the lease to be extended")
     assert not sched.extend_lease(scrapy.Request("http://never-leased.test/"))
+
+
+def test_healthy_answers_of_a_site_go_with_its_ack_not_a_feedback_call(
+    redis_url: str, dedupe: str, crawl: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer whose site's ack waits a cycle in the AckGate rides that ack: no feedback.lua call of its own."""
+    s = make(redis_url, dedupe, crawl, STREAMS_FLUSH_INTERVAL_SECONDS=0.005, STREAMS_FEEDBACK_INTERVAL_SECONDS=0.001)
+    try:
+        assert s._pump is not None
+        calls: list[str] = []
+        writes = s._pump.writes
+        feedback = writes.frontier.feedback
+        monkeypatch.setattr(writes.frontier, "feedback", lambda site, *a, **k: calls.append(site) or feedback(site, *a, **k))
+        sites = [f"a{i}.test" for i in range(6)]
+        for site in sites:
+            assert s.enqueue_request(scrapy.Request(f"http://{site}/"))
+        for _ in sites:
+            request = next_request(s)
+            # an answer first, then the end of the request, a few I/O cycles apart
+            s.answers.on_response_downloaded(HtmlResponse(request.url, status=200, request=request), request, s.spider)
+            pump_cycles(s, 2)
+            s.request_done(request)
+            pump_cycles(s, 3)
+        f = Frontier(r, crawl)
+        wait_for(lambda: all(f.status(site).pending == 0 for site in sites) and not s._pump.gate, timeout=10,
+                 what="every site's ack")
+        assert all(f.status(site).is_empty for site in sites)
+        assert calls == []
+    finally:
+        s.close("test")

@@ -323,7 +323,7 @@ class Pump(threading.Thread):
         # answers first: a site's healthy ones go with its ack
         self.answers.absorb(self.exchange.feedback, now)
         self.writes.queue(pipe, sent, enq, after, now)
-        self.writes.queue_feedback(pipe, sent, now)
+        self.writes.queue_feedback(pipe, sent, now, self.gate.held)
         planned = False if (self._closing or self._stop_requested) else self.leasing.queue(pipe, sent, now)
         if not self._stop_requested:
             self.presence.queue(pipe, sent, now)

@@ -11,6 +11,7 @@ politeness feedback that cannot wait for an ack.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Container, Iterable
 from typing import Any
 
 from streams_sched.config import StreamsConfig
@@ -111,12 +112,19 @@ class Writes:
         self.frontier.ack_shard(calls, pipe)
         sent.append(LeaseOpsSent(Ack, group, tuple(answered)))
 
-    def queue_feedback(self, pipe: Any, sent: list[Sent], now: float) -> None:
+    def queue_feedback(self, pipe: Any, sent: list[Sent], now: float, waiting: Iterable[LeaseOp] = ()) -> None:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
         timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS. Healthy
-        answers of a site this worker holds leases of wait for its ack instead."""
+        answers of a site this worker holds leases of wait for its ack instead, and so do
+        those of a site whose ack is ``waiting`` for a later cycle (the AckGate's held
+        operations): its lease has ended here, but the ack that can carry them is coming."""
         if not self.answers.due(now):
             return
-        for site, outcome, robots in self.answers.take(now, self.leasing.book.by_site):
+        held: Container[str] = self.leasing.book.by_site
+        acking = {op.entry.site for op in waiting if type(op) is Ack}
+        if acking:
+            acking.update(self.leasing.book.by_site)
+            held = acking
+        for site, outcome, robots in self.answers.take(now, held):
             self.frontier.feedback(site, outcome, robots, self.feedback_params, pipe)
             sent.append(FeedbackSent(site))
