@@ -3,10 +3,9 @@
 Every method takes ``pipe=``: pass a pipeline to batch many calls into one
 round trip, then turn each reply into data with the matching ``parse_*``
 function. Without ``pipe`` the call runs at once and returns the parsed reply.
-Workers, daemons and the CLI all go through this class, so the key layout and
-the scripts have one Python face. What the calls take and give back is in records.py,
-the reply parsers in replies.py, the dedupe back-end in bloom.py, and the reads and
-clean-up of the daemons and the CLI in reads.py.
+Workers, daemons and the CLI all go through this class, so the key layout and the scripts
+have one Python face. What the calls take and give back is in records.py, the reply parsers
+in replies.py, the dedupe back-end in bloom.py, the daemons' and CLI's reads and clean-up in reads.py.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from streams_sched.frontier.keys import (
     CrawlKeys,
     ShardKeys,
     SiteKeys,
+    shard_keys_for,
     shard_of,
     stream_code,
     stream_mask,
@@ -139,7 +139,7 @@ class Frontier(CrawlReads):
         return keys
 
     def shard(self, n: int) -> ShardKeys:
-        return ShardKeys(self.crawl, n)
+        return shard_keys_for(self.crawl, n)
 
     def shard_keys(self) -> list[ShardKeys]:
         return [ShardKeys(self.crawl, n) for n in range(self.shards)]

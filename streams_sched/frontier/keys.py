@@ -65,7 +65,7 @@ import re
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from streams_sched.errors import ConfigError
 
@@ -87,6 +87,7 @@ __all__ = [
     "DEFAULT_SHARDS",
     "ShardKeys",
     "SiteKeys",
+    "shard_keys_for",
     "shard_of",
     "validate_crawl_name",
     "validate_site_name",
@@ -287,52 +288,77 @@ class ShardKeys:
         return (*self.readies, self.leased, self.inbox, self.sites, self.stats, self.sync)
 
 
-@dataclass(frozen=True)
+#: the suffixes of a site's request streams after its base, in :data:`STREAMS` order
+_STREAM_SUFFIXES: tuple[str, ...] = tuple(f":q:{t}:{b}" for t, b in STREAMS)
+
+
+@lru_cache(maxsize=4096)
+def shard_keys_for(crawl: str, shard: int) -> ShardKeys:
+    """One ShardKeys per shard, shared by its sites' keys."""
+    return ShardKeys(crawl, shard)
+
+
 class SiteKeys:
     """Key names of one site of one crawl; all share the hash tag of the site's shard,
     ``{crawl/#n}`` (``shard`` None: the per-site tag ``{crawl/site}`` of crawls written
-    before shards, kept so that ``streams-sched upgrade`` can find their keys)."""
+    before shards, kept so that ``streams-sched upgrade`` can find their keys).
 
-    crawl: str
-    site: str
-    shard: int | None = None
+    Treat it as immutable (it hashes by crawl, site and shard). The keys a worker's
+    scripts take are built with the object, in slots; the rest are built when asked.
+    A worker makes one for every site it leases from, so at a million one-page sites
+    this is one object per site for the garbage collector to track, not the two
+    (object and ``__dict__``) of cached properties, and a third of the time to build.
+    """
 
-    @cached_property
-    def tag(self) -> str:
-        if self.shard is None:
-            return "{" + self.crawl + "/" + self.site + "}"
-        return "{" + self.crawl + "/#" + str(self.shard) + "}"
+    __slots__ = ("base", "crawl", "delayed", "dlq", "obs", "policy", "shard", "site", "stats", "streams", "tag")
 
-    @cached_property
-    def base(self) -> str:
-        if self.shard is None:
-            return f"{ROOT}:{self.tag}"
-        return f"{ROOT}:{self.tag}:{self.site}"
+    def __init__(self, crawl: str, site: str, shard: int | None = None) -> None:
+        self.crawl = crawl
+        self.site = site
+        self.shard = shard
+        if shard is None:
+            self.tag = "{" + crawl + "/" + site + "}"
+            self.base = base = f"{ROOT}:{self.tag}"
+        else:
+            self.tag = "{" + crawl + "/#" + str(shard) + "}"
+            self.base = base = f"{ROOT}:{self.tag}:{site}"
+        #: every request stream of the site, in :data:`STREAMS` order
+        self.streams = tuple([base + sfx for sfx in _STREAM_SUFFIXES])
+        self.delayed = base + ":delayed"
+        self.dlq = base + ":dlq"
+        self.stats = base + ":stats"
+        self.policy = base + ":policy"
+        #: the answers the workers saw in the last second (feedback.lua), a string that expires
+        #: when idle; named apart from the previous version's hash (:attr:`obs_v1`), so workers
+        #: of both versions go on working side by side in a rolling upgrade
+        self.obs = base + ":window"
 
-    @cached_property
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not SiteKeys:
+            return NotImplemented
+        return (self.crawl, self.site, self.shard) == (other.crawl, other.site, other.shard)
+
+    def __hash__(self) -> int:
+        return hash((self.crawl, self.site, self.shard))
+
+    def __repr__(self) -> str:
+        return f"SiteKeys(crawl={self.crawl!r}, site={self.site!r}, shard={self.shard!r})"
+
+    @property
     def index(self) -> ShardKeys:
         """The keys of the site's shard."""
         if self.shard is None:
             raise ValueError(f"site {self.site!r} has no shard: its crawl was written before shards")
-        return ShardKeys(self.crawl, self.shard)
+        return shard_keys_for(self.crawl, self.shard)
 
     def stream(self, task: str, band: str) -> str:
         return f"{self.base}:q:{task}:{band}"
 
-    @cached_property
-    def streams(self) -> tuple[str, ...]:
-        """Every request stream of the site, in :data:`STREAMS` order."""
-        return tuple(self.stream(t, b) for t, b in STREAMS)
-
-    @cached_property
-    def delayed(self) -> str:
-        return f"{self.base}:delayed"
-
-    @cached_property
+    @property
     def seen(self) -> str:
         return f"{self.base}:seen"
 
-    @cached_property
+    @property
     def seen_meta(self) -> str:
         return f"{self.base}:seen:meta"
 
@@ -340,26 +366,7 @@ class SiteKeys:
         """The seen filter (and its meta) of one revisit time bucket."""
         return f"{self.base}:seen:{bucket}", f"{self.base}:seen:{bucket}:meta"
 
-    @cached_property
-    def dlq(self) -> str:
-        return f"{self.base}:dlq"
-
-    @cached_property
-    def stats(self) -> str:
-        return f"{self.base}:stats"
-
-    @cached_property
-    def policy(self) -> str:
-        return f"{self.base}:policy"
-
-    @cached_property
-    def obs(self) -> str:
-        """The answers the workers saw in the last second (feedback.lua): a string that
-        expires when idle. It has a name of its own, so workers of the previous version,
-        which keep a hash at :attr:`obs_v1`, go on working beside these in a rolling upgrade."""
-        return f"{self.base}:window"
-
-    @cached_property
+    @property
     def sync(self) -> str:
         """Written just before a WAIT for replicas of this site's primary (replicas.py); expires
         by itself. With shards this is the shard's key: one barrier covers all its sites."""
@@ -367,12 +374,12 @@ class SiteKeys:
             return self.index.sync
         return f"{self.base}:sync"
 
-    @cached_property
+    @property
     def obs_v1(self) -> str:
         """The previous version's observed window (a hash that expires when idle); purged only."""
         return f"{self.base}:obs"
 
-    @cached_property
+    @property
     def all(self) -> tuple[str, ...]:
         """Every key of the site (used by purge)."""
         return (
