@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # band_for is a naming rule (keys.py), re-exported: deciding starts with a band
 from streams_sched.frontier.keys import band_for
@@ -48,8 +49,11 @@ def empty_lease_backoff(empty_streak: int, idle_poll_s: float, next_due_in_ms: i
     return backoff
 
 
-@dataclass(slots=True)
-class LeasePlan:
+class LeasePlan(NamedTuple):
+    """What to lease from one site: at most ``total`` entries, of them at most ``max_http``
+    http and ``max_browser`` browser ones. A tuple: it is the site's part of the
+    lease call's arguments as it stands (Frontier.lease_shard)."""
+
     site: str
     total: int
     max_http: int

@@ -136,7 +136,7 @@ class Leasing:
         self.frontier.lease_shard(
             plan.shard,
             self.node_id,
-            [(p.site, p.total, p.max_http, p.max_browser) for p in plan.sites],
+            plan.sites,
             self.config.band_ratio,
             name=plan.name if tasks else 0,
             spread=self.random.getrandbits(31),
