@@ -260,3 +260,17 @@ def test_healthy_answers_of_a_site_go_with_its_ack_not_a_feedback_call(
         assert calls == []
     finally:
         s.close("test")
+
+
+def test_a_site_whose_lease_took_its_last_request_keeps_no_hint(sched: StreamsScheduler) -> None:
+    """A lease reply that leaves a site with nothing makes no SiteHint; a site with more queued gets one."""
+    assert sched._pump is not None
+    leasing = sched._pump.leasing
+    many = 4 * leasing.per_site_cap  # more than one worker may hold of a site
+    assert sched.enqueue_request(scrapy.Request("http://one.test/"))
+    for i in range(many):
+        assert sched.enqueue_request(scrapy.Request(f"http://two.test/{i}"))
+    wait_for(lambda: "one.test" in leasing.drained and "two.test" in leasing.hints, timeout=10,
+             what="both sites leased")
+    assert "one.test" not in leasing.hints and leasing.finished("one.test")
+    assert not leasing.finished("two.test")

@@ -77,6 +77,10 @@ class Leasing:
         self.hints: dict[str, SiteHint] = {}
         #: the weights other than 1 among the hints (most sites weigh 1)
         self.weighted: dict[str, float] = {}
+        #: sites whose last lease reply gave requests and showed nothing else: no backlog,
+        #: nothing delayed, no rate, weight 1, no browser cap. A hint would say no more than
+        #: a site without one, so at one page per site none is made (bounded: _prune_hints)
+        self.drained: set[str] = set()
         shards = frontier.shards
         #: per shard, the ready sites it named to this worker (an ordered set), and when to
         #: ask it again while it names none
@@ -155,6 +159,8 @@ class Leasing:
 
     def finished(self, site: str) -> bool:
         """The site's last lease reply showed no backlog, no delayed request and no rate."""
+        if site in self.drained:
+            return True
         hint = self.hints.get(site)
         return (
             hint is not None and hint.backlog_http == 0 and hint.backlog_browser <= 0
@@ -177,6 +183,7 @@ class Leasing:
         n = shard_of(site, len(self.named))
         self.shard_due[n] = 0.0
         self.shard_streak[n] = 0
+        self.drained.discard(site)
         hint = self.hints.get(site)
         if hint is not None:
             hint.backlog_http = hint.backlog_browser = -1
@@ -197,9 +204,11 @@ class Leasing:
     def _prune_hints(self, now: float) -> None:
         """Forget sites this worker holds nothing of and need not wait for: what it keeps
         follows the sites it holds, not the crawl."""
+        held = self.book.by_site
+        if len(self.drained) > HINTS_PER_SLOT * self.capacity:
+            self.drained = {s for s in self.drained if s in held}
         if len(self.hints) <= HINTS_PER_SLOT * self.capacity:
             return
-        held = self.book.by_site
         self.hints = {s: h for s, h in self.hints.items() if s in held or h.not_before > now}
         self.weighted = {s: w for s, w in self.weighted.items() if s in self.hints}
 
@@ -231,29 +240,39 @@ class Leasing:
     def _on_site_leased(self, plan: LeasePlan, r: LeaseReply, now: float) -> int:
         site = plan.site
         n = len(r.entries)
+        weight = r.weight if r.weight > 0 else 1.0
         hint = self.hints.get(site)
-        if hint is None:
-            if not n and r.wait_ms == 0 and not r.deferred:
-                return 0  # nothing held, nothing to wait for: nothing to remember
-            hint = self.hints[site] = SiteHint()
+        if hint is None and n and _drained(plan, r, weight):
+            self.drained.add(site)
+        else:
+            if hint is None:
+                if not n and r.wait_ms == 0 and not r.deferred:
+                    return 0  # nothing held, nothing to wait for: nothing to remember
+                hint = self.hints[site] = SiteHint()
+            self.drained.discard(site)
+            self._learn(hint, plan, r, weight, now)
+        if weight != 1.0:
+            self.weighted[site] = weight
+        elif self.weighted:
+            self.weighted.pop(site, None)
+        if self.exchange.weights.get(site) != weight:
+            self.exchange.weights[site] = weight
+        if n:
+            self.exchange.stats.append(("streams/leased", n))
+        return self.accept(r.entries)
+
+    def _learn(self, hint: SiteHint, plan: LeasePlan, r: LeaseReply, weight: float, now: float) -> None:
         # lease.lua only looks at the task types it was asked for
         if plan.max_http > 0:
             hint.backlog_http = r.backlog_http
         if plan.max_browser > 0:
             hint.backlog_browser = r.backlog_browser
         hint.delayed = r.delayed
-        hint.weight = r.weight if r.weight > 0 else 1.0
-        if hint.weight != 1.0:
-            self.weighted[site] = hint.weight
-        elif self.weighted:
-            self.weighted.pop(site, None)
-        if self.exchange.weights.get(site) != hint.weight:
-            self.exchange.weights[site] = hint.weight
+        hint.weight = weight
         hint.rate = r.rate
         hint.max_browser = r.max_browser
-        if n:
+        if r.entries:
             hint.not_before = 0.0
-            self.exchange.stats.append(("streams/leased", n))
         elif r.deferred:
             # only requests that failed a delivery, and this worker already holds one
             hint.not_before = now + SUSPECT_RETRY_S
@@ -261,7 +280,6 @@ class Leasing:
             hint.not_before = now + self.config.idle_poll_seconds
         elif r.wait_ms > 0:
             hint.not_before = now + r.wait_ms / 1000.0
-        return self.accept(r.entries)
 
     def accept(self, entries: list[LeasedEntry]) -> int:
         """Decode leased entries; good ones go to the reactor, bad ones to the dead-letter stream."""
@@ -294,3 +312,14 @@ class Leasing:
         if browser:
             self.exchange.stats.append(("streams/leased_browser", browser))
         return arrived
+
+
+def _drained(plan: LeasePlan, r: LeaseReply, weight: float) -> bool:
+    """A reply with requests that says nothing else of the site: no http backlog (asked
+    for), no browser backlog (if asked), nothing delayed, no rate, no browser cap, weight 1.
+    A fresh hint from it would plan the site's next lease as no hint does, and only
+    :meth:`Leasing.finished` would read it."""
+    return (
+        plan.max_http > 0 and r.backlog_http == 0 and (plan.max_browser <= 0 or r.backlog_browser <= 0)
+        and r.delayed == 0 and r.rate == 0 and r.max_browser == -1 and weight == 1.0
+    )
