@@ -69,7 +69,6 @@ class Leasing:
         self.capacity = capacity
         self.per_site_cap = per_site_cap
         self.browser_cap = config.browser_max if "browser" in config.capabilities else 0
-        self.http = "http" in config.capabilities
         #: a suspect request ended here: the next expired lease may be taken over
         self.on_suspect_done = on_suspect_done
         #: what this worker last learned of the sites it holds or recently asked (bounded:
@@ -92,6 +91,11 @@ class Leasing:
         self.random = random.Random()
         #: ready sites to ask each shard for per call
         self.name_count = max(8, min(256, math.ceil(2 * capacity / shards)))
+
+    @property
+    def http(self) -> bool:
+        """This worker leases http requests (STREAMS_CAPABILITIES)."""
+        return "http" in self.config.capabilities
 
     def next_due(self, now: float) -> float:
         """When a shard should be asked next: now if one named sites."""
