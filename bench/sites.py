@@ -40,6 +40,11 @@ streams-sched as it was at git revision REV (bench/revision.py): its workers,
 its ``streams-sched push`` and its Seeder import that revision's streams_sched;
 the report compares today's KIND with it per row.
 
+With ``--rounds R`` every kind runs R times in a row, the kinds in their order in odd
+rounds and in reverse in even ones, so no kind always runs first (on these shared
+machines the first run of a row is often the slow one). The tables then give, per kind,
+the run with the median pages/s, and a table of the rounds shows every one.
+
 After the rows (unless ``--no-reference``), each streams-sched kind crawls bench (a)'s
 10 sites x 2,000 pages on the same Redis, and the report gives each row's Redis CPU per
 page against that deep crawl's (the bound is 2x).
@@ -97,6 +102,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reference", action=argparse.BooleanOptionalAction, default=True,
                    help="also crawl 10 sites x 2,000 pages with each streams-sched kind on the same Redis,"
                         " for Redis CPU per page against a deep crawl (default: yes)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="runs of every kind per row, in alternating order; the tables give each kind's median (default 1)")
     p.add_argument("--concurrency", type=int, default=256, help="CONCURRENT_REQUESTS (default 256)")
     p.add_argument("--per-domain", type=int, default=2, help="CONCURRENT_REQUESTS_PER_DOMAIN (default 2)")
     p.add_argument("--timeout-s", type=float, default=600.0,
@@ -107,6 +114,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.window_s = a.window_s or (10.0 if a.quick else 60.0)
     a.deep = (DEEP[0], 60) if a.quick else DEEP
     a.kinds = a.kinds.split(",")
+    if a.rounds < 1:
+        p.error(f"--rounds {a.rounds}: at least 1")
     for kind in a.kinds:
         base = split_kind(kind)[0]
         if base not in KINDS:
@@ -385,39 +394,72 @@ def run_row(n: int, args: argparse.Namespace, server_url: str, tmp: Path) -> dic
     client = redis.Redis.from_url(server_url, socket_timeout=None)
     crawl = "sites"
     row: dict[str, Any] = {"sites": n, "runs": [], "push": {}, "seeder": {}}
-    for kind in args.kinds:
-        base = split_kind(kind)[0]
-        if base == "memory":
-            say(f"{n:,} sites: {kind}, one worker")
-            row["runs"].append(report_run(crawl_window(kind, 1, n, None, None, crawl, args)))
-        elif base == "scrapy-redis":
-            push = push_scrapy_redis(client, f"{crawl}:start_urls", n)
-            row["push"][kind] = [push]
-            say(f"{n:,} sites: {kind}: LPUSH {push['urls_per_s']:,.0f} URLs/s, {push['bytes_per_site']:.0f} B/site;"
-                " one worker")
-            row["runs"].append(report_run(crawl_window(kind, 1, n, server_url, client, crawl, args)))
-        else:
-            api = seeder_api(kind, client, server_url, crawl, urls, n)
-            row["seeder"][kind] = api
-            say(f"{n:,} sites: {kind}: Seeder.seed() {api['urls_per_s']:,.0f} URLs/s")
-            for workers in (1, 2) if args.two_workers else (1,):
-                push = push_streams(kind, client, server_url, crawl, urls, nothing, n)
-                row["push"].setdefault(kind, []).append(push)
-                say(f"{n:,} sites: {kind}: push {push['urls_per_s']:,.0f} URLs/s ({net_text(push['net_urls_per_s'])} net"
-                    f" of {push['startup_s']:.1f} s start-up), {push['bytes_per_site']:,.0f} B/site;"
-                    f" {'one worker' if workers == 1 else 'two workers'}")
-                row["runs"].append(report_run(crawl_window(kind, workers, n, server_url, client, crawl, args)))
+    seeders: dict[str, list[dict[str, Any]]] = {}
+    for rnd in range(1, args.rounds + 1):
+        for kind in round_order(args.kinds, rnd):
+            runs = len(row["runs"])
+            run_kind(row, seeders, kind, n, args, server_url, client, crawl, urls, nothing)
+            for r in row["runs"][runs:]:
+                r["round"] = rnd
+    # the Seeder of the median rate stands for its kind; every call is kept
+    row["seeder"] = {kind: median_by(calls, "urls_per_s") for kind, calls in seeders.items()}
+    row["seeder_calls"] = seeders
     client.flushall()
     client.close()
     urls.unlink()
     return row
 
 
+def round_order(kinds: list[str], rnd: int) -> list[str]:
+    """The kinds in their order in odd rounds, in reverse in even ones."""
+    return list(kinds) if rnd % 2 else list(reversed(kinds))
+
+
+def median_by(items: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The item with the median ``key`` (the lower of the two middle ones for an even count)."""
+    ranked = sorted(items, key=lambda x: x[key])
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def run_kind(
+    row: dict[str, Any], seeders: dict[str, list[dict[str, Any]]], kind: str, n: int, args: argparse.Namespace,
+    server_url: str, client: redis.Redis, crawl: str, urls: Path, nothing: Path,
+) -> None:
+    """One kind's runs of one round: seeding, then one worker (and two, for streams-sched)."""
+    base = split_kind(kind)[0]
+    if base == "memory":
+        say(f"{n:,} sites: {kind}, one worker")
+        row["runs"].append(report_run(crawl_window(kind, 1, n, None, None, crawl, args)))
+    elif base == "scrapy-redis":
+        push = push_scrapy_redis(client, f"{crawl}:start_urls", n)
+        row["push"].setdefault(kind, []).append(push)
+        say(f"{n:,} sites: {kind}: LPUSH {push['urls_per_s']:,.0f} URLs/s, {push['bytes_per_site']:.0f} B/site;"
+            " one worker")
+        row["runs"].append(report_run(crawl_window(kind, 1, n, server_url, client, crawl, args)))
+    else:
+        api = seeder_api(kind, client, server_url, crawl, urls, n)
+        seeders.setdefault(kind, []).append(api)
+        say(f"{n:,} sites: {kind}: Seeder.seed() {api['urls_per_s']:,.0f} URLs/s")
+        for workers in (1, 2) if args.two_workers else (1,):
+            push = push_streams(kind, client, server_url, crawl, urls, nothing, n)
+            row["push"].setdefault(kind, []).append(push)
+            say(f"{n:,} sites: {kind}: push {push['urls_per_s']:,.0f} URLs/s ({net_text(push['net_urls_per_s'])} net"
+                f" of {push['startup_s']:.1f} s start-up), {push['bytes_per_site']:,.0f} B/site;"
+                f" {'one worker' if workers == 1 else 'two workers'}")
+            row["runs"].append(report_run(crawl_window(kind, workers, n, server_url, client, crawl, args)))
+
+
 # --- report ------------------------------------------------------------------------------------
 
 
+def _runs(row: dict[str, Any], kind: str, workers: int = 1) -> list[dict[str, Any]]:
+    return [r for r in row["runs"] if r["kind"] == kind and r["workers"] == workers]
+
+
 def _run(row: dict[str, Any], kind: str, workers: int = 1) -> dict[str, Any] | None:
-    return next((r for r in row["runs"] if r["kind"] == kind and r["workers"] == workers), None)
+    """The run of ``kind`` with ``workers`` (of several rounds, the one with the median pages/s)."""
+    runs = _runs(row, kind, workers)
+    return median_by(runs, "pages_per_s") if runs else None
 
 
 def _rate(r: dict[str, Any] | None) -> str:
@@ -494,8 +536,9 @@ def render(res: dict[str, Any]) -> str:
         for r in row["runs"]:
             cpu = f"{r['redis_cpu_us_per_page']:.0f}" if "redis_cpu_us_per_page" in r else "-"
             cmds = f"{r['redis_calls_per_page']:.2f}" if "redis_calls_per_page" in r else "-"
+            kind = r["kind"] + (f" (round {r['round']})" if cfg.get("rounds", 1) > 1 else "")
             lines.append(
-                f"| {row['sites']:,} | {r['kind']} | {r['workers']} | {_rate(r)} | {r['pages_per_s_from_gate']:,.0f} |"
+                f"| {row['sites']:,} | {kind} | {r['workers']} | {_rate(r)} | {r['pages_per_s_from_gate']:,.0f} |"
                 f" {r['startup_s']:.1f} | {r['pages']:,} | {' + '.join(f'{m:,.0f}' for m in r['max_rss_mb'])} |"
                 f" {r['worker_cpu_ms_per_page']:.2f} | {_gc(r)} | {cpu} | {cmds} | {r['repeats']} |")
     lines += ["", "Seeding (Redis used_memory right after it, before any crawl):", "",
@@ -507,8 +550,9 @@ def render(res: dict[str, Any]) -> str:
                 net = f"{net_text(p['net_urls_per_s'])} ({p['startup_s']:.1f} s start-up)" if "net_urls_per_s" in p else "-"
                 lines.append(f"| {row['sites']:,} | {kind} | {how} | {p['urls_per_s']:,.0f} | {net} |"
                              f" {p['bytes_per_site']:,.1f} |")
-        for kind, api in row["seeder"].items():
-            lines.append(f"| {row['sites']:,} | {kind} | Seeder.seed() | {api['urls_per_s']:,.0f} | - | - |")
+        for kind, calls in row.get("seeder_calls", {k: [v] for k, v in row["seeder"].items()}).items():
+            for api in calls:
+                lines.append(f"| {row['sites']:,} | {kind} | Seeder.seed() | {api['urls_per_s']:,.0f} | - | - |")
     for row in res["rows"]:
         pushes = row["push"].get(main, []) if main else []
         if pushes:
@@ -517,7 +561,33 @@ def render(res: dict[str, Any]) -> str:
                          f" {PUSH_TARGET:,}: {'met' if rate >= PUSH_TARGET else 'not met'}")
     lines += against_deep(res, main)
     lines += against_revisions(res)
+    lines += by_round(res)
     return "\n".join(lines)
+
+
+def by_round(res: dict[str, Any]) -> list[str]:
+    """With several rounds: each kind's pages/s in every round, its median, and the median's
+    ratio to the in-memory scheduler's median in the same row."""
+    if res["config"].get("rounds", 1) < 2:
+        return []
+    out = ["", f"Rounds (every kind ran {res['config']['rounds']} times per row, in alternating order; the"
+           " tables above give the median run):", "",
+           "| sites | kind | workers | pages/s by round | median | against the in-memory median | worker CPU ms/page by round |",
+           "|---|---|---|---|---|---|---|"]
+    for row in res["rows"]:
+        mem = _run(row, "memory")
+        for kind in res["config"]["kinds"]:
+            for workers in (1, 2):
+                runs = sorted(_runs(row, kind, workers), key=lambda r: r["round"])
+                if not runs:
+                    continue
+                med = _run(row, kind, workers)
+                cpu = " / ".join(f"{r['worker_cpu_ms_per_page']:.2f}" for r in runs)
+                out.append(
+                    f"| {row['sites']:,} | {kind} | {workers} | {' / '.join(_rate(r) for r in runs)} | {_rate(med)} |"
+                    f" {_ratio(_pps(med), _pps(mem)) if workers == 1 else '-'} |"
+                    f" {cpu} |")
+    return out
 
 
 def against_revisions(res: dict[str, Any]) -> list[str]:
@@ -602,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {
         "config": {"command": "./scripts/bench.sh sites " + " ".join(shlex.quote(a) for a in given),
                    "sites": args.sites, "window_s": args.window_s, "kinds": args.kinds,
-                   "two_workers": args.two_workers, "deep": args.deep, "concurrency": args.concurrency, "per_domain": args.per_domain},
+                   "two_workers": args.two_workers, "rounds": args.rounds, "deep": args.deep, "concurrency": args.concurrency, "per_domain": args.per_domain},
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "rows": [],
     }
