@@ -550,7 +550,7 @@ def render(res: dict[str, Any]) -> str:
                 net = f"{net_text(p['net_urls_per_s'])} ({p['startup_s']:.1f} s start-up)" if "net_urls_per_s" in p else "-"
                 lines.append(f"| {row['sites']:,} | {kind} | {how} | {p['urls_per_s']:,.0f} | {net} |"
                              f" {p['bytes_per_site']:,.1f} |")
-        for kind, calls in row.get("seeder_calls", {k: [v] for k, v in row["seeder"].items()}).items():
+        for kind, calls in row["seeder_calls"].items():
             for api in calls:
                 lines.append(f"| {row['sites']:,} | {kind} | Seeder.seed() | {api['urls_per_s']:,.0f} | - | - |")
     for row in res["rows"]:
