@@ -142,7 +142,7 @@ class Frontier(CrawlReads):
         return shard_keys_for(self.crawl, n)
 
     def shard_keys(self) -> list[ShardKeys]:
-        return [ShardKeys(self.crawl, n) for n in range(self.shards)]
+        return [self.shard(n) for n in range(self.shards)]
 
     def _target(self, pipe: Any) -> Any:
         return self.client if pipe is None else pipe
