@@ -112,7 +112,7 @@ class Writes:
         self.frontier.ack_shard(calls, pipe)
         sent.append(LeaseOpsSent(Ack, group, tuple(answered)))
 
-    def queue_feedback(self, pipe: Any, sent: list[Sent], now: float, waiting: Iterable[LeaseOp] = ()) -> None:
+    def queue_feedback(self, pipe: Any, sent: list[Sent], now: float, waiting: Iterable[LeaseOp]) -> None:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
         timeout or robots.txt, otherwise every STREAMS_FEEDBACK_INTERVAL_SECONDS. Healthy
         answers of a site this worker holds leases of wait for its ack instead, and so do
