@@ -536,7 +536,7 @@ def render(res: dict[str, Any]) -> str:
         for r in row["runs"]:
             cpu = f"{r['redis_cpu_us_per_page']:.0f}" if "redis_cpu_us_per_page" in r else "-"
             cmds = f"{r['redis_calls_per_page']:.2f}" if "redis_calls_per_page" in r else "-"
-            kind = r["kind"] + (f" (round {r['round']})" if cfg.get("rounds", 1) > 1 else "")
+            kind = r["kind"] + (f" (round {r['round']})" if cfg["rounds"] > 1 else "")
             lines.append(
                 f"| {row['sites']:,} | {kind} | {r['workers']} | {_rate(r)} | {r['pages_per_s_from_gate']:,.0f} |"
                 f" {r['startup_s']:.1f} | {r['pages']:,} | {' + '.join(f'{m:,.0f}' for m in r['max_rss_mb'])} |"
@@ -568,7 +568,7 @@ def render(res: dict[str, Any]) -> str:
 def by_round(res: dict[str, Any]) -> list[str]:
     """With several rounds: each kind's pages/s in every round, its median, and the median's
     ratio to the in-memory scheduler's median in the same row."""
-    if res["config"].get("rounds", 1) < 2:
+    if res["config"]["rounds"] < 2:
         return []
     out = ["", f"Rounds (every kind ran {res['config']['rounds']} times per row, in alternating order; the"
            " tables above give the median run):", "",
