@@ -94,7 +94,8 @@ def site_roles(k: SiteKeys, filters: list[str]) -> dict[str, list[str]]:
 
 def shard_roles(ix: ShardKeys) -> dict[str, list[str]]:
     return {"ready:http": [ix.ready("http")], "ready:browser": [ix.ready("browser")], "leased": [ix.leased],
-            "inbox": [ix.inbox], "sites": [ix.sites], "shard stats": [ix.stats]}
+            "inbox": [ix.inbox], "sites": [ix.sites], "shard stats": [ix.stats],
+            "fresh:http": [ix.freshes[0]], "fresh:browser": [ix.freshes[1]]}
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

@@ -55,21 +55,23 @@ def named(f: Frontier, shard: int, tasks: str = "hb") -> list[str]:
 
 
 def test_one_url_to_a_fresh_site_waits_in_the_inbox_until_the_ninth(redis_url: str, dedupe: str, crawl: str) -> None:
-    """One URL to a fresh site goes to its shard's inbox (no stream), counts as backlog and makes
-    the site ready for http; the 9th request moves the inbox into the stream, in order."""
+    """One URL to a fresh site goes to its shard's inbox (no stream), counts as backlog and puts
+    the site in the http list of new sites; the 9th request moves the inbox into the stream, in order."""
     f = frontier(redis_url, crawl, dedupe)
     f.ensure_layout()
     k = f.site("a.test")
-    before = redis_ms(f)
     assert f.enqueue("a.test", [out(0)])[0] == 1
     assert f.client.exists(*k.streams) == 0
     assert inbox_of(f, "a.test") == [(1, b"payload-0")]
     assert f.status("a.test").backlog == 1
-    score = ready_score(f, "a.test")
-    assert score is not None and before <= score <= redis_ms(f)
-    assert ready_score(f, "a.test", "browser") is None
+    assert [f.client.lrange(key, 0, -1) for key in k.index.freshes] == [[b"a.test"], []]
+    assert all(ready_score(f, "a.test", t) is None for t in TASK_TYPES)
     assert f.client.sismember(k.index.sites, "a.test")
-    for i in range(1, 8):
+    before = redis_ms(f)
+    assert f.enqueue("a.test", [out(1)])[0] == 1
+    score = ready_score(f, "a.test")  # a known site's work goes in the ready index
+    assert score is not None and before <= score <= redis_ms(f)
+    for i in range(2, 8):
         assert f.enqueue("a.test", [out(i)])[0] == 1
     assert f.client.exists(*k.streams) == 0 and len(inbox_of(f, "a.test")) == 8
     assert f.enqueue("a.test", [out(8)])[0] == 1
@@ -78,7 +80,7 @@ def test_one_url_to_a_fresh_site_waits_in_the_inbox_until_the_ninth(redis_url: s
     assert inbox_of(f, "a.test") == [] and f.client.hexists(k.index.inbox, "a.test") == 0
     st = f.status("a.test")
     assert (st.backlog, st.pending) == (9, 0)
-    assert ready_score(f, "a.test") == score  # ready since the first request, not the ninth
+    assert ready_score(f, "a.test") == score  # ready since the second request, not the ninth
 
 
 def test_lease_from_the_inbox_then_ack_leaves_no_trace(redis_url: str, dedupe: str, crawl: str) -> None:
@@ -244,3 +246,85 @@ def test_shard_counts_are_zero_once_a_crawl_drains(redis_url: str, dedupe: str, 
     assert sum(c[3] for c in f.shard_counts()) == total
     assert all(f.client.hlen(f.shard(n).inbox) == 0 for n in range(f.shards))
     assert all(st.is_empty for st in f.status_many(sites))
+
+
+def test_a_new_site_leased_before_it_is_named_is_counted_twice_until_a_lease_call_skips_it(
+    redis_url: str, dedupe: str, crawl: str
+) -> None:
+    """A new site leased straight away (its worker enqueued it) is in its shard's fresh list and,
+    with work left, its ready index: the shard's ready figure counts it twice until the next
+    lease call pops it, sees its inbox flushed and leaves its ready score alone."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.ensure_layout()
+    k = f.site("a.test")
+    shard = k.shard or 0
+    f.enqueue("a.test", [out(0), out(1)])
+    assert f.lease("a.test", "w1", 1, WEIGHTS).entries
+    score = ready_score(f, "a.test")
+    assert score is not None and f.client.llen(k.index.freshes[0]) == 1
+    assert f.shard_counts()[shard][0] == 2
+    assert named(f, shard) == ["a.test"]
+    assert f.client.llen(k.index.freshes[0]) == 0 and ready_score(f, "a.test") == score
+    assert f.shard_counts()[shard][0] == 1
+
+
+def test_new_sites_move_into_the_ready_index_as_lease_calls_name_them(redis_url: str, dedupe: str, crawl: str) -> None:
+    """200 new sites of one shard wait in its fresh list, not its ready index; a lease call moves
+    eight times what it names, oldest first, so the index holds a few calls' worth, and naming and
+    leasing again and again serves every site once and empties both."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.ensure_layout()
+    sites = same_shard_sites(f, 200)
+    shard = f.site(sites[0]).shard or 0
+    ix = f.shard(shard)
+    for s in sites:
+        f.enqueue(s, [out(s)])
+    assert f.client.llen(ix.freshes[0]) == 200 and f.client.zcard(ix.ready("http")) == 0
+    first = parse_shard_lease([], f.lease_shard(shard, "w1", [], WEIGHTS, name=8, spread=0))
+    assert set(first.named) <= set(sites[:64])
+    assert f.client.zcard(ix.ready("http")) == 64 and f.client.llen(ix.freshes[0]) == 136
+    served: list[str] = []
+    names = first.named
+    for _ in range(100):
+        plans = [(s, 1, 1, 0) for s in names]
+        reply = parse_shard_lease(names, f.lease_shard(shard, "w1", plans, WEIGHTS, name=8, spread=0))
+        for s, r in zip(names, reply.sites, strict=True):
+            assert r is not None
+            served += [s] * len(r.entries)
+            f.ack(s, [(e.stream, e.id) for e in r.entries])
+        names = reply.named
+        if not names:
+            break
+    assert sorted(served) == sorted(sites)
+    assert f.client.llen(ix.freshes[0]) == 0 and f.client.zcard(ix.ready("http")) == 0
+    assert f.shard_counts()[shard][:3] == (0, 0, 0)
+
+
+def test_new_sites_are_served_while_busy_sites_fill_the_oldest_places(redis_url: str, dedupe: str, crawl: str) -> None:
+    """With more always-ready sites of long backlog than a call looks at, every lease call still
+    moves a quarter of what it names from the fresh list, so new sites reach the ready index and
+    are named after the busy sites that were ready before them."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.ensure_layout()
+    sites = same_shard_sites(f, 80)
+    busy, new = sites[:72], sites[72:]
+    shard = f.site(busy[0]).shard or 0
+    ix = f.shard(shard)
+    for s in busy:
+        f.enqueue(s, [out(f"{s}-{i}") for i in range(20)])  # past the inbox: streams, in the ready index
+    for s in new:
+        f.enqueue(s, [out(s)])
+    assert f.client.zcard(ix.ready("http")) == 72 and f.client.llen(ix.freshes[0]) == 8
+    named_new: set[str] = set()
+    for _ in range(40):
+        reply = parse_shard_lease([], f.lease_shard(shard, "w1", [], WEIGHTS, name=8, spread=0))
+        plans = [(s, 1, 1, 0) for s in reply.named]
+        leased = parse_shard_lease(reply.named, f.lease_shard(shard, "w1", plans, WEIGHTS, name=0))
+        for s, r in zip(reply.named, leased.sites, strict=True):
+            assert r is not None
+            f.ack(s, [(e.stream, e.id) for e in r.entries])
+        named_new |= set(reply.named) & set(new)
+        if named_new == set(new):
+            break
+    assert named_new == set(new)
+    assert f.client.llen(ix.freshes[0]) == 0

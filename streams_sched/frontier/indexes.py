@@ -47,17 +47,24 @@ class ShardSizes:
 
 
 def shard_sizes(f: Frontier) -> list[ShardSizes]:
-    """Every shard's :class:`ShardSizes`, in one pipeline (SCARD, three ZCARD, one HGET per shard)."""
+    """Every shard's :class:`ShardSizes`, in one pipeline (SCARD, three ZCARD, two LLEN, one
+    HGET per shard). A new site in the shard's fresh list counts as ready."""
     pipe = f.client.pipeline(transaction=False)
     shards = f.shard_keys()
     for shard in shards:
         pipe.scard(shard.sites)
-        for ready in shard.readies:
+        for ready, fresh in zip(shard.readies, shard.freshes, strict=True):
             pipe.zcard(ready)
+            pipe.llen(fresh)
         pipe.zcard(shard.leased)
         pipe.hget(shard.stats, "enqueued")
     replies = iter(pipe.execute())
-    return [ShardSizes(*(int(next(replies) or 0) for _ in range(5))) for _ in shards]
+    out = []
+    for _ in shards:
+        sites = int(next(replies))
+        http, browser = (int(next(replies)) + int(next(replies)) for _ in TASK_TYPES)
+        out.append(ShardSizes(sites, http, browser, int(next(replies)), int(next(replies) or 0)))
+    return out
 
 
 def _unique(names: Iterable[Any]) -> list[str]:
@@ -106,18 +113,23 @@ class IndexedSites:
 
 
 def indexed_sites(f: Frontier, per_shard: int) -> IndexedSites:
-    """The ``per_shard`` first sites of each shard's leased and ready indexes (one pipeline)."""
+    """The ``per_shard`` first sites of each shard's leased and ready indexes and of its lists
+    of new sites (one pipeline). A new site has no score yet: it comes after the ready ones."""
     pipe = f.client.pipeline(transaction=False)
     for shard in f.shard_keys():
         pipe.zrange(shard.leased, 0, per_shard - 1, withscores=True)
-        for ready in shard.readies:
+        for ready, fresh in zip(shard.readies, shard.freshes, strict=True):
             pipe.zrange(ready, 0, per_shard - 1, withscores=True)
+            pipe.lrange(fresh, 0, per_shard - 1)
     out = IndexedSites()
     replies = iter(pipe.execute())
     for _ in range(f.shards):
-        for into in (out.leased, *([out.ready] * len(TASK_TYPES))):
+        for into in (out.leased, *([out.ready, None] * len(TASK_TYPES))):
             part = next(replies)
             out.truncated = out.truncated or len(part) >= per_shard
+            if into is None:
+                part = [(name, float("inf")) for name in part]
+                into = out.ready
             for name, score in part:
                 site = text(name)
                 into[site] = min(float(score), into.get(site, float("inf")))

@@ -7,13 +7,13 @@ the shard's own indexes, carry the same Redis Cluster hash tag ``{crawl/#n}``,
 so one script can lease, ack or enqueue for several sites of a shard at once,
 on one server or on a cluster. Crawl-level keys carry ``{crawl}``.
 
-The shard's indexes are what makes a worker's cost follow the work: a worker
-finds sites with work in ``#ready:<task>`` instead of asking every site, takes
-over expired leases from ``#leased``, and decides that the crawl is drained
-from the shards' sizes, whatever the number of idle sites. Every script that
-gives a site backlog, a delayed request or a lease indexes it in the same call;
-a site the index still names after its work is gone is dropped by the next
-lease or takeover that finds it empty.
+The shard's indexes make a worker's cost follow the work: a worker finds sites
+with work in ``#ready:<task>`` (and new ones in ``#fresh:<task>``) instead of
+asking every site, takes over expired leases from ``#leased``, and decides that
+the crawl is drained from the shards' sizes, whatever the number of idle sites.
+Every script that gives a site work or a lease indexes it in the same call; a
+site an index names after its work is gone is dropped by the next lease or
+takeover that finds it empty.
 
 Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
 
@@ -30,6 +30,8 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:{C/#n}:#sites                SET     the shard's site registry (no KEYS/SCAN needed)
     ss:{C/#n}:#ready:<task>         ZSET    sites with backlog (or delayed requests) of that task
                                             type, scored by the time (ms) they may be leased again
+    ss:{C/#n}:#fresh:<task>         LIST    new sites with requests due now in the inbox, oldest first;
+                                            lease.lua moves them into ready as it names sites
     ss:{C/#n}:#leased               ZSET    sites with leased entries, scored by their oldest lease (ms)
     ss:{C/#n}:#inbox                HASH    site -> the few queued requests of a small site, packed
                                             (msgpack: stream code, payload, ...), until it is leased
@@ -53,10 +55,9 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:{C/#n}:S:policy              HASH    per-site policy (rate, burst, weight, paused, max_pages, ...),
                                             its token bucket, and its shared politeness state
                                             (a_rate, a_until, robots_delay, ...; see feedback.lua)
-    ss:{C/#n}:S:window              STRING  answers seen over the last second, "o_ts,o_n,o_ok,o_rate,
-                                            o_okrate" (feedback.lua), expires 3 s after the last report
-    ss:{C/#n}:S:obs                 HASH    the same, as the previous version kept it: only its workers
-                                            write it during a rolling upgrade; it expires the same way
+    ss:{C/#n}:S:window              STRING  answers seen over the last second (feedback.lua), expires
+                                            3 s after the last report
+    ss:{C/#n}:S:obs                 HASH    the same, as the previous version's workers write it
 """
 
 from __future__ import annotations
@@ -263,6 +264,11 @@ class ShardKeys:
         return tuple(self.ready(t) for t in TASK_TYPES)
 
     @cached_property
+    def freshes(self) -> tuple[str, ...]:
+        """The list of new sites of every task type, in :data:`TASK_TYPES` order."""
+        return tuple(f"{self.base}fresh:{t}" for t in TASK_TYPES)
+
+    @cached_property
     def leased(self) -> str:
         return f"{self.base}leased"
 
@@ -285,7 +291,7 @@ class ShardKeys:
 
     @cached_property
     def all(self) -> tuple[str, ...]:
-        return (*self.readies, self.leased, self.inbox, self.sites, self.stats, self.sync)
+        return (*self.readies, *self.freshes, self.leased, self.inbox, self.sites, self.stats, self.sync)
 
 
 #: the suffixes of a site's request streams after its base, in :data:`STREAMS` order
@@ -304,10 +310,9 @@ class SiteKeys:
     before shards, kept so that ``streams-sched upgrade`` can find their keys).
 
     Treat it as immutable (it hashes by crawl, site and shard). The keys a worker's
-    scripts take are built with the object, in slots; the rest are built when asked.
-    A worker makes one for every site it leases from, so at a million one-page sites
-    this is one object per site for the garbage collector to track, not the two
-    (object and ``__dict__``) of cached properties, and a third of the time to build.
+    scripts take are built with the object, in slots (a worker makes one per site it
+    leases from: one object for the collector, not two with a ``__dict__``, and a third
+    of the time to build); the rest are built when asked.
     """
 
     __slots__ = ("base", "crawl", "delayed", "dlq", "obs", "policy", "shard", "site", "stats", "streams", "tag")
@@ -368,8 +373,7 @@ class SiteKeys:
 
     @property
     def sync(self) -> str:
-        """Written just before a WAIT for replicas of this site's primary (replicas.py); expires
-        by itself. With shards this is the shard's key: one barrier covers all its sites."""
+        """The replica barrier key (replicas.py): with shards, the shard's, for all its sites."""
         if self.shard is not None:
             return self.index.sync
         return f"{self.base}:sync"

@@ -146,14 +146,17 @@ class CrawlReads:
     def shard_counts(self) -> list[tuple[int, int, int, int]]:
         """(sites ready for http, for browser, sites with leases, enqueued) of every shard,
         in one pipeline: what the drain check reads, whatever the number of
-        idle sites (an idle site is in none of the indexes)."""
-        replies = list(_chunked(self._counts_pipeline(self.client, self.shard_keys()), 4))
+        idle sites (an idle site is in none of the indexes). A shard's new sites not yet
+        in its ready index count as ready (a site in both counts twice for a moment)."""
+        replies = list(_chunked(self._counts_pipeline(self.client, self.shard_keys()), 6))
         out = []
         for part in replies:
             for v in part:
                 if isinstance(v, Exception):
                     raise v
-            out.append((int(part[0]), int(part[1]), int(part[2]), int(part[3] or 0)))
+            http, browser, fresh_http, fresh_browser, leased, enqueued = part
+            out.append((int(http) + int(fresh_http), int(browser) + int(fresh_browser), int(leased),
+                        int(enqueued or 0)))
         return out
 
     @staticmethod
@@ -162,6 +165,8 @@ class CrawlReads:
         for shard in shards:
             for ready in shard.readies:
                 pipe.zcard(ready)
+            for fresh in shard.freshes:
+                pipe.llen(fresh)
             pipe.zcard(shard.leased)
             pipe.hget(shard.stats, "enqueued")
         return list(pipe.execute(raise_on_error=False))

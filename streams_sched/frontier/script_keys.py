@@ -17,19 +17,19 @@ __all__ = ["BUILDERS", "ack", "claim", "dead", "enqueue", "fail", "feedback", "l
 
 
 def enqueue(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], seed: bool = False) -> list[str]:
-    """The shard's ready indexes, inbox, stats and site registry, then per site: delayed,
-    stats, policy, streams, then its Bloom filter pairs (current first). With ``seed``
-    (enqueue.lua's 'seed' keys) a site has only its stats and its filter pairs."""
-    keys = [*shard.readies, shard.inbox, shard.stats, shard.sites]
+    """The shard's ready indexes, inbox, stats, site registry and lists of new sites, then per
+    site: delayed, stats, policy, streams, then its Bloom filter pairs (current first). With
+    ``seed`` (enqueue.lua's 'seed' keys) a site has only its stats and its filter pairs."""
+    keys = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes]
     for k, filters in sites:
         keys += (k.stats, *filters) if seed else (k.delayed, k.stats, k.policy, *k.streams, *filters)
     return keys
 
 
 def lease(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
-    """The shard's ready indexes, leased index and inbox, then per site: delayed, dlq,
-    stats, policy, streams."""
-    keys = [*shard.readies, shard.leased, shard.inbox]
+    """The shard's ready indexes, leased index, inbox and lists of new sites, then per site:
+    delayed, dlq, stats, policy, streams."""
+    keys = [*shard.readies, shard.leased, shard.inbox, *shard.freshes]
     for k in sites:
         keys += (k.delayed, k.dlq, k.stats, k.policy, *k.streams)
     return keys

@@ -9,7 +9,9 @@
 -- KEYS[3]      inbox          HASH of the shard's small sites' queued requests
 -- KEYS[4]      shard stats    HASH of the shard's counters (enqueued)
 -- KEYS[5]      sites          SET, the shard's site registry
--- KEYS[6..]    per site, 9 + 2 * ARGV[8] keys:
+-- KEYS[6]      fresh:http     LIST of the shard's new sites with http work due now
+-- KEYS[7]      fresh:browser  LIST of the shard's new sites with browser work due now
+-- KEYS[8..]    per site, 9 + 2 * ARGV[8] keys:
 --              delayed        ZSET of waiting requests, score = due time in ms
 --              stats          HASH of counters
 --              policy         HASH of the site's policy (task_type routes requests)
@@ -48,6 +50,9 @@
 -- its keys before the registration. Such a new site, which is most sites while a broad
 -- crawl is seeded, skips the reads of its policy, filter, streams and inbox, and the
 -- filters and inbox fields of the call's new sites are written in one command each.
+-- Such a site with only requests due now goes at the end of its shard's fresh list, not
+-- in the ready index: a list member costs about 25 bytes where a ZSET member costs 115,
+-- and lease.lua moves fresh sites into the ready index as it names sites.
 
 local group, mode = ARGV[1], ARGV[2]
 local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -63,11 +68,14 @@ local PER_SITE = AT_FILTERS + 2 * n_filters
 local FIRST_SITE_ARG = 10
 local ready = { KEYS[1], KEYS[2] }
 local inbox, sites_ix = KEYS[3], KEYS[5]
+local fresh_ix = { KEYS[6], KEYS[7] }
+local FIRST_SITE_KEY = 8
 local now = nil -- Redis TIME, read once, when something needs it
 local total_added = 0
 -- The shard's indexes are written once per call, not once per site (a ZADD or SADD costs
 -- about as much per site as reading its policy): members collected here, see index_all.
 local marks = { {}, {} } -- per task type: score, site, score, site, ...
+local fresh_marks = { {}, {} } -- per task type: new sites with work due now, for the fresh list
 local registered = {}
 -- New sites' writes, made for all of them at once (write_new): seen key, value, ... (no
 -- revisit TTL) and site, packed inbox, ...
@@ -92,7 +100,7 @@ local function unregistered()
       local n = j + q - 1
       out[n] = got[q] == 0
       if out[n] then
-        local k = 6 + (n - 1) * PER_SITE + AT_FILTERS
+        local k = FIRST_SITE_KEY + (n - 1) * PER_SITE + AT_FILTERS
         for f = 0, 2 * n_filters - 1 do
           filter_keys[#filter_keys + 1] = KEYS[k + f]
         end
@@ -181,6 +189,10 @@ local function index_all()
     local m = marks[t]
     for j = 1, #m, 1000 do
       redis.call('ZADD', ready[t], 'LT', unpack(m, j, math.min(j + 999, #m)))
+    end
+    local f = fresh_marks[t]
+    for j = 1, #f, 1000 do
+      redis.call('RPUSH', fresh_ix[t], unpack(f, j, math.min(j + 999, #f)))
     end
   end
   for j = 1, #registered, 500 do
@@ -383,10 +395,10 @@ local function enqueue_new(k, site, first, last)
   if added > 0 then
     new_inbox[#new_inbox + 1] = site
     new_inbox[#new_inbox + 1] = cmsgpack.pack(list) .. UNCOUNTED
-    now = now or now_ms()
     for t = 1, 2 do
       if typed[t] then
-        mark_later(t, site, now)
+        local f = fresh_marks[t]
+        f[#f + 1] = site
       end
     end
   end
@@ -400,7 +412,7 @@ end
 
 local replies = {}
 local is_new = unregistered()
-local k, i = 6, FIRST_SITE_ARG
+local k, i = FIRST_SITE_KEY, FIRST_SITE_ARG
 while i <= #ARGV do
   local n, site = tonumber(ARGV[i + 1]), ARGV[i]
   -- a site that comes again in the call (a long list split in parts) reads what its first

@@ -12,13 +12,18 @@
 -- come in the shard's ready index, for the worker to lease in its next call: a run of
 -- them at a random place (ARGV[15]) among the oldest 8 x ARGV[14], so workers that
 -- call at the same moment are mostly named different sites, while the oldest sites
--- still come first.
+-- still come first. Before it names them it moves new sites from the front of the
+-- shard's fresh list into the ready index, scored now: enough that 8 x ARGV[14] sites are
+-- due, and never fewer than a quarter of ARGV[14], so new sites go on being served while
+-- sites with a long backlog fill the oldest places.
 --
 -- KEYS[1]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
 -- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[3]      leased         ZSET of the shard's sites with leased entries
 -- KEYS[4]      inbox          HASH of the shard's small sites' queued requests
--- KEYS[5..]    per site, 10 keys:
+-- KEYS[5]      fresh:http     LIST of the shard's new sites with http work (enqueue.lua)
+-- KEYS[6]      fresh:browser  LIST of the shard's new sites with browser work
+-- KEYS[7..]    per site, 10 keys:
 --              delayed        ZSET of waiting requests
 --              dlq            dead-letter stream (for malformed delayed members)
 --              stats          HASH of counters and band-rotation state
@@ -62,6 +67,7 @@ local promote_limit = tonumber(ARGV[6])
 local suspects_left = tonumber(ARGV[7]) or 1
 local ready = { KEYS[1], KEYS[2] }
 local leased_ix, inbox = KEYS[3], KEYS[4]
+local fresh_ix = { KEYS[5], KEYS[6] }
 local paused_wait = tonumber(ARGV[17])
 -- Redis TIME, read once per call
 local now = now_ms()
@@ -283,7 +289,7 @@ local function lease_site(k, site, total, max_http, max_browser)
 end
 
 local replies = {}
-local k = 5
+local k = 7
 local budget_left = tonumber(ARGV[18])
 for i = 19, #ARGV, 4 do
   local total = math.min(tonumber(ARGV[i + 1]), budget_left)
@@ -306,6 +312,25 @@ local next_in = -1
 for t, letter in ipairs({ 'h', 'b' }) do
   if string.find(ARGV[16], letter, 1, true) then
     local count = wanted > 0 and redis.call('ZCOUNT', ready[t], '-inf', now) or 0
+    if wanted > 0 then
+      -- A listed site whose inbox field is gone was leased or grew a stream since: whatever
+      -- work it has left put it in the ready index then. NX keeps the score of one that is
+      -- in the index already (it got more work since).
+      local moved = redis.call('LPOP', fresh_ix[t], math.max(8 * wanted - count, math.ceil(wanted / 4)))
+      if moved then
+        local queued = redis.call('HMGET', inbox, unpack(moved))
+        local pairs_ = {}
+        for j, site in ipairs(moved) do
+          if queued[j] then
+            pairs_[#pairs_ + 1] = now
+            pairs_[#pairs_ + 1] = site
+          end
+        end
+        if #pairs_ > 0 then
+          count = count + redis.call('ZADD', ready[t], 'NX', unpack(pairs_))
+        end
+      end
+    end
     if count > 0 then
       local start = spread % (math.max(0, math.min(count, 8 * wanted) - wanted) + 1)
       for _, site in ipairs(redis.call('ZRANGE', ready[t], start, start + wanted - 1)) do
