@@ -3,9 +3,8 @@
 Every method takes ``pipe=``: pass a pipeline to batch many calls into one
 round trip, then turn each reply into data with the matching ``parse_*``
 function. Without ``pipe`` the call runs at once and returns the parsed reply.
-Workers, daemons and the CLI all go through this class, so the key layout and the scripts
-have one Python face. What the calls take and give back is in records.py, the reply parsers
-in replies.py, the dedupe back-end in bloom.py, the daemons' and CLI's reads and clean-up in reads.py.
+Workers, daemons and the CLI all go through this class, so the key layout and the scripts have one
+face. Records (records.py), reply parsers (replies.py), dedupe (bloom.py), reads and clean-up (reads.py).
 """
 
 from __future__ import annotations
@@ -123,7 +122,8 @@ class Frontier(CrawlReads):
             raise ValueError(f"a crawl has 1 to {MAX_SHARDS} shards, not {shards}")
         if self.client.hget(self.keys.meta, "shards") is None:
             self._refuse_unsharded()
-            self.client.hsetnx(self.keys.meta, "shards", shards)
+            if self.client.hsetnx(self.keys.meta, "shards", shards):
+                self.use_fresh_lists()  # a new crawl: no worker of an older version has its keys
         recorded = int(self.client.hget(self.keys.meta, "shards"))
         if recorded != shards:
             logger.info("crawl %s keeps its %d shards (STREAMS_SHARDS=%d)", self.crawl, recorded, shards)
