@@ -65,6 +65,9 @@ PROBES: dict[str, tuple[str, ...]] = {
     "zrange": ("ZRANGE", "K", "0", "1"),
     "zrangebyscore": ("ZRANGEBYSCORE", "K", "0", "1"),
     "zrem": ("ZREM", "K", "m"),
+    # the shards' lists of new sites (enqueue.lua, lease.lua)
+    "rpush": ("RPUSH", "K", "m"),
+    "lpop": ("LPOP", "K", "1"),
     # the scrapy-redis feed and a migrated dupefilter (feed.py)
     "llen": ("LLEN", "K"),
     "scard": ("SCARD", "K"),
