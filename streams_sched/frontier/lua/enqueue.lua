@@ -55,7 +55,8 @@
 -- in the ready index: a list member costs about 25 bytes where a ZSET member costs 115,
 -- and lease.lua moves fresh sites into the ready index as it names sites. Workers of
 -- earlier versions never read the lists: until a worker of this version has started on
--- the crawl (or this version created it), new sites go in the ready index as before.
+-- the crawl (or this version created it), new sites go in the ready index, where those
+-- workers look.
 
 local group, mode = ARGV[1], ARGV[2]
 local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
