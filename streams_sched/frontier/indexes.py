@@ -17,6 +17,7 @@ from typing import Any
 
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import TASK_TYPES
+from streams_sched.frontier.reads import COUNTS_PER_SHARD, fold_shard_counts, queue_shard_counts
 from streams_sched.frontier.replies import text
 
 __all__ = ["IndexedSites", "ShardSizes", "due_delays", "indexed_sites", "ready_sites", "server_ms", "shard_sizes"]
@@ -47,24 +48,15 @@ class ShardSizes:
 
 
 def shard_sizes(f: Frontier) -> list[ShardSizes]:
-    """Every shard's :class:`ShardSizes`, in one pipeline (SCARD, three ZCARD, two LLEN, one
-    HGET per shard). A new site in the shard's fresh list counts as ready."""
+    """Every shard's :class:`ShardSizes`, in one pipeline: its registry's SCARD, then the
+    drain check's reads (reads.fold_shard_counts: a new site in a fresh list counts as ready)."""
     pipe = f.client.pipeline(transaction=False)
-    shards = f.shard_keys()
-    for shard in shards:
+    for shard in f.shard_keys():
         pipe.scard(shard.sites)
-        for ready, fresh in zip(shard.readies, shard.freshes, strict=True):
-            pipe.zcard(ready)
-            pipe.llen(fresh)
-        pipe.zcard(shard.leased)
-        pipe.hget(shard.stats, "enqueued")
-    replies = iter(pipe.execute())
-    out = []
-    for _ in shards:
-        sites = int(next(replies))
-        http, browser = (int(next(replies)) + int(next(replies)) for _ in TASK_TYPES)
-        out.append(ShardSizes(sites, http, browser, int(next(replies)), int(next(replies) or 0)))
-    return out
+        queue_shard_counts(pipe, shard)
+    replies = pipe.execute()
+    step = 1 + COUNTS_PER_SHARD
+    return [ShardSizes(int(replies[i]), *fold_shard_counts(replies[i + 1 : i + step])) for i in range(0, len(replies), step)]
 
 
 def _unique(names: Iterable[Any]) -> list[str]:

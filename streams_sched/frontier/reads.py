@@ -25,13 +25,35 @@ from streams_sched.frontier.records import BloomParams, SiteStatus
 from streams_sched.frontier.replies import parse_status, text
 from streams_sched.frontier.scripts import Scripts
 
-__all__ = ["CrawlReads"]
+__all__ = ["COUNTS_PER_SHARD", "CrawlReads", "fold_shard_counts", "queue_shard_counts"]
 
 logger = logging.getLogger(__name__)
 
 #: field of a shard's stats hash: '1' once enqueue.lua may put the shard's new sites in its
 #: ``#fresh`` lists (enqueue.lua reads it as 'fresh_lists')
 FRESH_LISTS = "fresh_lists"
+
+
+#: commands :func:`queue_shard_counts` queues per shard
+COUNTS_PER_SHARD = 6
+
+
+def queue_shard_counts(pipe: Any, shard: ShardKeys) -> None:
+    """Queue the reads of one shard's :func:`fold_shard_counts` on ``pipe``."""
+    for ready in shard.readies:
+        pipe.zcard(ready)
+    for fresh in shard.freshes:
+        pipe.llen(fresh)
+    pipe.zcard(shard.leased)
+    pipe.hget(shard.stats, "enqueued")
+
+
+def fold_shard_counts(part: Sequence[Any]) -> tuple[int, int, int, int]:
+    """(sites ready for http, for browser, sites with leases, enqueued) from the replies of
+    :func:`queue_shard_counts`. A shard's new sites not yet in its ready index count as
+    ready (a site in both counts twice until a lease call pops it from the list)."""
+    http, browser, fresh_http, fresh_browser, leased, enqueued = part
+    return int(http) + int(fresh_http), int(browser) + int(fresh_browser), int(leased), int(enqueued or 0)
 
 
 def _chunked(items: Sequence[Any], n: int) -> Iterable[list[Any]]:
@@ -159,32 +181,18 @@ class CrawlReads:
         pipe.execute()
 
     def shard_counts(self) -> list[tuple[int, int, int, int]]:
-        """(sites ready for http, for browser, sites with leases, enqueued) of every shard,
-        in one pipeline: what the drain check reads, whatever the number of
-        idle sites (an idle site is in none of the indexes). A shard's new sites not yet
-        in its ready index count as ready (a site in both counts twice for a moment)."""
-        replies = list(_chunked(self._counts_pipeline(self.client, self.shard_keys()), 6))
+        """:func:`fold_shard_counts` of every shard, in one pipeline: what the drain check
+        reads, whatever the number of idle sites (an idle site is in none of the indexes)."""
+        pipe = self.client.pipeline(transaction=False)
+        for shard in self.shard_keys():
+            queue_shard_counts(pipe, shard)
         out = []
-        for part in replies:
+        for part in _chunked(pipe.execute(raise_on_error=False), COUNTS_PER_SHARD):
             for v in part:
                 if isinstance(v, Exception):
                     raise v
-            http, browser, fresh_http, fresh_browser, leased, enqueued = part
-            out.append((int(http) + int(fresh_http), int(browser) + int(fresh_browser), int(leased),
-                        int(enqueued or 0)))
+            out.append(fold_shard_counts(part))
         return out
-
-    @staticmethod
-    def _counts_pipeline(client: Any, shards: Sequence[ShardKeys]) -> list[Any]:
-        pipe = client.pipeline(transaction=False)
-        for shard in shards:
-            for ready in shard.readies:
-                pipe.zcard(ready)
-            for fresh in shard.freshes:
-                pipe.llen(fresh)
-            pipe.zcard(shard.leased)
-            pipe.hget(shard.stats, "enqueued")
-        return list(pipe.execute(raise_on_error=False))
 
     def expired_sites(self, older_than_ms: int, per_shard: int) -> list[str]:
         """Sites whose oldest lease was granted more than ``older_than_ms`` ago (Redis
