@@ -251,9 +251,10 @@ def test_shard_counts_are_zero_once_a_crawl_drains(redis_url: str, dedupe: str, 
 def test_a_new_site_leased_before_it_is_named_is_counted_twice_until_a_lease_call_skips_it(
     redis_url: str, dedupe: str, crawl: str
 ) -> None:
-    """A new site leased straight away (its worker enqueued it) is in its shard's fresh list and,
-    with work left, its ready index: the shard's ready figure counts it twice until the next
-    lease call pops it, sees its inbox flushed and leaves its ready score alone."""
+    """A listed site leased before a lease call popped it (by name here; a worker's site that got
+    more work is named from the ready index) stays in its fresh list and, with work left, its ready
+    index: the shard's ready figure counts it twice until the next lease call pops it, sees its
+    inbox flushed and leaves its ready score alone."""
     f = frontier(redis_url, crawl, dedupe)
     f.ensure_layout()
     k = f.site("a.test")
