@@ -172,6 +172,10 @@ class LocalCluster:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.nodes[0].port}/0?cluster=1"
 
+    def url_naming(self, nodes: list[RedisServer]) -> str:
+        """A cluster URL that names every node of ``nodes``, in that order."""
+        return "redis://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes) + "/0?cluster=1"
+
     @property
     def ports(self) -> list[int]:
         return [n.port for n in self.nodes]

@@ -117,6 +117,10 @@ def test_meta_classes_and_codecs_settings() -> None:
         ("rediss://localhost:6379/0?ssl_ca_certs=/nonexistent/ca.pem", "no such file"),
         ("redis://localhost:6379/0?ssl_ca_certs=/etc/hostname", "need a rediss:// URL"),
         ("unix://", "socket path"),
+        ("redis://a:7000,b:7001/0", "several hosts: nodes of a Redis Cluster take ?cluster=1"),
+        ("redis://a:7000,b:x/0?cluster=1", "cluster node 'b:x': the port 'x' is not a port number"),
+        ("redis://a:7000,/0?cluster=1", "a cluster node without a host"),
+        ("redis://a:7000,b:7001/0?cluster=1&bogus=1", "unknown option(s) ['bogus']"),
     ],
 )
 def test_bad_redis_url_is_refused_before_connecting(url: str, message: str) -> None:
@@ -124,6 +128,18 @@ def test_bad_redis_url_is_refused_before_connecting(url: str, message: str) -> N
     with pytest.raises(ConfigError) as info:
         build(REDIS_URL=url)
     assert str(info.value).startswith("REDIS_URL=") and message in str(info.value)
+
+
+def test_a_cluster_url_may_name_several_nodes_in_the_form_of_the_sentinel_url() -> None:
+    """redis://[user:pass@]h1:p1,h2:p2,h3/0?cluster=1 is accepted; every node becomes a startup
+    node of the cluster client, the URL's options and credentials apply to all."""
+    from streams_sched.connect.urls import cluster_nodes
+
+    url = "redis://u:p%40ss@h1:7000,[::1]:7001,h3/0?cluster=1&socket_timeout=3"
+    assert build(REDIS_URL=url).redis_url == url
+    assert cluster_nodes(url) == (
+        "redis://u:p%40ss@h1:7000/0?cluster=1&socket_timeout=3", [("h1", 7000), ("::1", 7001), ("h3", 6379)]
+    )
 
 
 def test_password_never_appears_in_url_errors() -> None:

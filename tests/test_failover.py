@@ -252,3 +252,54 @@ def test_seeder_sends_a_lost_batch_again_with_its_sites_sent_again() -> None:
         assert new.port != old.port
         assert on_new.status("known.test").backlog == 6
         assert sum(on_new.status(f"n{i}.test").backlog for i in range(200)) == 200
+
+
+def test_cluster_url_node_killed_and_left_down_loses_no_page(
+    replicated_cluster: LocalCluster, tmp_path: Path, measured: Any
+) -> None:
+    """SIGKILL of the very node REDIS_URL names, left down: the workers follow its promoted
+    replica through the other nodes, crawl every page and exit 0 by themselves."""
+    cluster = replicated_cluster
+    crawl = spread_crawl_name(connect(cluster.url), tuple(f"site{i}.test" for i in range(SITES)))
+    named = cluster.nodes[0]
+    assert cluster.role(named) == "master"
+
+    def fail_over(_: int) -> None:
+        cluster.kill(named, lag_s=LAG_S)
+        cluster.wait_failover(named)
+
+    crawl_through_failovers(cluster.url, crawl, tmp_path, 1, fail_over, measured)
+
+
+def test_a_url_naming_several_nodes_starts_through_the_others_while_the_first_is_down(
+    replicated_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """REDIS_URL names three cluster nodes, the first of them dead: a worker, the CLI and the
+    reclaimer start through the other two, and the worker crawls every page."""
+    import subprocess
+    import sys
+
+    cluster = replicated_cluster
+    first = cluster.nodes[0]
+    url = cluster.url_naming([first, *cluster.nodes[1:3]])
+    cluster.kill(first)
+    cluster.wait_failover(first)
+    crawl = spread_crawl_name(connect(url), ("site0.test", "site1.test", "site2.test"))
+    items = tmp_path / "items.jsonl"
+    worker = Worker(base_settings(url, crawl, "bitmap", items, SYNTH_SEED=True, SYNTH_PAGES=60), tmp_path / "w.log")
+    try:
+        assert worker.wait(120) == 0, worker.log()
+    finally:
+        worker.close()
+    assert set(crawled_urls(items)) == SyntheticWeb(sites=3, pages=60).all_urls()
+    env = {"REDIS_URL": url, "PATH": "/usr/bin:/bin"}
+    status = subprocess.run(
+        [sys.executable, "-m", "streams_sched.cli", "status", "-c", crawl], capture_output=True, text=True, env=env,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    check = subprocess.run(
+        [sys.executable, "-m", "reclaimer", "--prefix", crawl, "--burst"], capture_output=True, text=True,
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}, timeout=60,
+    )
+    assert check.returncode == 0, check.stderr

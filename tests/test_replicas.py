@@ -3,6 +3,8 @@ how the AckGate holds acks while enqueues are confirmed by a primary but not yet
 
 from __future__ import annotations
 
+from typing import Any
+
 from streams_sched.connect.replicas import NodeView, ReplicaBook, Verdict, parse_replication
 from streams_sched.frontier.records import Entry, LeasedEntry
 from streams_sched.worker.ops import Ack, AckGate
@@ -153,3 +155,20 @@ def test_a_primary_that_never_had_a_replica_sends_its_acks_without_a_barrier() -
     assert book.checks_writes(PRIMARY)  # not seen yet: the first barrier counts its replicas
     book.look(PRIMARY, view(connected=0), 0.0)
     assert not book.checks_writes(PRIMARY)
+
+
+def test_a_standalone_or_sentinel_primary_is_named_by_its_address_in_warnings(caplog: Any) -> None:
+    """The replica warnings name a standalone or Sentinel primary by host:port, never by an empty name."""
+    import logging
+
+    from streams_sched.connect.clients import connect
+    from streams_sched.connect.replicas import ReplicaGuard
+
+    guard = ReplicaGuard(connect("redis://10.9.8.7:6390/0"), ReplicaBook(min_replicas=1), 10, "test")
+    with caplog.at_level(logging.WARNING, logger="streams_sched.connect.replicas"):
+        guard.book.look("", view(connected=1), 0.0)
+        assert guard.book.judge("", 0, view(connected=0), 1.0) is Verdict.HOLD
+    assert "Redis primary 10.9.8.7:6390 has 0 of the 1 replica(s)" in caplog.text
+    sentinel = ReplicaGuard(connect("redis+sentinel://127.0.0.1:1/mymaster/0"), ReplicaBook(), 10, "test")
+    assert sentinel.shown("") == "(primary of 'mymaster')"  # no sentinel answers: the service is named
+    assert sentinel.shown("10.0.0.1:7000") == "10.0.0.1:7000"

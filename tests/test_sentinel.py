@@ -81,7 +81,7 @@ def test_rediss_sentinel_is_tls_with_the_ssl_options_of_rediss(tmp_path: Path) -
         ("redis+sentinel://s1/m?sentinel_pasword=x", "unknown option(s) ['sentinel_pasword']"),
         ("redis+sentinel://s1/m?cluster=1", "Redis Sentinel and Redis Cluster are two different set-ups"),
         ("rediss+sentinel://s1/m?ssl_ca_certs=/nonexistent/ca.pem", "ssl_ca_certs: no such file"),
-        ("redis://s1:26379,s2:26379/0", "several hosts: a list of sentinels takes a redis+sentinel:// URL"),
+        ("redis://s1:26379,s2:26379/0", "several hosts: nodes of a Redis Cluster take ?cluster=1"),
         ("redis://s1:6379/0?sentinel_password=x", "sentinel_* options take a redis+sentinel:// URL"),
     ],
 )

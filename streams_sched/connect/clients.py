@@ -16,7 +16,6 @@ are built in :mod:`.sentinel`, the back-off and the errors of waiting are in
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
@@ -27,7 +26,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from streams_sched.connect.sentinel import sentinel_master
-from streams_sched.connect.urls import is_sentinel_url, redact, validate_redis_url
+from streams_sched.connect.urls import cluster_nodes, has_cluster_flag, is_sentinel_url, redact, validate_redis_url
 from streams_sched.connect.waiting import Waiter
 
 #: Errors that mean "Redis is not answering right now" (also a cluster mid-failover or
@@ -48,6 +47,8 @@ __all__ = [
     "TRANSIENT",
     "connect",
     "connect_ready",
+    "describe_nodes",
+    "primary_address",
     "is_cluster_client",
     "is_cluster_url",
     "is_sentinel_client",
@@ -59,17 +60,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_TRUE = {"1", "true", "yes", "on"}
-
-
 def is_cluster_url(url: str) -> bool:
     """True if ``url`` is for a Redis Cluster (``?cluster=1``, or ``REDIS_CLUSTER=1``).
     Never for a Sentinel URL, which refuses both (see :func:`validate_redis_url`)."""
     if is_sentinel_url(url):
         return False
-    query = parse_qs(urlparse(url).query)
-    flag = (query.get("cluster") or [os.environ.get("REDIS_CLUSTER", "")])[0]
-    return flag.strip().lower() in _TRUE
+    return has_cluster_flag(urlparse(url).query)
 
 
 def is_cluster_client(client: Any) -> bool:
@@ -111,10 +107,16 @@ def connect(
     if is_sentinel_url(url):
         return sentinel_master(url, options, setting)
     if is_cluster_url(url):
-        from redis.cluster import RedisCluster
+        from redis.cluster import ClusterNode, RedisCluster
 
         options.pop("health_check_interval")
-        return RedisCluster.from_url(_strip_cluster(url), **options)
+        # redis-py reads the options from a one-host URL; every node named is a startup
+        # node, so a client can start while the first is down
+        first, nodes = cluster_nodes(url, setting)
+        others = [ClusterNode(host, port) for host, port in nodes[1:]]
+        if others:
+            options["startup_nodes"] = others
+        return RedisCluster.from_url(_strip_cluster(first), **options)
     return redis.Redis.from_url(url, **options)
 
 
@@ -190,3 +192,39 @@ def refresh_topology(client: Any) -> bool:
         logger.debug("cluster topology not refreshed: %s", exc)
         return False
     return True
+
+
+def describe_nodes(client: Any) -> str:
+    """The servers ``client`` tries, for a log line: every node a cluster client knows
+    (the URL's and those it learnt), the sentinels and service of a Sentinel client, or
+    the one address of a plain client. Reads only what the client already holds."""
+    if is_cluster_client(client):
+        manager = client.nodes_manager
+        names = list(dict.fromkeys([*manager.startup_nodes, *manager.nodes_cache]))
+        return "cluster nodes " + ", ".join(names) if names else "no cluster node"
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        sentinels = ", ".join(
+            "{host}:{port}".format(**s.connection_pool.connection_kwargs) for s in pool.sentinel_manager.sentinels
+        )
+        return f"the primary of {pool.service_name!r} through sentinels {sentinels}"
+    kwargs = getattr(pool, "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+def primary_address(client: Any) -> str:
+    """host:port of the server a standalone or Sentinel client writes to now, for log
+    lines (a Sentinel client asks a sentinel; "" if none answers)."""
+    pool = getattr(client, "connection_pool", None)
+    if isinstance(pool, redis.sentinel.SentinelConnectionPool):
+        try:
+            host, port = pool.get_master_address()
+        except Exception:  # no sentinel answers: the line names the service instead
+            return f"(primary of {pool.service_name!r})"
+        return f"{host}:{port} (primary of {pool.service_name!r})"
+    kwargs = getattr(pool, "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"

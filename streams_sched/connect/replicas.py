@@ -52,6 +52,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["LOSS_GRACE_S", "NodeView", "ReplicaBook", "ReplicaGuard", "Verdict", "parse_replication"]
@@ -125,6 +126,9 @@ class ReplicaBook:
     #: primaries that changed identity (restarted, promoted, replaced) since the caller
     #: last asked (:meth:`take_changed`): what they confirmed before may be gone
     changed: set[str] = field(default_factory=set)
+    #: a primary's name as log lines show it (a standalone or Sentinel primary is named
+    #: "", so :class:`ReplicaGuard` puts its address there)
+    shown: Callable[[str], str] = field(default=lambda name: name or "(this server)")
 
     def take_changed(self) -> set[str]:
         changed, self.changed = self.changed, set()
@@ -159,7 +163,7 @@ class ReplicaBook:
                 "Redis primary %s is not the one this worker wrote to before (replication id %s,"
                 " offset %d; was %s, %d): it restarted or was replaced, so this worker forgets"
                 " which requests it remembers sending",
-                name, view.replid, view.offset, known.replid, known.offset,
+                self.shown(name), view.replid, view.offset, known.replid, known.offset,
             )
             self.changed.add(name)
         if self.min_replicas >= 0:
@@ -177,7 +181,7 @@ class ReplicaBook:
         if view.connected > 0:
             known.zero_since = None
             if known.gave_up or known.short_logged:
-                logger.warning("Redis primary %s has %d replica(s) again; acks wait for them", name, view.connected)
+                logger.warning("Redis primary %s has %d replica(s) again; acks wait for them", self.shown(name), view.connected)
             known.gave_up = known.short_logged = False
         return changed
 
@@ -201,7 +205,7 @@ class ReplicaBook:
                         "Redis primary %s has had no replica for %gs: acks no longer wait for one"
                         " (STREAMS_MIN_REPLICAS=auto), so a failover of it now loses what it took"
                         " since; attach a replica, or set STREAMS_MIN_REPLICAS=1 to hold acks until one is back",
-                        name, self.grace_s,
+                        self.shown(name), self.grace_s,
                     )
                     known.gave_up = True
                 return Verdict.PASS
@@ -209,7 +213,7 @@ class ReplicaBook:
             logger.warning(
                 "Redis primary %s has %d of the %d replica(s) acks wait for (STREAMS_MIN_REPLICAS=%s);"
                 " acks are held until they are back",
-                name, view.connected, known.required, "auto" if self.min_replicas < 0 else self.min_replicas,
+                self.shown(name), view.connected, known.required, "auto" if self.min_replicas < 0 else self.min_replicas,
             )
             known.short_logged = True
         return Verdict.HOLD
@@ -229,11 +233,19 @@ class ReplicaGuard:
 
         self.client = client
         self.book = book
+        book.shown = self.shown
         self.wait_ms = wait_ms
         self.node_id = node_id
         self.cluster = is_cluster_client(client)
         #: primaries whose INFO this user may not read (warned once each)
         self.denied: set[str] = set()
+
+    def shown(self, name: str) -> str:
+        """``name`` for a log line: a cluster node's host:port, or the address of the
+        standalone or Sentinel primary (named "" here)."""
+        from streams_sched.connect.clients import primary_address
+
+        return name or primary_address(self.client)
 
     def primary_of(self, key: str) -> str:
         """The name of the primary that owns ``key`` (a standalone server is "")."""
@@ -264,7 +276,7 @@ class ReplicaGuard:
                 logger.warning(
                     "cannot count the replicas of Redis primary %s (%s): writes are not waited for on"
                     " a replica, so a failover may lose the last of them; give this ACL user +info and +wait",
-                    name or "(this server)", exc,
+                    self.shown(name), exc,
                 )
             return NodeView("master", 0, "", 0)  # taken as a primary without replicas
 
@@ -302,7 +314,7 @@ class ReplicaGuard:
             set_reply, wait_reply, info_reply = pipe.execute(raise_on_error=False)
             if isinstance(set_reply, ResponseError):
                 # MOVED / READONLY: the key is no longer this node's to take
-                logger.info("barrier on %s refused (%s): sending its writes again", name or "Redis", set_reply)
+                logger.info("barrier on %s refused (%s): sending its writes again", self.shown(name), set_reply)
                 return Verdict.RESEND
             if isinstance(set_reply, Exception):
                 raise set_reply

@@ -2,6 +2,8 @@
 
     redis://[user:password@]host[:port][/db][?option=value&...]
     rediss://...                   the same over TLS (ssl_* options)
+    redis://[user:password@]host[:port][,host[:port]...]/0?cluster=1
+                                   a Redis Cluster reached through any of these nodes
     unix:///path/to/redis.sock[?db=N]
     redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db][?option=value&...]
     rediss+sentinel://...          TLS to the sentinels and to the master (ssl_* options)
@@ -30,11 +32,14 @@ from urllib.parse import parse_qs, unquote, urlparse
 from streams_sched.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_REDIS_PORT",
     "DEFAULT_SENTINEL_PORT",
     "SENTINEL_SCHEMES",
     "SENTINEL_URL_OPTIONS",
     "URL_OPTIONS",
     "SentinelUrl",
+    "cluster_nodes",
+    "has_cluster_flag",
     "is_sentinel_url",
     "parse_sentinel_url",
     "redact",
@@ -55,6 +60,8 @@ _URL_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: Port of a sentinel whose host comes without one (Redis Sentinel's own default).
 DEFAULT_SENTINEL_PORT = 26379
+#: Port of a cluster node whose host comes without one.
+DEFAULT_REDIS_PORT = 6379
 #: Query options of the Sentinel form: those of redis:// (but ``cluster``) and the
 #: sentinels' credentials. socket_timeout, socket_connect_timeout, socket_keepalive
 #: and the ssl_* options apply to the sentinels too.
@@ -63,6 +70,7 @@ SENTINEL_URL_OPTIONS: frozenset[str] = (URL_OPTIONS - {"cluster"}) | {"sentinel_
 _SECRET_OPTIONS = ("sentinel_password", "ssl_password")
 
 _SENTINEL_EXAMPLE = "redis+sentinel://sentinel-1:26379,sentinel-2:26379/mymaster/0"
+_CLUSTER_EXAMPLE = "redis://node-1:6379,node-2:6379,node-3:6379/0?cluster=1"
 
 
 def is_sentinel_url(url: str) -> bool:
@@ -175,6 +183,13 @@ def parse_sentinel_url(url: str, setting: str = "REDIS_URL") -> SentinelUrl:
 _TRUE = {"1", "true", "yes", "on"}
 
 
+def has_cluster_flag(query_text: str) -> bool:
+    """``?cluster=1`` in the query, or REDIS_CLUSTER=1 in the environment."""
+    query = parse_qs(query_text)
+    flag = (query.get("cluster") or [os.environ.get("REDIS_CLUSTER", "")])[0]
+    return flag.strip().lower() in _TRUE
+
+
 def _check_sentinel_query(query: dict[str, list[str]], setting: str, shown: str) -> None:
     """Refuse a Sentinel URL's query that asks for a cluster, or names unknown options or
     files that cannot be read."""
@@ -198,6 +213,11 @@ _BRACKETED = re.compile(r"\[([^\]]+)\](?::(.*))?")
 
 def _sentinel_address(text: str, setting: str, shown: str) -> tuple[str, int]:
     """``host``, ``host:port``, ``[ipv6]`` or ``[ipv6]:port`` of one sentinel."""
+    return _address(text, setting, shown, "sentinel", DEFAULT_SENTINEL_PORT, _SENTINEL_EXAMPLE)
+
+
+def _address(text: str, setting: str, shown: str, what: str, default_port: int, example: str) -> tuple[str, int]:
+    """``host``, ``host:port``, ``[ipv6]`` or ``[ipv6]:port`` of one of several hosts."""
     text = text.strip()
     bracketed = _BRACKETED.fullmatch(text)
     if bracketed:
@@ -207,17 +227,48 @@ def _sentinel_address(text: str, setting: str, shown: str) -> tuple[str, int]:
         if not colon:
             port_text = None
         if ":" in (port_text or ""):
-            raise ConfigError(setting, shown, f"sentinel {text!r}: write an IPv6 address in brackets, e.g. [::1]:26379")
+            raise ConfigError(
+                setting, shown, f"{what} {text!r}: write an IPv6 address in brackets, e.g. [::1]:{default_port}"
+            )
     if not host:
         raise ConfigError(
             setting, shown,
-            f"a sentinel without a host ({text!r}); expected host:port[,host:port...], e.g. {_SENTINEL_EXAMPLE}",
+            f"a {what} without a host ({text!r}); expected host:port[,host:port...], e.g. {example}",
         )
     if port_text is None or port_text == "":
-        return unquote(host), DEFAULT_SENTINEL_PORT
+        return unquote(host), default_port
     if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
-        raise ConfigError(setting, shown, f"sentinel {text!r}: the port {port_text!r} is not a port number (1-65535)")
+        raise ConfigError(setting, shown, f"{what} {text!r}: the port {port_text!r} is not a port number (1-65535)")
     return unquote(host), int(port_text)
+
+
+def _split_hosts(url: str) -> tuple[str, str, str]:
+    """(text before the hosts, the hosts as written, text after them) of a redis:// URL."""
+    scheme, _, rest = url.partition("://")
+    end = len(rest)
+    for mark in "/?#":
+        at = rest.find(mark, rest.rfind("@") + 1)
+        if at >= 0:
+            end = min(end, at)
+    head = rest[:end]
+    at = head.rfind("@")
+    return f"{scheme}://{head[: at + 1]}", head[at + 1 :], rest[end:]
+
+
+def cluster_nodes(url: str, setting: str = "REDIS_URL") -> tuple[str, list[tuple[str, int]]]:
+    """A cluster URL naming one node or several: (the URL with only the first node, so
+    redis-py can read its options, and the (host, port) of every node named).
+
+    Any node that answers tells the client the whole cluster, so naming several lets a
+    client start while the first is down (a managed service's configuration endpoint
+    is one name that does the same)."""
+    before, hosts, after = _split_hosts(url)
+    shown = redact(url)
+    nodes = [
+        _address(h, setting, shown, "cluster node", DEFAULT_REDIS_PORT, _CLUSTER_EXAMPLE) for h in hosts.split(",")
+    ]
+    first = hosts.split(",")[0].strip()
+    return f"{before}{first}{after}", nodes
 
 
 def _check_files(query: dict[str, list[str]], setting: str, shown: str) -> None:
@@ -248,10 +299,16 @@ def validate_redis_url(url: Any, setting: str = "REDIS_URL") -> str:
         return url
     shown = redact(url)
     parts = urlparse(url)
-    if "," in parts.netloc:
-        raise ConfigError(
-            setting, shown, f"several hosts: a list of sentinels takes a redis+sentinel:// URL, e.g. {_SENTINEL_EXAMPLE}"
-        )
+    if "," in _split_hosts(url)[1]:
+        if not has_cluster_flag(parts.query) or parts.scheme not in ("redis", "rediss"):
+            raise ConfigError(
+                setting, shown,
+                "several hosts: nodes of a Redis Cluster take ?cluster=1 (e.g."
+                f" {_CLUSTER_EXAMPLE}), and a list of sentinels a redis+sentinel:// URL (e.g. {_SENTINEL_EXAMPLE})",
+            )
+        first, _nodes = cluster_nodes(url, setting)
+        validate_redis_url(first, setting)
+        return url
     try:
         port = parts.port
     except ValueError as exc:

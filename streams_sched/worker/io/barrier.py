@@ -127,7 +127,7 @@ class ReplicaStage:
         if n:
             logger.warning(
                 "Redis primary %s may not keep the %d requests it confirmed (it is gone, restarted"
-                " or no longer the primary): sending them again", primary or "of this crawl", n,
+                " or no longer the primary): sending them again", self.guard.shown(primary), n,
             )
         # what this worker remembers sending may not have arrived either
         self.exchange.seen_epoch += 1
