@@ -36,6 +36,12 @@ Written by the I/O thread, read by the reactor thread:
 - ``seen_epoch``: raised when a Redis primary was replaced, so the scheduler
   forgets the fingerprints it remembers sending (they may not have arrived);
 - ``fatal``: the I/O thread crashed;
+- ``unreachable_since``: since when (``time.monotonic()``) no Redis server answered
+  a cycle (None while they do), for the metrics;
+- ``cycle_started``: when the cycle under way began (``time.monotonic()``; 0.0
+  between cycles), so the reactor side can tell a cycle that never returns
+  (watchdog.py);
+- ``io_thread``: the I/O thread's id, for the watchdog's stack dump;
 - ``browser_held``: browser leases it holds, counted against STREAMS_BROWSER_MAX
   (for the metrics).
 
@@ -230,6 +236,9 @@ class Exchange:
     legacy: str | None = None
     seen_epoch: int = 0
     fatal: BaseException | None = None
+    unreachable_since: float | None = None
+    cycle_started: float = 0.0
+    io_thread: int | None = None
     #: browser leases held (prefetched or rendering), as of the I/O thread's last cycle
     browser_held: int = 0
     #: the reactor sets it when it found nothing to hand out; the I/O thread clears it

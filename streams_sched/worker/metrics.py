@@ -26,6 +26,8 @@ Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
     streams_sched_worker_local_requests          requests only this worker holds (waiting or in progress)
     streams_sched_worker_browser_leases          browser leases held (prefetched or rendering)
     streams_sched_worker_browser_max             STREAMS_BROWSER_MAX (0 without the browser capability)
+    streams_sched_worker_redis_unreachable_seconds  how long no Redis server has answered (0 while one does)
+    streams_sched_worker_io_stuck_seconds        how long the I/O thread's current cycle has run
     streams_sched_worker_lease_to_ack_seconds    histogram: lease to ack, per request
     streams_sched_worker_render_seconds          histogram: a browser task's time in the downloader
 
@@ -147,6 +149,14 @@ class _StatsCollector:
             ("streams_sched_worker_browser_leases",
              "Browser leases this worker holds (prefetched or rendering), against streams_sched_worker_browser_max.",
              getattr(sched, "browser_leases", 0)),
+            ("streams_sched_worker_redis_unreachable_seconds",
+             "Seconds this worker has reached no Redis server of its crawl (0 while it does): past a lease,"
+             " its leases go to other workers.",
+             getattr(sched, "redis_unreachable_s", 0.0)),
+            ("streams_sched_worker_io_stuck_seconds",
+             "Seconds the I/O thread's current Redis cycle has run (0 between cycles); a large value with no"
+             " Redis error is a stuck call.",
+             getattr(sched, "io_stuck_s", 0.0)),
             ("streams_sched_worker_browser_max",
              "Most browser leases this worker holds at once (STREAMS_BROWSER_MAX; 0 without the browser capability).",
              getattr(sched, "browser_max", 0)),

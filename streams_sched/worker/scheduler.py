@@ -76,6 +76,7 @@ from streams_sched.worker.ready import ReadyQueues
 from streams_sched.worker.startup import fail_clearly
 from streams_sched.worker.turns import HANDOUT_PER_TURN, TurnBudget
 from streams_sched.worker.unserializable import UnserializablePolicy
+from streams_sched.worker.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -146,6 +147,8 @@ class StreamsScheduler(BaseScheduler):
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
         self._fatal_reported = False
+        #: notices an I/O cycle that never returns (watchdog.py); built in open()
+        self.watchdog: Watchdog | None = None
 
     @classmethod
     @fail_clearly
@@ -207,6 +210,8 @@ class StreamsScheduler(BaseScheduler):
         info = node_info(cfg)
         x = Exchange()
         self._share(x)
+        # longer than any cycle that is only slow: every command of it may take a socket timeout
+        self.watchdog = Watchdog(x, max(cfg.lease_seconds, 3 * cfg.socket_timeout_seconds))
         # in the node record: lost if this worker dies
         x.local_count = lambda: self.local_held
         self._pump = Pump(
@@ -309,6 +314,8 @@ class StreamsScheduler(BaseScheduler):
         if x.fatal is not None:
             self._report_fatal()
             return False
+        if self.watchdog is not None:
+            self.watchdog.check()
         if self.ready.count or x.arrivals or self._leases or self.ready.local_busy:
             return True
         if x.may_be_busy():
@@ -500,6 +507,18 @@ class StreamsScheduler(BaseScheduler):
     def local_waiting(self) -> int:
         """Local requests (they cannot travel) not yet handed to the engine."""
         return self.ready.local
+
+    @property
+    def redis_unreachable_s(self) -> float:
+        """Seconds the I/O thread has reached no Redis server (0.0 while it does)."""
+        x = self._x
+        since = x.unreachable_since if x is not None else None
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
+
+    @property
+    def io_stuck_s(self) -> float:
+        """Seconds the I/O thread's current cycle has run (0.0 between cycles)."""
+        return self.watchdog.stuck_s() if self.watchdog is not None else 0.0
 
     @property
     def local_held(self) -> int:

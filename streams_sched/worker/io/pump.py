@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import ResponseError
 
 from streams_sched.config import StreamsConfig
-from streams_sched.connect.clients import TRANSIENT
+from streams_sched.connect.clients import TRANSIENT, describe_nodes
 from streams_sched.frontier.batches import drop_legacy_seen
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.records import Entry
@@ -130,7 +130,10 @@ class Pump(threading.Thread):
             on_suspect_done=self._claim_now,
         )
         self.replicas = ReplicaStage(frontier, config, x, self.gate, node_id)
-        self.trouble = Trouble(x, self.replicas.refresh_topology)
+        self.trouble = Trouble(
+            x, self.replicas.refresh_topology,
+            tried=lambda: describe_nodes(frontier.client), escalate_after_s=config.lease_seconds,
+        )
         self.writes = Writes(frontier, config, node_id, self.answers, self.leasing, self.replicas)
         self.replies = Replies(frontier, x, self.gate, self.trouble, self.leasing, self.replicas)
         self.feed = FeedStage(feed, config, x, self.leasing.poke)
@@ -180,6 +183,7 @@ class Pump(threading.Thread):
     def _run(self) -> None:
         deadline: float | None = None
         x = self.exchange
+        x.io_thread = threading.get_ident()
         while True:
             if self._stop_requested:
                 if deadline is None:
@@ -190,7 +194,9 @@ class Pump(threading.Thread):
             if timeout > 0:
                 x.kicked.wait(timeout)
             x.kicked.clear()
+            x.cycle_started = time.monotonic()
             delay = self._one_cycle()
+            x.cycle_started = 0.0
             with self._cycle_done:
                 self._cycles += 1
                 self._cycle_done.notify_all()

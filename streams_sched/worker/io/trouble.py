@@ -1,6 +1,10 @@
 """What the I/O thread does when Redis is away or refuses: back off, log once, say when it ends.
 
 Redis unreachable: the cycle is retried with back-off and the unsent operations wait.
+A WARNING says so at once; once it has lasted longer than a lease (the worker's leases
+are then being taken over by others), an ERROR names every server it tried, and a
+one-line summary follows every minute while it lasts, so an outage is never silent.
+How long it has lasted is on the Exchange (``unreachable_since``) for the metrics.
 Redis refusing a command for good (NOPERM, WRONGTYPE, OOM at maxmemory): the operation is
 kept and retried with the same back-off, and each distinct refusal is logged once
 (refusals.py; OOM once for all commands) with what to do about it
@@ -18,39 +22,79 @@ from streams_sched.connect.server_checks import error_code, hint_for
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.refusals import Refusals
 
-__all__ = ["RETRY_INITIAL_S", "RETRY_MAX_S", "Trouble"]
+__all__ = ["OUTAGE_SUMMARY_S", "RETRY_INITIAL_S", "RETRY_MAX_S", "Trouble"]
 
 logger = logging.getLogger(__name__)
 
 #: first and longest wait before trying a failed cycle again
 RETRY_INITIAL_S, RETRY_MAX_S = 0.1, 5.0
+#: how often a long outage repeats its one-line summary
+OUTAGE_SUMMARY_S = 60.0
 
 
 class Trouble:
     """Outages and refusals of one I/O thread, and the back-off they cause."""
 
-    def __init__(self, x: Exchange, on_outage: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        x: Exchange,
+        on_outage: Callable[[], None],
+        *,
+        tried: Callable[[], str] = lambda: "Redis",
+        escalate_after_s: float = 300.0,
+    ) -> None:
+        """``tried`` names the servers the client tries (for the log lines);
+        ``escalate_after_s`` is how long an outage lasts before it is an ERROR (a lease)."""
         self.exchange = x
         self.retry = Backoff(initial_s=RETRY_INITIAL_S, max_s=RETRY_MAX_S)
         self.outage_since: float | None = None
+        self.tried = tried
+        self.escalate_after_s = escalate_after_s
+        #: when the outage's ERROR or last summary was logged (None: not yet)
+        self._told: float | None = None
+        self._failures = 0
         self.refusals = Refusals()
         #: a command was refused in this cycle: back off before the next
         self.refused = False
         self.on_outage = on_outage
 
-    def outage(self, exc: BaseException) -> None:
+    def outage(self, exc: BaseException, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         if self.outage_since is None:
-            self.outage_since = time.monotonic()
+            self.outage_since = now
+            self.exchange.unreachable_since = now
+            self._failures = 0
             logger.warning("Redis unreachable (%s); retrying with back-off", exc)
+        self._failures += 1
         self.exchange.stats.append(("streams/redis_errors", 1))
         self.on_outage()
+        lasted = now - self.outage_since
+        if self._told is None and lasted >= self.escalate_after_s:
+            self._told = now
+            logger.error(
+                "streams-sched has reached no Redis server of its crawl for %.0fs (tried %s; last error: %s)."
+                " Its leases expire and go to other workers; its %d unsent operations wait here. Check that"
+                " these servers run and that REDIS_URL names them (it may name several nodes of a cluster)."
+                " A summary follows every %.0fs while this lasts",
+                lasted, self.tried(), _one_line(exc), len(self.exchange.outbox), OUTAGE_SUMMARY_S,
+            )
+        elif self._told is not None and now - self._told >= OUTAGE_SUMMARY_S:
+            self._told = now
+            logger.error(
+                "streams-sched: still no Redis after %.0fs (%d tries; tried %s; last error: %s)",
+                lasted, self._failures, self.tried(), _one_line(exc),
+            )
 
     def reachable(self) -> bool:
         """The cycle went through: True if that ends an outage."""
         if self.outage_since is None:
             return False
-        logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self.outage_since)
+        lasted = time.monotonic() - self.outage_since
+        log = logger.error if self._told is not None else logger.warning
+        log("Redis is reachable again after %.1fs", lasted)
         self.outage_since = None
+        self.exchange.unreachable_since = None
+        self._told = None
         return True
 
     def refuse(self, what: str, exc: BaseException, *, back_off: bool = True) -> None:
@@ -84,3 +128,7 @@ class Trouble:
             return self.retry.next()
         self.retry.reset()
         return 0.0
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
