@@ -6,7 +6,8 @@ certificate authority.
 ``LocalSentinel`` starts a master, its replicas and three sentinels, and can
 SIGKILL the master, wait for the failover and restart the old master.
 ``TcpProxy`` sits between clients and a server and can drop the server's
-replies for a while (Redis runs the commands; the client never hears back).
+replies for a while (Redis runs the commands; the client never hears back), or
+cut a connection right after forwarding a command.
 ``make_tls_files`` generates a CA and server and client certificates.
 (The benchmarks import this module as ``tests.redis_tools``.)
 """
@@ -30,7 +31,7 @@ from redis.retry import Retry
 
 from streams_sched.testing import RedisServer, TlsFiles, free_port
 
-__all__ = ["LocalCluster", "LocalSentinel", "TcpProxy", "make_tls_files"]
+__all__ = ["LocalCluster", "LocalSentinel", "TcpProxy", "make_tls_files", "wipe_data"]
 
 
 def make_tls_files(directory: str, days: int = 2, server_names: tuple[str, ...] = ("localhost", "127.0.0.1")) -> TlsFiles:
@@ -125,6 +126,15 @@ def make_tls_files(directory: str, days: int = 2, server_names: tuple[str, ...] 
         client_cert=write_cert(client_cert, "client.pem"),
         client_key=write_key(client_key, "client.key"),
     )
+
+
+def wipe_data(node: RedisServer) -> None:
+    """Delete a stopped node's data files (the AOF directory and any RDB), keeping the rest of
+    its directory (a cluster node's nodes.conf, its log): it starts again with no data."""
+    if node.proc is not None and node.proc.poll() is None:
+        raise RuntimeError(f"wipe_data: 127.0.0.1:{node.port} is still running")
+    shutil.rmtree(Path(node.dir, "appendonlydir"), ignore_errors=True)
+    Path(node.dir, "dump.rdb").unlink(missing_ok=True)
 
 
 class LocalCluster:
@@ -310,8 +320,12 @@ class LocalCluster:
                     else:
                         self._master_of.pop(node.port, None)
 
-    def restart(self, node: RedisServer) -> None:
-        """Start a killed node again at its old address (it rejoins with its nodes.conf)."""
+    def restart(self, node: RedisServer, *, empty: bool = False) -> None:
+        """Start a killed node again at its old address (it rejoins with its nodes.conf).
+        ``empty``: its data files go first, so it rejoins with no data, as a node whose disk
+        was lost (or that ran without AOF) does, and takes a full sync from its master."""
+        if empty:
+            wipe_data(node)
         node.start()
 
     def cleanup(self) -> None:
@@ -548,9 +562,12 @@ class LocalSentinel:
         """Until ``node`` says ROLE ``role`` ("master" or "slave")."""
         self._wait(lambda: self.role(node) == role, timeout, f"port {node.port} to be a {role}")
 
-    def restart(self, node: RedisServer, timeout: float = 10.0) -> RedisServer:
+    def restart(self, node: RedisServer, timeout: float = 10.0, *, empty: bool = False) -> RedisServer:
         """Start a killed node again on its port. Without appendonly nothing was persisted, so it comes back
-        as an empty master; the sentinels make it a replica of the new master later."""
+        as an empty master; the sentinels make it a replica of the new master later. ``empty``: its
+        data files go first, so it comes back empty even with appendonly."""
+        if empty:
+            wipe_data(node)
         port = node.port
         node.start(timeout)
         if node.port != port:  # another process took the port meanwhile
@@ -589,6 +606,10 @@ class TcpProxy:
     network failure, or a server that answers after the client gave up).
     :meth:`drop_after` sets it when a client sends bytes containing a marker
     (say, a script's SHA), so the replies of exactly that batch are lost.
+    :meth:`cut_after` instead closes the connection right after forwarding the
+    bytes with the marker: the command runs, the client sees its connection drop.
+    While the server is down, a client's connection is accepted and closed at
+    once (a refused connection), and the proxy goes on listening.
     """
 
     def __init__(self, target_port: int) -> None:
@@ -597,6 +618,11 @@ class TcpProxy:
         self.dropping = threading.Event()
         self.dropped_bytes = 0
         self._marker: bytes | None = None
+        self._cut_marker: bytes | None = None
+        self._cuts_left = 0
+        #: connections closed by :meth:`cut_after` so far
+        self.cuts = 0
+        self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._closed = False
         self._sockets: list[socket.socket] = []
@@ -606,6 +632,13 @@ class TcpProxy:
         """Start dropping replies as soon as a client sends ``marker``."""
         self._marker = marker
 
+    def cut_after(self, marker: bytes, times: int = 1) -> None:
+        """Close the next ``times`` connections that send ``marker``, each right after
+        forwarding those bytes to the server (b"" matches any bytes)."""
+        with self._lock:
+            self._cut_marker = marker
+            self._cuts_left = times
+
     def url(self, scheme: str = "redis") -> str:
         return f"{scheme}://127.0.0.1:{self.port}/0"
 
@@ -613,9 +646,13 @@ class TcpProxy:
         while not self._closed:
             try:
                 client, _ = self._listener.accept()
-                server = socket.create_connection(("127.0.0.1", self.target_port))
             except OSError:
                 return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server is down: refuse this client, keep listening
+                client.close()
+                continue
             self._sockets += [client, server]
             threading.Thread(target=self._pipe, args=(client, server, False), daemon=True).start()
             threading.Thread(target=self._pipe, args=(server, client, True), daemon=True).start()
@@ -633,12 +670,23 @@ class TcpProxy:
                     self._marker = None
                     self.dropping.set()
                 dst.sendall(data)
+                if not replies and self._cut(data):
+                    break
         except OSError:
             pass
         finally:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+    def _cut(self, data: bytes) -> bool:
+        """True if this client's connection is to be cut after ``data`` (one of the cuts asked for)."""
+        with self._lock:
+            if self._cuts_left <= 0 or self._cut_marker is None or self._cut_marker not in data:
+                return False
+            self._cuts_left -= 1
+            self.cuts += 1
+            return True
 
     def close(self) -> None:
         self._closed = True
