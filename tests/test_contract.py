@@ -10,7 +10,7 @@ import pytest
 
 from streams_sched.frontier import keys, script_keys
 from streams_sched.frontier.client import NO_MASK
-from streams_sched.frontier.keys import BANDS, SITE_TASK, STREAMS, ShardKeys, SiteKeys
+from streams_sched.frontier.keys import BANDS, SITE_TASK, STREAMS, CrawlKeys, ShardKeys, SiteKeys
 from streams_sched.frontier.records import Entry
 from streams_sched.frontier.scripts import SCRIPT_NAMES, read_lua
 
@@ -99,6 +99,11 @@ def site_roles(k: SiteKeys, filters: list[str]) -> dict[str, list[str]]:
             "streams": list(k.streams), "pairs": filters, "filters": filters}
 
 
+def crawl_roles(k: CrawlKeys) -> dict[str, list[str]]:
+    """The keys of a script that serves the crawl, not its sites (heartbeat.lua)."""
+    return {"nodes": [k.nodes]}
+
+
 def shard_roles(ix: ShardKeys) -> dict[str, list[str]]:
     return {"ready:http": [ix.ready("http")], "ready:browser": [ix.ready("browser")], "leased": [ix.leased],
             "inbox": [ix.inbox], "sites": [ix.sites], "shard stats": [ix.stats],
@@ -109,15 +114,19 @@ def shard_roles(ix: ShardKeys) -> dict[str, list[str]]:
 def test_keys_builder_mirrors_the_script_header(name: str) -> None:
     """Each script's KEYS builder puts every key where the script's header says it is; in a
     script that serves several sites of a shard, each site's keys repeat as the header's
-    per-site group says, as many as it counts."""
+    per-site group says, as many as it counts; a script of the crawl's own keys takes them
+    from the crawl's."""
     shard = ShardKeys("c", 3)
     sites = [SiteKeys("c", "s.test", 3), SiteKeys("c", "t.test", 3)]
     filters = [["F1", "F1:meta", "F2", "F2:meta"], ["G1", "G1:meta", "G2", "G2:meta"]]
     rows = key_rows(header(name))
     assert rows, f"{name}.lua has no KEYS header"
     multi = any(group for _, _, _, group in rows)
+    crawl_level = all(role in crawl_roles(CrawlKeys("c")) for _, _, role, _ in rows)
     if name == "enqueue":
         built = script_keys.enqueue(shard, list(zip(sites, filters, strict=True)))
+    elif crawl_level:
+        built = script_keys.BUILDERS[name](CrawlKeys("c"))
     elif multi:
         built = script_keys.BUILDERS[name](shard, sites)
     else:
@@ -142,7 +151,8 @@ def test_keys_builder_mirrors_the_script_header(name: str) -> None:
                     assert r in ("filters", "pairs") or n in (0, len(roles[r])), f"{name}.lua: {r} ({n})"
                     expected += roles[r]
             continue
-        roles = {**site_roles(sites[0], filters[0]), **(shard_roles(shard) if multi else shard_roles(sites[0].index))}
+        roles = {**site_roles(sites[0], filters[0]), **(shard_roles(shard) if multi else shard_roles(sites[0].index)),
+                 **crawl_roles(CrawlKeys("c"))}
         assert role in roles, f"{name}.lua: KEYS[{first}] has the unknown role {role!r}"
         want = roles[role]
         if last not in ("", "-"):  # KEYS[a..b]: exactly the role's keys

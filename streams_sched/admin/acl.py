@@ -115,7 +115,8 @@ _SENTINEL = ("role",)
 
 #: The scripts each role runs (the monitor runs status.lua read-only: +@read covers it).
 _ROLE_SCRIPTS: dict[str, tuple[str, ...]] = {
-    "worker": ("enqueue", "lease", "claim", "ack", "dead", "release", "fail", "promote", "status", "feedback"),
+    "worker": ("enqueue", "lease", "claim", "ack", "dead", "release", "fail", "promote", "status", "feedback",
+               "heartbeat"),
     "reclaimer": ("claim", "promote", "prune", "status"),
     "monitor": (),
 }

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from streams_sched.connect.clients import is_cluster_client
 from streams_sched.errors import LayoutError
 from streams_sched.frontier import script_keys
+from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.keycache import SiteKeyCache
 from streams_sched.frontier.keys import (
     DEFAULT_SHARDS,
@@ -68,6 +68,9 @@ class Frontier(CrawlReads):
         self.bloom = bloom or BloomParams()
         self.group = group
         self.scripts = Scripts(client)
+        #: Redis TIME without a round trip each time (clock.py): the clock of every absolute
+        #: time this process writes for another one to read
+        self.clock = RedisClock(client)
         #: Redis Cluster: node events use sharded pub/sub (SPUBLISH), so they stay
         #: on the shard of the crawl's slot instead of being broadcast to every node.
         self.cluster = is_cluster_client(client)
@@ -175,7 +178,15 @@ class Frontier(CrawlReads):
         return self._target(pipe).execute_command(command, self.keys.events, json.dumps(event, sort_keys=True))
 
     def record_node(self, node: str, info: dict[str, Any], pipe: Any = None) -> Any:
+        """Write a node's record as it is, its ``last_seen`` included (a worker writes its own
+        with :meth:`heartbeat`)."""
         return self._target(pipe).hset(self.keys.nodes, node, json.dumps(info, sort_keys=True))
+
+    def heartbeat(self, node: str, info: dict[str, Any], pipe: Any = None) -> Any:
+        """Write a live node's record, ``last_seen`` set to when Redis receives it (heartbeat.lua).
+        -> Redis TIME [seconds, microseconds], for :meth:`RedisClock.observe`."""
+        record = json.dumps({k: v for k, v in info.items() if k != "last_seen"}, sort_keys=True)
+        return self.scripts.call(self.scripts.heartbeat, script_keys.heartbeat(self.keys), [node, record], pipe)
 
     # -- per-site scripts ---------------------------------------------------
 
@@ -190,7 +201,7 @@ class Frontier(CrawlReads):
         (:func:`parse_enqueue`). ``seed``: a new site's keys only (others get [], send them again)."""
         b = self.bloom
         ttl = b.bucket_ttl if b.revisit_seconds else 0
-        now = time.time()
+        now = self.clock.now() if b.revisit_seconds else 0.0
         first = self.site(sites[0][0])
         keyed = [(self.site(site), self.filters(site, now)) for site, _ in sites]
         args: list[Any] = [self.group, b.mode, b.error_rate, b.capacity, b.expansion, ttl, self.default_task,

@@ -21,7 +21,7 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:health:<daemon>:<name>       STRING  a daemon's last pass (JSON), expires when it stops
     ss:{C}:sites                    SET     the site registry of a crawl written before shards
                                             (``streams-sched upgrade`` moves such a crawl)
-    ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen, ...}
+    ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen (Redis TIME), ...}
     ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
     ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
     ss:{C}:feed-lock                STRING  node moving the scrapy-redis feed now (short TTL)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from redis.exceptions import NoScriptError
 
 from streams_sched.connect.clients import TRANSIENT, refresh_topology
 from streams_sched.frontier import script_keys
+from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.keys import CrawlKeys, ShardKeys, SiteKeys
 from streams_sched.frontier.records import BloomParams, SiteStatus
 from streams_sched.frontier.replies import parse_status, text
@@ -77,6 +77,7 @@ class CrawlReads:
     scripts: Scripts
     cluster: bool
     bloom: BloomParams
+    clock: RedisClock
 
     @property
     def shards(self) -> int:
@@ -120,13 +121,15 @@ class CrawlReads:
         return out
 
     def filters(self, site: str, now: float | None = None) -> list[str]:
-        """Bloom filter keys (filter, meta, ...) for enqueue: current filter first."""
+        """Bloom filter keys (filter, meta, ...) for enqueue: current filter first. With
+        revisits, the buckets are those of Redis time ``now`` (default: the clock's now), so
+        every writer puts a fingerprint in the same bucket whatever its own clock says."""
         k = self.site(site)
         b = self.bloom
         if not b.revisit_seconds:
             return [k.seen, k.seen_meta]
         keys: list[str] = []
-        for bucket in b.buckets(time.time() if now is None else now):
+        for bucket in b.buckets(self.clock.now() if now is None else now):
             keys += k.seen_bucket(bucket)
         return keys
 

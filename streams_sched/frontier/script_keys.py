@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from streams_sched.frontier.keys import ShardKeys, SiteKeys
+from streams_sched.frontier.keys import CrawlKeys, ShardKeys, SiteKeys
 
-__all__ = ["BUILDERS", "ack", "claim", "dead", "enqueue", "fail", "feedback", "lease", "promote",
+__all__ = ["BUILDERS", "ack", "claim", "dead", "enqueue", "fail", "feedback", "heartbeat", "lease", "promote",
            "prune", "reindex", "release", "requeue_dead", "status"]
 
 
@@ -94,6 +94,11 @@ def reindex(k: SiteKeys) -> list[str]:
     return [k.delayed, *k.streams, *ix.readies, ix.leased, ix.inbox, ix.sites]
 
 
+def heartbeat(k: CrawlKeys) -> list[str]:
+    """The crawl's nodes hash."""
+    return [k.nodes]
+
+
 #: script name -> its KEYS builder (one for every name in scripts.py SCRIPT_NAMES)
 BUILDERS: dict[str, Callable[..., list[str]]] = {
     "enqueue": enqueue,
@@ -109,4 +114,5 @@ BUILDERS: dict[str, Callable[..., list[str]]] = {
     "prune": prune,
     "feedback": feedback,
     "reindex": reindex,
+    "heartbeat": heartbeat,
 }

@@ -37,6 +37,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "requeue_dead",
     "feedback",
     "reindex",
+    "heartbeat",
 )
 
 
@@ -121,10 +122,12 @@ class Scripts:
         self.requeue_dead: Script = client.register_script(_SOURCES["requeue_dead"])
         self.feedback: Script = client.register_script(_SOURCES["feedback"])
         self.reindex: Script = client.register_script(_SOURCES["reindex"])
+        self.heartbeat: Script = client.register_script(_SOURCES["heartbeat"])
 
     def all(self) -> list[Script]:
         return [self.enqueue, self.lease, self.claim, self.ack, self.dead, self.release, self.fail,
-                self.promote, self._status, self.prune, self.requeue_dead, self.feedback, self.reindex]
+                self.promote, self._status, self.prune, self.requeue_dead, self.feedback, self.reindex,
+                self.heartbeat]
 
     def load(self, client: Any = None) -> None:
         """SCRIPT LOAD every script (at start, and after a NOSCRIPT reply in a pipeline)."""
