@@ -206,7 +206,7 @@ class Upgrade:
     def _read(self, f: Frontier, meta: Mapping[str, str], names: Sequence[str]) -> list[SiteRead]:
         """One round trip: for each site one read-only script call (what its old keys hold,
         and the DUMP and PTTL of those that exist), and its new enqueued counter."""
-        buckets = bucket_window(meta, time.time())
+        buckets = bucket_window(meta, f.clock.now())  # Redis time; the window spares writers whose clocks were off
         plans = [(name, key_pairs(SiteKeys(self.crawl, name), f.site(name), buckets)) for name in names]
 
         def send() -> list[Any]:

@@ -13,8 +13,9 @@ scrapy-redis feed and ``migrate-scrapy-redis``. :func:`entry_for` decides, in on
 - the payload (the codec);
 - the fingerprint: b"" for ``dont_filter``, else the fingerprinter's, hashed to 20 bytes
   with SHA-1 when it is not 20 bytes long (:func:`fingerprint_of`);
-- the delay of ``meta["not_before"]`` and scrapy-redis's fingerprint for a migrated
-  dupefilter (:mod:`streams_sched.scrapy_redis.legacy`; read by frontier/batches.py).
+- the delay of ``meta["not_before"]`` (epoch seconds of Redis time: :func:`_delay_ms`) and
+  scrapy-redis's fingerprint for a migrated dupefilter
+  (:mod:`streams_sched.scrapy_redis.legacy`; read by frontier/batches.py).
 
 :func:`url_entries` is a faster way to the same entries for URL strings with Scrapy's
 default fingerprinter (a seeder's million URLs build no ``scrapy.Request``); it gives
@@ -117,12 +118,16 @@ def _name_of(request: Request, func: Any, given: str | None, what: str, codec: R
         raise SerializationError(repr(request), what, str(exc)) from None
 
 
-def _delay_ms(request: Request, meta: Mapping[str, Any]) -> int:
+def _delay_ms(request: Request, meta: Mapping[str, Any], now: Callable[[], float]) -> int:
+    """The delay ``meta["not_before"]`` asks for: epoch seconds on the crawl's clock (Redis
+    TIME), so a retry another worker scheduled waits what it should whatever the clocks of
+    the two workers say. A value a wall clock wrote is read the same way: off by that
+    clock's error, never by the difference of two."""
     not_before = meta.get("not_before")
     if not not_before:
         return 0
     try:
-        return max(0, int((float(not_before) - time.time()) * 1000))
+        return max(0, int((float(not_before) - now()) * 1000))
     except (TypeError, ValueError):
         logger.error("ignoring meta['not_before']=%r of %s: not epoch seconds", not_before, request)
         return 0
@@ -140,11 +145,14 @@ def entry_for(
     callback: str | None = None,
     errback: str | None = None,
     fingerprint: bytes | None = None,
+    now: Callable[[], float] = time.time,
 ) -> Entry:
     """The entry of ``request`` (see the module docstring). ``callback``/``errback`` name
     spider methods in place of the request's own; ``fingerprint`` is one computed already
     (:func:`fingerprint_of`, or a caller's own); ``legacy``: the crawl has a migrated
-    scrapy-redis dupefilter. Raises SerializationError (meta, site, task type, callback,
+    scrapy-redis dupefilter; ``now``: Redis time, the clock ``meta["not_before"]`` is read
+    on (every caller with a frontier passes its ``clock``; this process's wall clock is for
+    tests without Redis). Raises SerializationError (meta, site, task type, callback,
     payload)."""
     meta = request.meta
     site = site_for(request, site_of)
@@ -155,7 +163,7 @@ def entry_for(
     fp = fingerprint_of(request, fingerprinter) if fingerprint is None else fingerprint
     stream = stream_for(task, band_for(request.priority, high_min, low_max))
     lfp = legacy_fingerprint(request) if legacy and fp else b""
-    return Entry(fp, stream, _delay_ms(request, meta), payload, site, lfp, request.url)
+    return Entry(fp, stream, _delay_ms(request, meta, now), payload, site, lfp, request.url)
 
 
 # --- URL strings: what Request(url) and Scrapy's default fingerprinter make of them ---------

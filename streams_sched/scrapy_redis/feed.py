@@ -255,6 +255,7 @@ class FeedMover:
                     entries.append(entry_for(
                         request, self.codec, self.fingerprinter, high_min=self.high_min,
                         low_max=self.low_max, legacy=self.legacy is not None, site_of=self.site_of,
+                        now=self.frontier.clock.now,
                     ))
             except (EntryError, SerializationError, ValueError) as exc:
                 dead.append((raw, str(exc)))
@@ -262,7 +263,7 @@ class FeedMover:
 
     def _queue_dead(self, pipe: Any, dead: list[tuple[bytes, str]]) -> None:
         keys = self.frontier.site(FEED_DLQ_SITE)
-        ts = int(time.time() * 1000)
+        ts = int(self.frontier.clock.now() * 1000)  # the scripts' dead letters have Redis time
         for raw, reason in dead:
             pipe.xadd(keys.dlq, {"r": raw, "reason": reason, "stream": self.key, "id": "", "deliveries": 0, "node": self.node_id, "ts": ts})
         pipe.hincrby(keys.stats, "dead", len(dead))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -208,7 +207,10 @@ class ScrapyRedisCrawl:
 
         def entries_of(raw: bytes) -> list[Entry]:
             return [
-                entry_for(r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None, site_of=s.site_of)
+                entry_for(
+                    r, s.codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max, legacy=s.legacy is not None,
+                    site_of=s.site_of, now=s.frontier.clock.now,
+                )
                 for r in parse_feed_entry(raw, self.encoding)
             ]
 
@@ -233,7 +235,7 @@ class ScrapyRedisCrawl:
             fp = hashlib.sha1(b"ss-migrate:" + raw).digest() if request.dont_filter else None
             return [entry_for(
                 request, codec, s.fingerprinter, high_min=s.high_min, low_max=s.low_max,
-                callback=cb, errback=eb, fingerprint=fp, site_of=s.site_of,
+                callback=cb, errback=eb, fingerprint=fp, site_of=s.site_of, now=s.frontier.clock.now,
             )]
 
         return self._copy(self._entries(self.queue_key, kind, oldest_first=not self.lifo), entries_of, self.queue_key, progress)
@@ -270,7 +272,7 @@ class ScrapyRedisCrawl:
         done_key = keys.stats
         new = 0
         pipe = client.pipeline(transaction=False)
-        ts = int(time.time() * 1000)
+        ts = int(f.clock.now() * 1000)  # the scripts' dead letters have Redis time
         for raw, reason in entries:
             digest = hashlib.sha1(raw).hexdigest()
             if client.hsetnx(done_key, f"entry:{digest}", 1):

@@ -10,10 +10,11 @@ channel. A node is
   heartbeat intervals;
 - ``dead`` otherwise (silent: killed, hung or cut off).
 
-Two sources can say when a node was last heard from: the hash (``last_seen``,
-the worker's wall clock, compared with Redis ``TIME``) and pub/sub messages
-(the observer's own monotonic clock). The freshest one wins, so a worker whose
-clock is off is still seen alive as long as its messages arrive.
+Two sources can say when a node was last heard from: the hash (``last_seen``, the
+Redis ``TIME`` at which Redis received the record, heartbeat.lua; compared with Redis
+``TIME``) and pub/sub messages (the observer's own monotonic clock). Neither reads the
+worker's wall clock, so a worker whose clock is off by any amount is alive while its
+heartbeats arrive and dead three heartbeats after they stop. The freshest source wins.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def classify(
     """State of one node.
 
     ``info`` is its record from the nodes hash (or None), ``now_s`` the Redis
-    time in epoch seconds, ``heard`` (seconds since the last pub/sub message
+    time in epoch seconds (the clock of the record's ``last_seen``), ``heard`` (seconds since the last pub/sub message
     from it, that message's event name, optionally the heartbeat interval it
     gave) if the observer listens to events.
     """

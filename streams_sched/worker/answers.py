@@ -91,6 +91,10 @@ class Answers:
         #: called with (request, seconds in the downloader) for every browser task that
         #: leaves the downloader, rendered or not
         self.render_listeners: list[Callable[[Request, float], None]] = []
+        #: Redis time in epoch seconds, read without a round trip (the frontier's
+        #: ``clock.estimate`` once the worker is open): the clock of ``meta["not_before"]``
+        #: and of Retry-After dates
+        self.redis_now: Callable[[], float] = time.time
 
     def connect(self, crawler: Any, on_download_error: Callable[[Callable[..., Any]], None]) -> None:
         """Listen to the crawler's signals this worker learns from."""
@@ -131,11 +135,13 @@ class Answers:
                 if site is not None:
                     x.feedback.append((site, "ok", 1))
             return
-        now = time.time()
+        now = self.redis_now()
         delay = retry_after_seconds(response.headers.get(b"Retry-After"), now, self.config.retry_after_max_seconds)
         if delay:
             # RetryMiddleware copies the meta into the retry request, which then waits
-            # in the site's delay queue until Retry-After has passed.
+            # in the site's delay queue until Retry-After has passed. Redis time: whichever
+            # worker enqueues a copy of this meta (a retry of the retry, say) reads it on
+            # the same clock, so a stale not_before is in the past for every worker.
             request.meta["not_before"] = now + delay
             self.inc("streams/retry_after")
         if x is not None:

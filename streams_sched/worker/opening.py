@@ -77,12 +77,13 @@ def _record_site_key(frontier: Frontier, cfg: StreamsConfig) -> None:
         )
 
 
-def node_info(cfg: StreamsConfig) -> dict[str, Any]:
-    """What the node record says of this worker for as long as it runs."""
+def node_info(cfg: StreamsConfig, started_s: float) -> dict[str, Any]:
+    """What the node record says of this worker for as long as it runs (``started_s``:
+    Redis time, like every time in the record)."""
     return {
         "host": socket.gethostname(),
         "pid": os.getpid(),
-        "started": time.time(),
+        "started": started_s,
         "capabilities": list(cfg.capabilities),
         "version": __version__,
         # the reclaimer requeues a lease only after the longest lease of the live workers
@@ -93,10 +94,11 @@ def node_info(cfg: StreamsConfig) -> dict[str, Any]:
 
 def announce(frontier: Frontier, cfg: StreamsConfig, node_id: str, info: dict[str, Any]) -> None:
     """Record and publish the node; a restarted worker with a stable node id hands back
-    the leases of its previous run, which nobody holding them will ever finish."""
-    record = {**info, "node": node_id, "state": "online", "last_seen": time.time(), "crawl": cfg.crawl,
-              "heartbeat_s": cfg.heartbeat_seconds}
-    frontier.record_node(node_id, record)
+    the leases of its previous run, which nobody holding them will ever finish. The record's
+    last_seen is when Redis received it (heartbeat.lua), which also reads the crawl's clock."""
+    record = {**info, "node": node_id, "state": "online", "crawl": cfg.crawl, "heartbeat_s": cfg.heartbeat_seconds}
+    sent = time.monotonic()
+    frontier.clock.observe(frontier.heartbeat(node_id, record), sent, time.monotonic())
     frontier.publish({"event": "node_online", "node": node_id, "crawl": cfg.crawl, **info})
     if cfg.node_id:
         release_orphans(frontier, node_id, frontier.leased_sites(), set(), why="left by a previous run of this node")

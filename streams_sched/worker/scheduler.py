@@ -207,7 +207,8 @@ class StreamsScheduler(BaseScheduler):
         self.frontier = frontier = open_frontier(cfg, self.answers.robots.obey)
         self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
-        info = node_info(cfg)
+        info = node_info(cfg, frontier.clock.now())
+        self.answers.redis_now = frontier.clock.estimate
         x = Exchange()
         self._share(x)
         # longer than any cycle that is only slow: every command of it may take a socket timeout
@@ -359,6 +360,7 @@ class StreamsScheduler(BaseScheduler):
             entry = entry_for(
                 request, codec, self.fingerprinter, high_min=cfg.high_priority_min, low_max=cfg.low_priority_max,
                 site_of=self._site_key, legacy=x is not None and x.legacy is not None, fingerprint=fp,
+                now=self.answers.redis_now,
             )
         except SerializationError as exc:
             return self._cannot_travel(request, exc, fp, url_key)

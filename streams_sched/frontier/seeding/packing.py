@@ -8,7 +8,6 @@ formatting of a per-site template each than as eleven arguments to pack.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,7 +75,7 @@ class Packer:
 
     def site_layout(self, now: float, seed: bool = False) -> tuple[list[bytes], list[bytes]]:
         """The suffixes of the keys enqueue.lua takes per site (after the site's key prefix;
-        the same for every site at time ``now``: revisit buckets change with it), and the
+        the same for every site at Redis time ``now``: revisit buckets change with it), and the
         call's ARGV head, as :meth:`Frontier.enqueue_shard` builds them (with ``seed``: its
         'seed' keys), as bytes."""
         f, b = self.frontier, self.frontier.bloom
@@ -103,7 +102,7 @@ class Packer:
         keys)."""
         if not calls:
             return []
-        suffixes, head = self.site_layout(time.time(), seed)
+        suffixes, head = self.site_layout(self.frontier.clock.now() if self.frontier.bloom.revisit_seconds else 0.0, seed)
         head_resp = b"".join(bulk(v) for v in head)
         start = bulk(b"EVALSHA") + bulk(self.frontier.scripts.enqueue.sha.encode())
         templates: dict[int, bytes] = {}  # by key prefix length: the RESP of a site's keys

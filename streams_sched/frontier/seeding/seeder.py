@@ -230,6 +230,7 @@ class Seeder:
             yield entry_for(
                 request, self.codec, self.fingerprinter, high_min=self.high_min, low_max=self.low_max,
                 site_of=self.site_of, legacy=self.legacy is not None, callback=callback, errback=errback,
+                now=self.frontier.clock.now,
             )
 
     def _take(self, entries: Iterator[Entry]) -> list[Entry]:

@@ -3,6 +3,8 @@
 Every ``STREAMS_HEARTBEAT_SECONDS`` the I/O thread writes the worker's node record (what
 it holds, its browser cap and renders) and publishes it as a heartbeat event; the monitor
 and the reclaimer tell live, dead and offline workers apart by it (service/liveness.py).
+The record's ``last_seen`` is when Redis received it (heartbeat.lua), never the worker's own
+clock, and the script's reply, Redis TIME, keeps the worker's clock (frontier/clock.py) fresh.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from streams_sched.config import StreamsConfig
 from streams_sched.frontier.client import Frontier
 from streams_sched.worker.exchange import Exchange
-from streams_sched.worker.io.sent import HEARTBEAT, Sent
+from streams_sched.worker.io.sent import HEARTBEAT, Heartbeat, Sent
 from streams_sched.worker.leasebook import LeaseBook
 
 __all__ = ["Presence"]
@@ -43,17 +45,18 @@ class Presence:
             return
         self.next_heartbeat = now + self.heartbeat_s
         info = self.record("online")
-        self.frontier.record_node(self.node_id, info, pipe)
-        self.frontier.publish({"event": "heartbeat", **info}, pipe)
-        sent += (HEARTBEAT, HEARTBEAT)  # record_node, publish
+        self.frontier.heartbeat(self.node_id, info, pipe)
+        self.frontier.publish(self.event("heartbeat", info), pipe)
+        # heartbeat.lua's reply is Redis TIME, read between now and the reply
+        sent += (Heartbeat(sent_at=time.monotonic()), HEARTBEAT)
 
     def record(self, state: str) -> dict[str, Any]:
+        """The node record, but for its last_seen: heartbeat.lua sets that when Redis receives it."""
         return {
             **self.node_info,
             "node": self.node_id,
             "crawl": self.frontier.crawl,
             "state": state,
-            "last_seen": time.time(),
             "held": self.book.total,
             "local": self.exchange.local_count(),
             # browser leases held against this worker's cap, and its renders so far
@@ -64,12 +67,17 @@ class Presence:
             "heartbeat_s": self.heartbeat_s,
         }
 
+    def event(self, name: str, info: dict[str, Any]) -> dict[str, Any]:
+        """The published event: the record, last_seen as the worker's reading of Redis time.
+        Listeners judge liveness by when they hear it (monitor/events.py), not by that."""
+        return {"event": name, **info, "last_seen": round(self.frontier.clock.estimate(), 3)}
+
     def goodbye(self) -> None:
         try:
             info = self.record("offline")
-            pipe = self.frontier.client.pipeline(transaction=False)
-            self.frontier.record_node(self.node_id, info, pipe)
-            self.frontier.publish({"event": "node_offline", **info}, pipe)
-            pipe.execute()
+            # not in a pipeline: called on its own, the script is reloaded if the server
+            # has forgotten it (a restart, a failover)
+            self.frontier.heartbeat(self.node_id, info)
+            self.frontier.publish(self.event("node_offline", info))
         except Exception as exc:
             logger.warning("could not publish node_offline: %s", exc)

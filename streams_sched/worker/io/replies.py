@@ -3,12 +3,14 @@
 sent.py records what each command of the pipeline was; here each record meets its
 reply. A confirmed enqueue counts and wakes its site's shard; an ack counts; a lease
 reply goes to :class:`~streams_sched.worker.io.leasing.Leasing`; a WAIT reply to the
-replica barrier. A command that failed goes back to the AckGate to be sent again (an
-enqueue or lease operation is never dropped), and a refusal is counted and logged once.
+replica barrier; the heartbeat's Redis TIME to the worker's clock (frontier/clock.py). A
+command that failed goes back to the AckGate to be sent again (an enqueue or lease
+operation is never dropped), and a refusal is counted and logged once.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError
@@ -24,6 +26,7 @@ from streams_sched.worker.io.sent import (
     AFTER_STAT,
     Enqueued,
     FeedbackSent,
+    Heartbeat,
     Leased,
     LeaseOpsSent,
     Sent,
@@ -63,6 +66,7 @@ class Replies:
     def apply(self, sent: list[Sent], replies: list[Any]) -> int:
         """Apply the replies of one pipeline; return how many requests arrived. Raises
         the first transient error once every reply is applied."""
+        received = time.monotonic()
         arrived = 0
         confirmed = False
         noscript = False
@@ -83,6 +87,9 @@ class Replies:
                 confirmed = True
             elif isinstance(cmd, Leased):
                 arrived += self.leasing.on_leased(cmd.plan, reply)
+            elif isinstance(cmd, Heartbeat):
+                if cmd.sent_at is not None:
+                    self.frontier.clock.observe(reply, cmd.sent_at, received)
             else:
                 self._applied(cmd, reply)
         if noscript:

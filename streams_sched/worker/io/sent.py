@@ -77,7 +77,11 @@ class Waited:
 
 @dataclass(slots=True, frozen=True)
 class Heartbeat:
-    """The node record or its published heartbeat."""
+    """The node record (heartbeat.lua, whose reply is Redis TIME: ``sent_at`` is the
+    monotonic time the pipeline went out, for the worker's clock) or its published
+    heartbeat (``sent_at`` None)."""
+
+    sent_at: float | None = None
 
 
 Sent = Enqueued | LeaseOpsSent | Leased | FeedbackSent | Waited | Heartbeat
