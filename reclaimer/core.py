@@ -50,6 +50,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.errors import LayoutError
 from streams_sched.frontier.client import NO_MASK, Frontier
+from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.indexes import due_delays, ready_sites, server_ms
 from streams_sched.frontier.keys import health_key
 from streams_sched.frontier.replies import parse_claim
@@ -61,7 +62,7 @@ from streams_sched.service.daemon import (
     connect_at_start,
     run_passes,
 )
-from streams_sched.service.liveness import ALIVE, node_states
+from streams_sched.service.liveness import ALIVE, NodeState, node_states
 
 from .logic import crawl_limits
 from .metrics import ReclaimerMetrics
@@ -94,6 +95,8 @@ class Reclaimer:
         self._warned_missing: set[str] = set()
         self._warned_layout: set[str] = set()
         self.passes = 0
+        #: Redis time for the health key and the last-pass metric (frontier/clock.py)
+        self.clock: RedisClock | None = None
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -163,7 +166,7 @@ class Reclaimer:
             ttl = max(int(self.settings.interval_s * 3), 10)
             self.client.set(
                 health_key("reclaimer", self.settings.name),
-                json.dumps({**summary, "ts": time.time(), "pid": os.getpid()}),
+                json.dumps({**summary, "ts": result.ended_s, "pid": os.getpid()}),
                 ex=ttl,
             )
         except TRANSIENT + (ResponseError,):
@@ -180,6 +183,11 @@ class Reclaimer:
                 self._warned_missing.add(crawl)
                 log.warning("crawl_not_registered", crawl=crawl, hint="handled once a worker registers it")
         return [c for c in self.settings.crawls if c in registered]
+
+    def _clock(self) -> RedisClock:
+        if self.clock is None:
+            self.clock = RedisClock(self.client)
+        return self.clock
 
     def _frontier(self, crawl: str) -> Frontier:
         f = self._frontiers.get(crawl)
@@ -203,13 +211,16 @@ class Reclaimer:
         if prune:
             self._next_prune = started + self.settings.prune_interval_s
         result.duration_s = time.monotonic() - started
+        # Redis time, as every time another process reads: a reclaimer whose own clock is
+        # off must not look stalled, or busy, to whoever compares the time with theirs
+        result.ended_s = self._clock().now()
         return result
 
     def _crawl_pass(self, crawl: str, prune: bool) -> CrawlPass:
         s = self.settings
         f = self._frontier(crawl)
         records = f.nodes()
-        states = node_states(records, _server_time(f.client), dead_after_heartbeats=s.dead_after_heartbeats)
+        states = self.node_states(f, records)
         lease_s, max_deliveries = crawl_limits(
             records, s.lease_s, s.max_deliveries, DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES,
             alive=[n for n, st in states.items() if st.state == ALIVE],
@@ -227,6 +238,11 @@ class Reclaimer:
         if prune:
             prune_consumers(f, states, s, out)
         return out
+
+    def node_states(self, f: Frontier, records: dict[str, dict[str, Any]]) -> dict[str, NodeState]:
+        """The crawl's nodes alive, dead or offline: their records' last_seen (the Redis time
+        their heartbeat arrived) against Redis TIME now (service/liveness.py)."""
+        return node_states(records, _server_time(f.client), dead_after_heartbeats=self.settings.dead_after_heartbeats)
 
     def _reclaim(self, f: Frontier, sites: list[str], lease_ms: int, max_deliveries: int, out: CrawlPass) -> None:
         """Requeue the expired leases of these sites (again while a call fills its batch)."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 from .results import PassResult
 
@@ -39,14 +38,14 @@ class ReclaimerMetrics:
         )
         self.last_pass = Gauge(
             "streams_sched_reclaimer_last_pass_timestamp_seconds",
-            "Unix time of the last successful pass.",
+            "Unix time of the last successful pass (Redis TIME).",
             registry=r,
         )
 
     def record(self, result: PassResult) -> None:
         self.passes.inc()
         self.duration.observe(result.duration_s)
-        self.last_pass.set(time.time())
+        self.last_pass.set(result.ended_s)
         for c in result.crawls:
             for name, counter in self.moved.items():
                 n = int(getattr(c, name))

@@ -29,6 +29,8 @@ class PassResult:
     crawls: list[CrawlPass] = field(default_factory=list)
     pruned: bool = False
     duration_s: float = 0.0
+    #: when the pass ended: Redis time in epoch seconds (the health key's ts, the last-pass metric)
+    ended_s: float = 0.0
 
     def total(self, name: str) -> int:
         return sum(int(getattr(c, name)) for c in self.crawls)
