@@ -201,15 +201,21 @@ class Worker:
 
     def __init__(
         self, settings: dict[str, Any], log: Path, spider: str = "streams_sched.demo.spider.SyntheticSpider",
-        new_session: bool = False,
+        new_session: bool = False, clock_skew_s: float = 0.0,
     ) -> None:
         """``new_session``: the worker leads a process group of its own, so that
         :meth:`close` takes its children (a browser) down with it, as systemd's
-        KillMode=control-group does."""
+        KillMode=control-group does. ``clock_skew_s``: the worker's wall clock
+        (``time.time()``) is that many seconds ahead (behind, if negative) of the
+        machine's (tests/skewed_clock/sitecustomize.py)."""
         self.log_path = log
         self.new_session = new_session
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), env.get("PYTHONPATH", "")])
+        path = [str(HERE), str(ROOT), env.get("PYTHONPATH", "")]
+        if clock_skew_s:
+            path.insert(0, str(HERE / "skewed_clock"))
+            env["STREAMS_TEST_CLOCK_SKEW_S"] = repr(clock_skew_s)
+        env["PYTHONPATH"] = os.pathsep.join(path)
         self.log_file = open(log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "worker.py"), spider, json.dumps(settings)],
