@@ -449,9 +449,11 @@ class LocalSentinel:
         return str(reply[0]) if reply else None
 
     def reported_master_ports(self) -> list[int | None]:
-        """The master's port as each sentinel reports it (None: no answer or no master)."""
+        """The master's port as each running sentinel reports it (None: no answer or no master)."""
         out: list[int | None] = []
         for s in self.sentinels:
+            if s.proc is None or s.proc.poll() is not None:
+                continue  # killed by the test
             reply = self._ask(self.sentinel_client(s), lambda c: c.sentinel_get_master_addr_by_name(self.service))
             out.append(int(reply[1]) if reply else None)
         return out

@@ -303,3 +303,40 @@ def test_a_url_naming_several_nodes_starts_through_the_others_while_the_first_is
         env={**env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}, timeout=60,
     )
     assert check.returncode == 0, check.stderr
+
+
+def test_a_primary_that_rejoins_empty_is_warned_of_at_start_and_called_a_loss(tmp_path: Path, measured: Any) -> None:
+    """Cluster primaries with replicas and no persistence: the workers warn at start; the busiest
+    one SIGKILLed and restarted at once comes back empty as the primary, which the workers report
+    at ERROR as lost data; the crawl still ends with every page and exit 0."""
+    with LocalCluster(3, replicas=1, node_timeout_ms=3000, bloom=find_redisbloom() is not None) as cluster:
+        crawl = spread_crawl_name(connect(cluster.url), tuple(f"site{i}.test" for i in range(SITES)))
+        wiped: list[int] = []
+
+        def restart_at_once(_: int) -> None:
+            victim = cluster.busiest_master()
+            keys_before = int(cluster.client(victim).dbsize())
+            cluster.kill(victim)
+            cluster.restart(victim)  # within cluster-node-timeout: no failover, it is still the primary
+            wait_for(lambda: cluster.role(victim) == "master", timeout=30, what="the restarted primary")
+            wiped.append(keys_before)
+
+        crawl_through_failovers(cluster.url, crawl, tmp_path, 1, restart_at_once, measured)
+        logs = [(tmp_path / f"w{i}.log").read_text(errors="replace") for i in range(2)]
+    assert all("has 1 replica(s) but appendonly is no and save is empty" in log for log in logs[:1])
+    assert any("restarted empty (appendonly no, nothing loaded)" in log for log in logs), logs[0][-3000:]
+    measured(f"the restarted primary held {wiped[0]} keys before it came back empty")
+
+
+def test_sentinel_url_first_sentinel_and_the_primary_killed_and_left_down(tmp_path: Path, measured: Any) -> None:
+    """The sentinel the URL names first and the primary are SIGKILLed and left down: the workers
+    ask the other sentinels, follow the promoted replica, crawl every page and exit 0."""
+    with LocalSentinel(replicas=2, bloom=find_redisbloom() is not None, appendonly=True) as sentinel:
+
+        def fail_over(_: int) -> None:
+            sentinel.sentinels[0].kill()
+            old = sentinel.master()
+            cut_off_and_kill(sentinel.node_client(old), sentinel.replicas(), old.kill)
+            sentinel.wait_failover(old.port)
+
+        crawl_through_failovers(sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, 1, fail_over, measured)

@@ -247,6 +247,19 @@ class ReplicaGuard:
 
         return name or primary_address(self.client)
 
+    def came_back_empty(self, name: str) -> bool:
+        """True if primary ``name`` has just restarted with no persistence and loaded
+        nothing (persistence.py): what it held before is gone. False if it cannot say."""
+        from streams_sched.connect.persistence import came_back_empty, read_persistence
+
+        try:
+            node = self.client.get_node(node_name=name) if self.cluster else None
+            if self.cluster and node is None:
+                return False
+            return any(came_back_empty(p) for p in read_persistence(self.client, node))
+        except Exception:  # an unanswered question is not a loss
+            return False
+
     def primary_of(self, key: str) -> str:
         """The name of the primary that owns ``key`` (a standalone server is "")."""
         if not self.cluster:

@@ -132,6 +132,15 @@ class ReplicaStage:
         # what this worker remembers sending may not have arrived either
         self.exchange.seen_epoch += 1
         self.refresh_topology()
+        if self.guard.came_back_empty(primary):
+            logger.error(
+                "Redis primary %s restarted empty (appendonly no, nothing loaded): the crawl's queued"
+                " requests, leases and seen filters it held are gone. Pages seen before will be crawled"
+                " again, and requests queued only there are lost unless another page links to them."
+                " Turn on appendonly, or keep it from restarting faster than the failover timeout",
+                self.guard.shown(primary),
+            )
+            self.exchange.stats.append(("streams/primary_restarted_empty", 1))
 
     def refresh_topology(self) -> None:
         """On a cluster, read the slot map again from any node that answers (at most once

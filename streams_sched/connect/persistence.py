@@ -1,0 +1,162 @@
+"""Whether a Redis primary keeps its data across a restart, and whether it just lost it.
+
+A primary with replicas but neither AOF nor RDB snapshots is safe only while nothing
+restarts it faster than a failover. If systemd, Kubernetes or a supervisor starts it
+again within the failover timeout (``cluster-node-timeout``, Sentinel's
+``down-after-milliseconds``), it comes back empty *as the primary*, with its slots or
+its service name, and its replicas resync from it: they drop their copy and take the
+empty one. Every queued request, lease and seen filter of its keys is gone. Workers
+resend what they had not seen on a replica yet, but what had been confirmed is gone:
+pages seen before are crawled again, and requests that were queued only there are lost
+unless another page links to them. Redis's own replication guide warns of the same set-up.
+Nothing a client does can make up for that, so:
+
+- at start, every primary with replicas and no persistence gets one WARNING naming the
+  options and the fix (:func:`start_warning`, :func:`check_persistence`);
+- when a worker finds that a primary it wrote to was replaced, it asks whether the new
+  one is a fresh process that loaded nothing and keeps nothing (:func:`came_back_empty`),
+  and if so says at ERROR that the crawl lost data there, instead of a routine warning.
+
+What is read: ``INFO server`` (uptime), ``INFO persistence`` (``aof_enabled``,
+``rdb_last_load_keys_loaded``), ``INFO replication`` (role, replicas), and ``CONFIG GET
+save`` where the user may run CONFIG (managed services and role users may not: then the
+RDB side is said to be unknown, once). Pure decisions over :class:`NodePersistence`; the
+reads are :func:`read_persistence`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "RECENT_RESTART_S",
+    "NodePersistence",
+    "came_back_empty",
+    "check_persistence",
+    "parse_persistence",
+    "read_persistence",
+    "start_warning",
+]
+
+logger = logging.getLogger(__name__)
+
+#: a primary up for less than this when it is found replaced counts as just restarted
+RECENT_RESTART_S = 120
+
+
+@dataclass(frozen=True, slots=True)
+class NodePersistence:
+    """What one server says of its persistence (None: it could not say)."""
+
+    name: str
+    role: str
+    replicas: int
+    aof: bool | None
+    #: CONFIG GET save ("" = RDB snapshots off); None if CONFIG is refused
+    save: str | None
+    uptime_s: int | None
+    #: keys loaded from an RDB file or AOF preamble at its last start (Redis 7+)
+    keys_loaded: int | None
+
+
+def _int(info: dict[str, Any], field: str) -> int | None:
+    value = info.get(field)
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_persistence(name: str, info: dict[str, Any], save: str | None) -> NodePersistence:
+    """``info``: the fields of INFO server, persistence and replication together."""
+    aof = _int(info, "aof_enabled")
+    return NodePersistence(
+        name=name,
+        role=str(info.get("role", "")),
+        replicas=_int(info, "connected_slaves") or 0,
+        aof=None if aof is None else aof == 1,
+        save=save,
+        uptime_s=_int(info, "uptime_in_seconds"),
+        keys_loaded=_int(info, "rdb_last_load_keys_loaded"),
+    )
+
+
+def start_warning(node: NodePersistence) -> str | None:
+    """The WARNING for a primary that would come back empty after a quick restart, or None."""
+    if node.role != "master" or node.replicas == 0 or node.aof is not False:
+        return None
+    if node.save is not None and node.save.strip():
+        return None  # RDB snapshots: a restart loses the writes since the last one, not all
+    rdb = "save is empty" if node.save is not None else "save could not be read (CONFIG refused)"
+    return (
+        f"Redis primary {node.name} has {node.replicas} replica(s) but appendonly is no and {rdb}:"
+        " if anything restarts it before its replica takes over (systemd, Kubernetes, a supervisor),"
+        " it comes back empty and its replicas copy the empty data set, so this crawl's queue and"
+        " seen filters on it are gone: pages are crawled again and requests queued only there are"
+        " lost. Set appendonly yes on every primary, or make sure none restarts automatically faster"
+        " than the failover timeout (docs/concepts/faults.md, 'A primary that rejoins empty')"
+    )
+
+
+def came_back_empty(node: NodePersistence) -> bool:
+    """True if ``node`` is a primary that has just started, keeps no AOF and loaded no key:
+    whatever it held before it restarted is gone."""
+    return (
+        node.role == "master"
+        and node.aof is False
+        and node.uptime_s is not None
+        and node.uptime_s < RECENT_RESTART_S
+        and node.keys_loaded == 0
+    )
+
+
+def _config_save(client: Any, options: dict[str, Any]) -> str | None:
+    try:
+        reply = client.config_get("save", **options)
+    except Exception:  # CONFIG renamed away or refused to this user: the RDB side is unknown
+        return None
+    if isinstance(reply, dict) and "save" in reply:
+        value = reply["save"]
+        return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+def _text_keys(info: dict[Any, Any]) -> dict[str, Any]:
+    return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in info.items()}
+
+
+def read_persistence(client: Any, node: Any = None) -> list[NodePersistence]:
+    """Every primary of ``client`` (one for a standalone or Sentinel client), or only the
+    cluster node ``node``; a server that does not answer INFO is left out."""
+    from streams_sched.connect.clients import is_cluster_client, primary_address
+
+    if is_cluster_client(client):
+        nodes = [node] if node is not None else client.get_primaries()
+        targets = [(n.name, {"target_nodes": n}) for n in nodes]
+    else:
+        targets = [(primary_address(client), {})]
+    out = []
+    for name, options in targets:
+        info: dict[str, Any] = {}
+        try:
+            for section in ("server", "persistence", "replication"):
+                info.update(_text_keys(client.info(section, **options)))
+        except Exception as exc:  # refused or gone: nothing to say about it
+            logger.debug("cannot read the persistence of %s: %s", name, exc)
+            continue
+        out.append(parse_persistence(name, info, _config_save(client, options)))
+    return out
+
+
+def check_persistence(client: Any) -> list[str]:
+    """Log one WARNING per primary that would come back empty after a quick restart;
+    return the warnings."""
+    warnings = []
+    for node in read_persistence(client):
+        text = start_warning(node)
+        if text:
+            logger.warning(text)
+            warnings.append(text)
+    return warnings
