@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams_sched.connect.replicas import NodeView, ReplicaBook, Verdict, parse_replication
+from streams_sched.connect.replicas import NodeView, ReplicaBook, Verdict, parse_replication, rolled_back
 from streams_sched.frontier.records import Entry, LeasedEntry
 from streams_sched.worker.ops import Ack, AckGate
 
@@ -31,7 +31,7 @@ def test_parse_replication_counts_only_replicas_in_sync() -> None:
         "slave0": {"ip": "127.0.0.1", "port": 1, "state": "online", "offset": 42, "lag": 0},
         "slave1": {"ip": "127.0.0.1", "port": 2, "state": "wait_bgsave", "offset": 0, "lag": 0},
     }
-    assert parse_replication(info) == NodeView("master", 1, "r" * 40, 42)
+    assert parse_replication(info) == NodeView("master", 1, "r" * 40, 42, replica_offset=42)
 
 
 def test_auto_waits_for_one_replica_where_there_is_one_and_none_elsewhere() -> None:
@@ -172,3 +172,33 @@ def test_a_standalone_or_sentinel_primary_is_named_by_its_address_in_warnings(ca
     sentinel = ReplicaGuard(connect("redis+sentinel://127.0.0.1:1/mymaster/0"), ReplicaBook(), 10, "test")
     assert sentinel.shown("") == "(primary of 'mymaster')"  # no sentinel answers: the service is named
     assert sentinel.shown("10.0.0.1:7000") == "10.0.0.1:7000"
+
+
+def test_a_promotion_that_drops_acknowledged_writes_is_an_error_with_the_bytes(caplog: Any) -> None:
+    """A replica promoted behind what another replica had acknowledged: the bytes lost are counted
+    and logged at ERROR; a promotion of the freshest replica is the usual warning."""
+    import logging
+
+    old = "a" * 40
+    book = ReplicaBook()
+    book.look(PRIMARY, NodeView("master", 2, old, 5000, replica_offset=4800), 0.0)
+    fresh = NodeView("master", 1, "b" * 40, 4900, replid2=old, second_offset=4801)
+    with caplog.at_level(logging.WARNING, logger="streams_sched.connect.replicas"):
+        assert book.look(PRIMARY, fresh, 1.0)
+    assert book.lost_bytes == 0 and caplog.records[-1].levelname == "WARNING"
+    book.look(PRIMARY, NodeView("master", 1, "b" * 40, 6000, replica_offset=5900), 2.0)
+    lagging = NodeView("master", 0, "c" * 40, 5500, replid2="b" * 40, second_offset=5501)
+    with caplog.at_level(logging.WARNING, logger="streams_sched.connect.replicas"):
+        assert book.look(PRIMARY, lagging, 3.0)
+    assert book.lost_bytes == 400
+    assert caplog.records[-1].levelname == "ERROR" and "without the last 400 bytes" in caplog.text
+    restarted = NodeView("master", 0, "d" * 40, 10)  # continues no history: cannot say
+    assert rolled_back("c" * 40, 5500, restarted) is None
+
+
+def test_on_a_cluster_a_promoted_replica_is_compared_with_the_primary_it_took_over_from() -> None:
+    """A cluster replica promoted under its own name still shows writes its old primary's replicas had acknowledged."""
+    book = ReplicaBook()
+    book.look("10.0.0.1:7000", NodeView("master", 1, "a" * 40, 9000, replica_offset=8000), 0.0)
+    book.look("10.0.0.2:7001", NodeView("master", 0, "b" * 40, 7600, replid2="a" * 40, second_offset=7501), 1.0)
+    assert book.lost_bytes == 500

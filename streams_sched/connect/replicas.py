@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LOSS_GRACE_S", "NodeView", "ReplicaBook", "ReplicaGuard", "Verdict", "parse_replication"]
+__all__ = ["LOSS_GRACE_S", "NodeView", "ReplicaBook", "ReplicaGuard", "Verdict", "parse_replication", "rolled_back"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,20 +83,39 @@ class NodeView:
     connected: int
     replid: str
     offset: int
+    #: the furthest offset a replica in sync has acknowledged (0: none)
+    replica_offset: int = 0
+    #: the history this node continues since its promotion (master_replid2), and the
+    #: offset up to which it shares it (second_repl_offset; -1: none)
+    replid2: str = ""
+    second_offset: int = -1
 
 
 def parse_replication(info: dict[str, Any]) -> NodeView:
     """INFO replication, as redis-py parses it, to a :class:`NodeView`."""
-    connected = 0
+    connected = replica_offset = 0
     for key, value in info.items():
         if key.startswith("slave") and isinstance(value, dict) and str(value.get("state", "")) == "online":
             connected += 1
+            replica_offset = max(replica_offset, int(value.get("offset", 0) or 0))
     return NodeView(
         role=str(info.get("role", "")),
         connected=connected,
         replid=str(info.get("master_replid", "")),
         offset=int(info.get("master_repl_offset", 0) or 0),
+        replica_offset=replica_offset,
+        replid2=str(info.get("master_replid2", "")),
+        second_offset=int(info.get("second_repl_offset", -1) or -1),
     )
+
+
+def rolled_back(known_replid: str, replicated: int, view: NodeView) -> int | None:
+    """Bytes of writes a replica had acknowledged that the node now primary lacks, if it
+    continues the history of ``known_replid`` (it was that primary's replica); None if it
+    does not say (a restarted node, a replica of another history)."""
+    if view.replid2 != known_replid or view.second_offset <= 0:
+        return None
+    return max(0, replicated - (view.second_offset - 1))
 
 
 @dataclass(slots=True)
@@ -110,6 +129,8 @@ class _Primary:
     short_logged: bool = False
     #: auto stopped waiting after it lost its replicas (logged once): its writes still get a barrier
     gave_up: bool = False
+    #: the furthest offset of this identity a replica acknowledged
+    replicated: int = 0
 
 
 @dataclass(slots=True)
@@ -126,6 +147,8 @@ class ReplicaBook:
     #: primaries that changed identity (restarted, promoted, replaced) since the caller
     #: last asked (:meth:`take_changed`): what they confirmed before may be gone
     changed: set[str] = field(default_factory=set)
+    #: bytes of replica-acknowledged writes that a promotion threw away, over all primaries
+    lost_bytes: int = 0
     #: a primary's name as log lines show it (a standalone or Sentinel primary is named
     #: "", so :class:`ReplicaGuard` puts its address there)
     shown: Callable[[str], str] = field(default=lambda name: name or "(this server)")
@@ -158,13 +181,24 @@ class ReplicaBook:
         node it was when last seen (its earlier writes may be gone)."""
         known = self.primaries.get(name)
         changed = known is not None and (view.replid != known.replid or view.offset < known.offset)
-        if known is not None and changed:
+        lost = None
+        if changed:
+            lost = rolled_back(known.replid, known.replicated, view)  # type: ignore[union-attr]
+        elif known is None and view.replid2:
+            # on a cluster the promoted replica has a name of its own: the primary it took over from
+            before = next((p for p in self.primaries.values() if p.replid == view.replid2), None)
+            if before is not None:
+                lost = rolled_back(before.replid, before.replicated, view)
+        if lost:
+            self._report_rollback(name, lost)
+        elif changed:
             logger.warning(
                 "Redis primary %s is not the one this worker wrote to before (replication id %s,"
                 " offset %d; was %s, %d): it restarted or was replaced, so this worker forgets"
                 " which requests it remembers sending",
-                self.shown(name), view.replid, view.offset, known.replid, known.offset,
+                self.shown(name), view.replid, view.offset, known.replid, known.offset,  # type: ignore[union-attr]
             )
+        if changed:
             self.changed.add(name)
         if self.min_replicas >= 0:
             required = self.min_replicas
@@ -175,8 +209,9 @@ class ReplicaBook:
         else:
             required = 0
         if known is None:
-            self.primaries[name] = _Primary(required, view.replid, view.offset, now)
+            self.primaries[name] = _Primary(required, view.replid, view.offset, now, replicated=view.replica_offset)
             return False
+        known.replicated = view.replica_offset if changed else max(known.replicated, view.replica_offset)
         known.required, known.replid, known.offset, known.checked_at = required, view.replid, view.offset, now
         if view.connected > 0:
             known.zero_since = None
@@ -184,6 +219,18 @@ class ReplicaBook:
                 logger.warning("Redis primary %s has %d replica(s) again; acks wait for them", self.shown(name), view.connected)
             known.gave_up = known.short_logged = False
         return changed
+
+    def _report_rollback(self, name: str, lost: int) -> None:
+        self.lost_bytes += lost
+        logger.error(
+            "Redis primary %s was promoted without the last %d bytes of writes that a replica of"
+            " the primary before it had acknowledged (Redis promoted a replica that was behind"
+            " another, or the one that had them was wiped): the acks and leases in them come"
+            " back, so their pages are crawled twice, and requests queued only in them are lost"
+            " unless another page links to them. Redis chose which writes to keep; this worker"
+            " sends again what it had not seen on a replica yet",
+            self.shown(name), lost,
+        )
 
     def judge(self, name: str, acked: int | None, view: NodeView | None, now: float) -> Verdict:
         """What a barrier on ``name`` means: ``acked`` is WAIT's reply (None if the

@@ -47,6 +47,8 @@ class ReplicaStage:
         #: on a cluster, whose pipeline spans several servers)
         self.inline_wait: list[Any] = []
         self.next_topology = 0.0
+        #: the book's lost_bytes already counted in the stats
+        self.lost_bytes = 0
 
     def queue_inline(self, pipe: Any, sent: list[Sent], now: float) -> None:
         """On one server: WAIT right after the cycle's writes covers them all."""
@@ -82,6 +84,10 @@ class ReplicaStage:
         for primary in guard.book.take_changed():
             # replaced since it confirmed them: they may be gone
             self._resend(primary)
+        if guard.book.lost_bytes > self.lost_bytes:
+            # a promotion dropped writes a replica had acknowledged (logged by the book)
+            self.exchange.stats.append(("streams/rolled_back_bytes", guard.book.lost_bytes - self.lost_bytes))
+            self.lost_bytes = guard.book.lost_bytes
 
     def _judge_inline(self, inline: list[Any], confirmed: list[Enqueued], now: float) -> list[Enqueued]:
         """WAIT and INFO came back on the connection that carried the writes: what is
