@@ -13,6 +13,7 @@ from streams_sched.connect.server_checks import (
     error_code,
     eviction_verdict,
     hint_for,
+    refuses_writes,
 )
 
 WHERE = "Redis at redis://127.0.0.1:6379/0"
@@ -79,6 +80,11 @@ def test_an_unknown_or_unreadable_policy_warns() -> None:
         ("this user has no permissions to run the 'xadd' command", "NOPERM"),
         ("ERR unknown command 'FOO'", ""),
         ("BUSY Redis is busy running a script", ""),
+        ("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.", "MISCONF"),
+        ("Error running script: @user_script:3: -MISCONF Redis is configured to save RDB snapshots, but it's"
+         " currently unable to persist to disk.", "MISCONF"),
+        ("READONLY You can't write against a read only replica.", "READONLY"),
+        ("You can't write against a read only replica. script: 8d1f, on @user_script:1.", "READONLY"),
     ],
 )
 def test_error_code_is_found_also_inside_a_script_error(error: str, code: str) -> None:
@@ -103,3 +109,25 @@ def test_allowed_by_env_reads_the_usual_true_words() -> None:
     assert all(allowed_by_env({"STREAMS_ALLOW_EVICTION": v}) for v in ("1", "true", "Yes", " on "))
     assert not any(allowed_by_env({"STREAMS_ALLOW_EVICTION": v}) for v in ("0", "false", "", "maybe"))
     assert not allowed_by_env({})
+
+
+def test_misconf_and_readonly_hints_name_the_setting_and_the_fix() -> None:
+    """MISCONF names stop-writes-on-bgsave-error and BGSAVE; READONLY says the given URL setting names a replica."""
+    misconf = hint_for("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.")
+    assert "stop-writes-on-bgsave-error" in misconf and "BGSAVE" in misconf and "Redis log" in misconf
+    readonly = hint_for("You can't write against a read only replica.", setting="--redis-url (REDIS_URL)")
+    assert readonly.startswith("READONLY means --redis-url (REDIS_URL) names a read-only replica")
+    assert "point it at the primary" in readonly and "redis+sentinel://" in readonly
+    assert "REDIS_URL names a read-only replica" in hint_for("READONLY You can't write against a read only replica.")
+
+
+def test_only_oom_misconf_and_readonly_refuse_every_write() -> None:
+    """refuses_writes gives the code of a refusal of every write, "" for other refusals and for what is not an error reply."""
+    from redis.exceptions import ConnectionError, OutOfMemoryError, ReadOnlyError, ResponseError
+
+    assert refuses_writes(OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")) == "OOM"
+    assert refuses_writes(ReadOnlyError("You can't write against a read only replica.")) == "READONLY"
+    assert refuses_writes(ResponseError("MISCONF Redis is configured to save RDB snapshots")) == "MISCONF"
+    assert refuses_writes("NOPERM User worker has no permissions to run the 'xadd' command") == ""
+    assert refuses_writes(ResponseError("WRONGTYPE Operation against a key")) == ""
+    assert refuses_writes(ConnectionError("MISCONF in a connection error is not a reply")) == ""

@@ -30,8 +30,10 @@ services that refuse CONFIG answer INFO.
 
 :func:`eviction_verdict` decides (pure, over the policy string); :func:`read_policies`
 reads; :func:`check_eviction` does both, logs the warning or raises. :func:`read_memory`
-is the monitor's read of the same servers (memory, limit, policy, evictions), and
-:func:`hint_for` says what an error reply (OOM, NOPERM, WRONGTYPE) asks of an operator.
+is the monitor's read of the same servers (memory, limit, policy, evictions),
+:func:`hint_for` says what an error reply (OOM, MISCONF, READONLY, NOPERM, WRONGTYPE) asks
+of an operator, and :func:`refuses_writes` whether it means the server takes no write at
+all for now (OOM, MISCONF, READONLY), which a component waits out rather than fails on.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "ALLOW_EVICTION_ENV",
     "OK",
     "REFUSE",
+    "REFUSES_WRITES",
     "TTL_KEYS",
     "WARN",
     "ServerMemory",
@@ -63,6 +66,7 @@ __all__ = [
     "hint_for",
     "read_memory",
     "read_policies",
+    "refuses_writes",
     "server_name",
 ]
 
@@ -230,6 +234,17 @@ class ServerMemory:
     maxmemory: int
     policy: str
     evicted_keys: int
+    #: what Redis leaves out of used_memory when it compares it with maxmemory (replication
+    #: and AOF buffers: ``mem_not_counted_for_evict``)
+    not_counted: int = 0
+
+    @property
+    def refuses_writes(self) -> bool:
+        """True if the server refuses writes with OOM now: over its maxmemory under a policy
+        that evicts nothing (noeviction) or only keys with a TTL (volatile-*: still over it,
+        none was left to evict)."""
+        over = self.maxmemory > 0 and self.used_memory - self.not_counted > self.maxmemory
+        return over and not self.policy.startswith("allkeys-")
 
 
 def _num(info: dict[str, Any], field: str) -> int:
@@ -247,12 +262,13 @@ def read_memory(client: Any) -> list[ServerMemory]:
         info = client.info("memory", "stats", **options)
         out.append(ServerMemory(
             server or server_name(client), _num(info, "used_memory"), _num(info, "maxmemory"),
-            text(info.get("maxmemory_policy") or ""), _num(info, "evicted_keys"),
+            text(info.get("maxmemory_policy") or ""), _num(info, "evicted_keys"), _num(info, "mem_not_counted_for_evict"),
         ))
     return out
 
 
-#: what each error code of a refused command asks of an operator; {role} is who was refused
+#: what each error code of a refused command asks of an operator; {role} is who was
+#: refused, {setting} where its Redis URL is set (REDIS_URL, --redis-url)
 _HINTS: tuple[tuple[str, str], ...] = (
     (
         "OOM",
@@ -261,22 +277,45 @@ _HINTS: tuple[tuple[str, str], ...] = (
         " redis.conf), add a shard (Redis Cluster), or purge finished crawls (`streams-sched purge`)",
     ),
     (
+        "MISCONF",
+        "MISCONF means Redis could not save its RDB snapshot and, with stop-writes-on-bgsave-error yes,"
+        " refuses every write until a save works: fix what the Redis log names (a full disk, a"
+        " directory it may not write) and run BGSAVE, or CONFIG SET stop-writes-on-bgsave-error no"
+        " to take writes that the failing snapshots do not keep",
+    ),
+    (
+        "READONLY",
+        "READONLY means {setting} names a read-only replica: point it at the primary, or use a"
+        " Sentinel URL (redis+sentinel://HOST:26379/SERVICE), which always finds the primary",
+    ),
+    (
         "NOPERM",
         "a NOPERM needs a right for the {role}'s ACL user (`python -m streams_sched.admin.acl {role}` prints its rules)",
     ),
     ("WRONGTYPE", "a WRONGTYPE means a key of this crawl that something else wrote"),
 )
 
+#: the codes of a server that refuses every write, whatever the command and key, until an
+#: operator acts (its memory, its disk, which server the URL names): a component that
+#: meets one at start waits for it to clear, and logs it once for the whole server
+REFUSES_WRITES = ("OOM", "MISCONF", "READONLY")
 
-#: redis-py turns the OOM and NOPERM replies into exceptions whose text lacks the code:
-#: these phrases of Redis's messages name them all the same
-_PHRASES = (("used memory > 'maxmemory'", "OOM"), ("no permissions to run", "NOPERM"))
+
+#: redis-py turns the OOM, NOPERM and READONLY replies into exceptions whose text lacks the
+#: code, and a failed script quotes the reply as "-CODE ...": these phrases of Redis's
+#: messages name them all the same
+_PHRASES = (
+    ("used memory > 'maxmemory'", "OOM"),
+    ("no permissions to run", "NOPERM"),
+    ("write against a read only replica", "READONLY"),
+    ("unable to persist to disk", "MISCONF"),
+)
 
 
 def error_code(error_text: str) -> str:
-    """The error code of a Redis error reply ("OOM", "NOPERM", "WRONGTYPE"), also inside
-    the message of a failed script, and also from the text of redis-py's exception,
-    which drops the code of some; "" when it is none of those."""
+    """The error code of a Redis error reply ("OOM", "MISCONF", "READONLY", "NOPERM",
+    "WRONGTYPE"), also inside the message of a failed script, and also from the text of
+    redis-py's exception, which drops the code of some; "" when it is none of those."""
     words = error_text.replace(".", " ").replace(":", " ").split()
     for code, _ in _HINTS:
         if code in words:
@@ -287,14 +326,24 @@ def error_code(error_text: str) -> str:
     return ""
 
 
-def hint_for(error_text: str, role: str = "worker") -> str:
+def refuses_writes(error: BaseException | str) -> str:
+    """The code (one of :data:`REFUSES_WRITES`) if ``error`` says the server refuses every
+    write for now; "" for any other error, and for anything that is not an error reply."""
+    if isinstance(error, BaseException) and not isinstance(error, ResponseError):
+        return ""
+    code = error_code(str(error))
+    return code if code in REFUSES_WRITES else ""
+
+
+def hint_for(error_text: str, role: str = "worker", setting: str = "REDIS_URL") -> str:
     """What to do about a refused command, from its error text (pure): for OOM, maxmemory
-    and the three fixes; for NOPERM, the role's ACL rules; for WRONGTYPE, a foreign key;
-    "" for any other error."""
+    and the three fixes; for MISCONF, the failed snapshot and stop-writes-on-bgsave-error;
+    for READONLY, that ``setting`` names a replica; for NOPERM, the role's ACL rules; for
+    WRONGTYPE, a foreign key; "" for any other error."""
     code = error_code(error_text)
     for known, hint in _HINTS:
         if known == code:
-            return hint.format(role=role)
+            return hint.format(role=role, setting=setting)
     return ""
 
 
