@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM
 from streams_sched.frontier.records import Entry, LeasedEntry
 from streams_sched.worker.io.refusals import Refusals
@@ -126,3 +128,21 @@ def test_oom_is_one_refusal_for_every_command_until_quiet() -> None:
     assert refusals.accepted("enqueue to site a", now=60.0) == [(oom + " script: 1", 4)]
     assert refusals.accepted("ack of site a", now=61.0) == [("NOPERM no right", 1)] and not refusals
     assert refusals.note("heartbeat", oom, now=100.0) is True  # a new episode: logged again
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        ("MISCONF", "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk."),
+        ("READONLY", "You can't write against a read only replica."),
+    ],
+)
+def test_every_refusal_of_all_writes_is_one_refusal_until_quiet(code: str, message: str) -> None:
+    """A failed snapshot's MISCONF and a replica's READONLY are, like OOM, one refusal for every command, ended only when quiet."""
+    refusals = Refusals(quiet_s=30.0)
+    assert refusals.note("enqueue to site a", message, now=0.0) is True
+    assert refusals.note("ack of site b", message, now=1.0) is False
+    assert refusals.note("heartbeat", message + " script: 2, on @user_script:1.", now=2.0) is False
+    assert refusals.counts == {("Redis", code): 3}
+    assert refusals.accepted("heartbeat", now=10.0) == []
+    assert refusals.accepted("heartbeat", now=40.0) == [(message, 3)] and not refusals

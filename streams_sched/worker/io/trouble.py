@@ -5,9 +5,10 @@ A WARNING says so at once; once it has lasted longer than a lease (the worker's 
 are then being taken over by others), an ERROR names every server it tried, and a
 one-line summary follows every minute while it lasts, so an outage is never silent.
 How long it has lasted is on the Exchange (``unreachable_since``) for the metrics.
-Redis refusing a command for good (NOPERM, WRONGTYPE, OOM at maxmemory): the operation is
-kept and retried with the same back-off, and each distinct refusal is logged once
-(refusals.py; OOM once for all commands) with what to do about it
+Redis refusing a command for good (NOPERM, WRONGTYPE; OOM at maxmemory, MISCONF after a
+failed snapshot, READONLY from a replica): the operation is kept and retried with the same
+back-off, and each distinct refusal is logged once (refusals.py; a refusal of every write
+once for all commands) with what to do about it
 (server_checks.hint_for), its repeats counted in ``streams/redis_errors``.
 """
 
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from streams_sched.connect.backoff import Backoff
-from streams_sched.connect.server_checks import error_code, hint_for
+from streams_sched.connect.server_checks import hint_for, refuses_writes
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.refusals import Refusals
 
@@ -30,6 +31,10 @@ logger = logging.getLogger(__name__)
 RETRY_INITIAL_S, RETRY_MAX_S = 0.1, 5.0
 #: how often a long outage repeats its one-line summary
 OUTAGE_SUMMARY_S = 60.0
+
+
+#: how the warning that ends an episode of refused writes names its cause
+_REFUSED_AS = {"OOM": "at maxmemory", "MISCONF": "after a failed RDB snapshot", "READONLY": "as a read-only replica"}
 
 
 class Trouble:
@@ -114,10 +119,11 @@ class Trouble:
         if not self.refusals.counts:
             return
         for error, n in self.refusals.accepted(what):
-            if error_code(error) == "OOM":
+            code = refuses_writes(error)
+            if code:
                 logger.warning(
-                    "Redis accepts writes again (no OOM for %gs), after refusing %d commands at maxmemory",
-                    self.refusals.quiet_s, n,
+                    "Redis accepts writes again (no %s for %gs), after refusing %d commands %s",
+                    code, self.refusals.quiet_s, n, _REFUSED_AS[code],
                 )
             else:
                 logger.warning("Redis accepts the %s again, after refusing it %d times (%s)", what, n, error)
