@@ -9,6 +9,7 @@ local (:mod:`.unserializable`), the hooks into Scrapy's engine (:mod:`.engine`),
 worker's metrics, and the two objects the reactor thread shares with the I/O thread:
 the :mod:`.exchange` and the :mod:`.ops` it queues. Every Redis round trip happens on
 the I/O thread in :mod:`streams_sched.worker.io`; nothing here waits on a socket,
-except :mod:`.opening`, once, before the crawl starts. It may import
+except :mod:`.opening`, once, before the crawl starts (and, while Redis refuses the
+start's writes, :mod:`.start_wait` on a thread of its own). It may import
 any subpackage but the command line and the demo: it is the top of the worker's side.
 """

@@ -1,10 +1,13 @@
 """What a worker does once as it opens: reach Redis, check it, and announce itself.
 
-It connects and waits for Redis, checks the ACL user's rights and the eviction policy,
-sets up the crawl's dedupe filter, key layout and scripts, registers the crawl, records
-STREAMS_SITE_KEY and writes STREAMS_SITES; then it announces the node, and a worker with
-a stable node id hands back the leases its previous run left. Every step fails at start
-with one line naming the setting or Redis option and the fix.
+It connects and waits for Redis (:func:`connect_worker`), checks the ACL user's rights
+and the eviction policy (:func:`check_server`, reads only); then it sets up the crawl's dedupe filter, key
+layout and scripts, registers the crawl, records STREAMS_SITE_KEY and writes
+STREAMS_SITES (:func:`set_up_crawl`), and announces the node, and a worker with a stable
+node id hands back the leases its previous run left (:func:`announce`). Those write, and
+are safe to repeat: while Redis refuses writes the worker runs them again until it takes
+them (start_wait.py). Every other failure stops the start with one line naming the
+setting or Redis option and the fix.
 """
 
 from __future__ import annotations
@@ -21,29 +24,41 @@ from scrapy.utils.request import RequestFingerprinter
 from streams_sched import __version__
 from streams_sched.admin.rights import check_rights
 from streams_sched.config import StreamsConfig
-from streams_sched.connect.clients import connect_ready, redact
+from streams_sched.connect.clients import redact
 from streams_sched.connect.server_checks import check_eviction
+from streams_sched.connect.writable import connect_answering
 from streams_sched.frontier.bloom import crawl_bloom
 from streams_sched.frontier.client import Frontier
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.io.recovery import release_orphans
 
-__all__ = ["announce", "feed_mover", "node_info", "open_frontier"]
+__all__ = ["announce", "check_server", "connect_worker", "feed_mover", "node_info", "set_up_crawl"]
 
 logger = logging.getLogger(__name__)
 
 
-def open_frontier(cfg: StreamsConfig, robots_obey: bool) -> Frontier:
-    """Connect, check the server and the user, and set the crawl up in Redis."""
-    client = connect_ready(
+def connect_worker(cfg: StreamsConfig) -> Any:
+    """A client whose Redis answered within STREAMS_CONNECT_TIMEOUT_SECONDS (a Redis that
+    refuses writes answers too)."""
+    return connect_answering(
         cfg.redis_url,
         cfg.connect_timeout_seconds,
         socket_timeout=cfg.socket_timeout_seconds,
         connect_timeout=min(5.0, cfg.socket_timeout_seconds),
     )
+
+
+def check_server(client: Any, cfg: StreamsConfig) -> None:
+    """Check the ACL user's rights and the eviction policy (reads only; Redis refuses them
+    too while a snapshot fails, since a new connection starts with PING)."""
     where = f"Redis at {redact(cfg.redis_url)}"
     check_rights(client, cfg.crawl, where)
     check_eviction(client, where, allowed=cfg.allow_eviction, allow_hint="set STREAMS_ALLOW_EVICTION = True")
+
+
+def set_up_crawl(client: Any, cfg: StreamsConfig, robots_obey: bool) -> Frontier:
+    """Set the crawl up in Redis: every step writes, and is safe to repeat when Redis
+    refused one (start_wait.py)."""
     bloom = crawl_bloom(
         client, cfg.crawl, cfg.dedupe, cfg.bloom_error_rate, cfg.bloom_capacity, cfg.bloom_expansion,
         cfg.revisit_after_seconds, cfg.revisit_buckets,

@@ -70,9 +70,17 @@ from streams_sched.worker.engine import EngineHooks, check_scrapy
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.handback import hand_back_in_progress, hand_back_unstarted
 from streams_sched.worker.io.pump import Pump, make_node_id
-from streams_sched.worker.opening import announce, feed_mover, node_info, open_frontier
+from streams_sched.worker.opening import (
+    announce,
+    check_server,
+    connect_worker,
+    feed_mover,
+    node_info,
+    set_up_crawl,
+)
 from streams_sched.worker.ops import Ack, Extend, Failed, Op, Release
 from streams_sched.worker.ready import ReadyQueues
+from streams_sched.worker.start_wait import open_when_writable
 from streams_sched.worker.startup import fail_clearly
 from streams_sched.worker.turns import HANDOUT_PER_TURN, TurnBudget
 from streams_sched.worker.unserializable import UnserializablePolicy
@@ -81,6 +89,8 @@ from streams_sched.worker.watchdog import Watchdog
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
+    from twisted.internet.defer import Deferred
+    from twisted.python.failure import Failure
 
 __all__ = ["Limits", "StreamsScheduler"]
 
@@ -201,13 +211,35 @@ class StreamsScheduler(BaseScheduler):
     # -- lifecycle ------------------------------------------------------------
 
     @fail_clearly
-    def open(self, spider: Spider) -> None:
+    def open(self, spider: Spider) -> Deferred[None] | None:
+        """Connect and set the crawl up, then start the I/O thread. None once started; a
+        Deferred that fires once started if Redis refuses writes for now (start_wait.py)."""
         cfg = self.config
         self.spider = self.answers.spider = spider
-        self.frontier = frontier = open_frontier(cfg, self.answers.robots.obey)
-        self.codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
+        self.codec = codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
-        info = node_info(cfg, frontier.clock.now())
+        client = connect_worker(cfg)
+        checked: list[bool] = []
+
+        def set_up() -> tuple[Frontier, dict[str, Any]]:
+            # every write of the start, each safe to repeat while Redis refuses writes; the
+            # checks of the server before them until they pass once (they only read)
+            if not checked:
+                check_server(client, cfg)
+                checked.append(True)
+            frontier = set_up_crawl(client, cfg, self.answers.robots.obey)
+            info = node_info(cfg, frontier.clock.now())
+            announce(frontier, cfg, self.node_id, info)
+            return frontier, info
+
+        return open_when_writable(
+            set_up, lambda opened: self._start(spider, codec, *opened), f"Redis at {redact(cfg.redis_url)}", self._start_failed,
+        )
+
+    def _start(self, spider: Spider, codec: RequestCodec, frontier: Frontier, info: dict[str, Any]) -> None:
+        """The crawl is set up in Redis and the node announced: start the I/O thread."""
+        cfg = self.config
+        self.frontier = frontier
         self.answers.redis_now = frontier.clock.estimate
         x = Exchange()
         self._share(x)
@@ -218,18 +250,17 @@ class StreamsScheduler(BaseScheduler):
         self._pump = Pump(
             frontier,
             cfg,
-            self.codec,
+            codec,
             self.node_id,
             concurrency=self.limits.concurrency,
             per_site_concurrency=self.limits.per_site,
             download_delay=self.limits.download_delay,
             node_info=info,
             exchange=x,
-            feed=feed_mover(cfg, spider, frontier, self.codec, self.fingerprinter, self.crawler, self.node_id, self._site_key),
+            feed=feed_mover(cfg, spider, frontier, codec, self.fingerprinter, self.crawler, self.node_id, self._site_key),
         )
         if self.crawler is not None:
             self._hook_engine(self.crawler, x)
-        announce(frontier, cfg, self.node_id, info)
         self._pump.refresh_policy()
         self._pump.start()
         logger.info(
@@ -239,6 +270,11 @@ class StreamsScheduler(BaseScheduler):
             "redisbloom" if frontier.bloom.mode == "bf" else "bitmap",
             cfg.lease_seconds, cfg.max_deliveries, ":".join(map(str, cfg.band_ratio)), cfg.close_on_drain,
         )
+
+    @fail_clearly
+    def _start_failed(self, failure: Failure) -> None:
+        """The start failed after waiting for Redis to accept writes: one line, as at once."""
+        failure.raiseException()
 
     def _hook_engine(self, crawler: Crawler, x: Exchange) -> None:
         cfg = self.config
