@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
-from streams_sched.connect.server_checks import ServerMemory, read_memory
+from streams_sched.connect.server_checks import ServerMemory, hint_for, read_memory
 from streams_sched.errors import LayoutError
 from streams_sched.frontier.client import Frontier
 from streams_sched.service.daemon import (
@@ -99,6 +99,8 @@ class Monitor:
         #: "layout" (a crawl written before shards), ("info", "") (INFO is refused)
         self._said: set[tuple[str, str]] = set()
         self._crawls: list[str] = list(settings.crawls)
+        #: servers seen refusing writes at maxmemory, and since when (time.monotonic())
+        self._refusing: dict[str, float] = {}
         self.passes = 0
         self.alerts_sent = 0
 
@@ -108,7 +110,8 @@ class Monitor:
         """Connect, then check the server's eviction policy (EvictionPolicyError on allkeys-*)."""
         if self.client is None:
             self.client = connect_at_start(self.settings.redis_url, self.settings.connect_timeout_s)
-            check_server(self.client, self.settings.redis_url, allowed=self.settings.allow_eviction, log=log)
+            check_server(self.client, self.settings.redis_url, allowed=self.settings.allow_eviction, log=log,
+                         stop_flag=self.stop_flag)
 
     def start(self) -> None:
         """Start the metrics server, the event listener and the webhook sender."""
@@ -226,6 +229,24 @@ class Monitor:
             )
             return []
 
+    def _say_refusals(self, servers: list[ServerMemory], now: float) -> None:
+        """One ERROR when a server starts refusing writes at maxmemory (the workers then
+        wait, and the crawl stalls), one warning when it stops. The monitor only reads, so
+        it goes on; the ``redis_memory`` alert fires from 90% of maxmemory. A failed
+        snapshot (MISCONF) shows as refused reads (run_passes), and a replica refuses
+        writes but is fine to read."""
+        for sm in servers:
+            since = self._refusing.get(sm.server)
+            if sm.refuses_writes and since is None:
+                self._refusing[sm.server] = now
+                log.error(
+                    "redis_refuses_writes", server=sm.server, reason="OOM", used_memory=sm.used_memory,
+                    maxmemory=sm.maxmemory, policy=sm.policy, hint=hint_for("OOM", "monitor"),
+                )
+            elif not sm.refuses_writes and since is not None:
+                del self._refusing[sm.server]
+                log.warning("redis_accepts_writes_again", server=sm.server, after_s=round(now - since, 1))
+
     def _states(self, snap: CrawlSnapshot, now: float) -> dict[str, NodeState]:
         heard = self.events.ages(snap.crawl, now) if self.events is not None else {}
         # a node whose record is gone (forgotten by the reclaimer) is gone, whatever events said
@@ -238,6 +259,7 @@ class Monitor:
         """Read Redis, evaluate the alerts, queue the notifications. Raises on Redis errors."""
         view = self.read()
         now_s = time.monotonic()
+        self._say_refusals(view.servers, now_s)
         conditions = self.rules.evaluate(view.snaps, view.states, now_s, view.servers)
         changes = self.debouncer.update(conditions)
         if self.state is not None:

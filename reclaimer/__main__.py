@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 import click
+from redis.exceptions import ResponseError
 
 from streams_sched.errors import ConfigError, RedisUnavailable
 from streams_sched.frontier.keys import health_key
@@ -22,6 +23,7 @@ from streams_sched.service.daemon import (
     configure_logging,
     connect_at_start,
     fail,
+    refused_line,
     serve,
 )
 
@@ -104,7 +106,10 @@ def _check(settings: ReclaimerSettings) -> int:
         client = connect_at_start(settings.redis_url, settings.connect_timeout_s)
     except RedisUnavailable as exc:
         fail(PROG, str(exc), EXIT_UNREACHABLE)
-    raw: Any = client.get(health_key("reclaimer", settings.name))
+    try:
+        raw: Any = client.get(health_key("reclaimer", settings.name))
+    except ResponseError as exc:  # while a snapshot fails Redis refuses even this (MISCONF)
+        fail(PROG, refused_line(exc, "reclaimer"), EXIT_ERROR)
     if raw is None:
         click.echo(f"{PROG}: no recent pass of reclaimer {settings.name!r}", err=True)
         return EXIT_ERROR

@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 import structlog
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from streams_sched.errors import LayoutError
 from streams_sched.frontier.client import NO_MASK, Frontier
@@ -104,7 +104,8 @@ class Reclaimer:
         """Connect, then check the server's eviction policy (EvictionPolicyError on allkeys-*)."""
         if self.client is None:
             self.client = connect_at_start(self.settings.redis_url, self.settings.connect_timeout_s)
-            check_server(self.client, self.settings.redis_url, allowed=self.settings.allow_eviction, log=log)
+            check_server(self.client, self.settings.redis_url, allowed=self.settings.allow_eviction, log=log,
+                         stop_flag=self.stop_flag)
 
     def start_metrics(self) -> None:
         s = self.settings
@@ -169,8 +170,10 @@ class Reclaimer:
                 json.dumps({**summary, "ts": result.ended_s, "pid": os.getpid()}),
                 ex=ttl,
             )
-        except TRANSIENT + (ResponseError,):
+        except TRANSIENT:
             pass  # the next pass says so if Redis is gone
+        # a refusal (OOM, MISCONF, a replica's READONLY) fails the pass: run_passes says it
+        # once with the fix and backs off, and `--check` fails until the key is written
 
     # -- one pass ---------------------------------------------------------------
 

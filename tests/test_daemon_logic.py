@@ -343,3 +343,47 @@ def test_server_families_export_each_server() -> None:
         ("10.0.0.1:6379", "allkeys-lru"), ("b:1", "noeviction")}
     assert build_server_families([]) == []
     assert {"streams_sched_redis_evicted_keys_total", "streams_sched_redis_used_memory_bytes"} <= metric_names()
+
+
+def test_memory_over_maxmemory_refuses_writes_unless_allkeys_evicts() -> None:
+    """A server over its maxmemory (buffers not counted) refuses writes under noeviction or volatile-*, never without a limit or under allkeys-*."""
+    assert ServerMemory("a:1", 1001, 1000, "noeviction", 0).refuses_writes
+    assert ServerMemory("a:1", 1001, 1000, "volatile-lru", 0).refuses_writes
+    assert not ServerMemory("a:1", 1001, 1000, "allkeys-lru", 0).refuses_writes
+    assert not ServerMemory("a:1", 1001, 1000, "noeviction", 0, not_counted=10).refuses_writes
+    assert not ServerMemory("a:1", 10**9, 0, "noeviction", 0).refuses_writes
+
+
+class _Log:
+    """Records the daemon's log events as (level, event, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict]] = []
+
+    def __getattr__(self, level: str):  # type: ignore[no-untyped-def]
+        return lambda event, **fields: self.lines.append((level, event, fields))
+
+
+def test_daemon_loop_says_each_refusal_once_and_when_writes_go_through_again() -> None:
+    """run_passes logs a refusal of writes once as an ERROR with the fix, counts the repeats, and says when a pass works again."""
+    from redis.exceptions import OutOfMemoryError
+
+    from streams_sched.service.daemon import StopFlag, run_passes
+
+    outcomes = [OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")] * 4 + [None, None]
+    errors, log, stop = [], _Log(), StopFlag()
+
+    def one_pass() -> None:
+        outcome = outcomes.pop(0)
+        if not outcomes:
+            stop.set()
+        if outcome is not None:
+            raise outcome
+
+    code = run_passes(one_pass, interval_s=0.0, burst=False, stop_flag=stop, max_backoff_s=0.01, log=log,
+                      hint="retrying", role="reclaimer", on_error=lambda: errors.append(1))
+    assert code == 0 and len(errors) == 4
+    assert [(level, event) for level, event, _ in log.lines] == [("error", "redis_refused"), ("warning", "redis_accepts_writes_again")]
+    hint = log.lines[0][2]["hint"]
+    assert "raise maxmemory" in hint and hint.endswith("; retrying")
+    assert log.lines[1][2]["refused"] == 4

@@ -7,9 +7,11 @@
   passes, and wake its sleep at once;
 - :class:`~streams_sched.connect.backoff.Backoff`: growing delays while Redis is unreachable;
 - :func:`connect_at_start`: a client whose Redis answered, or one clear error;
-- :func:`check_server`: the eviction-policy check at start (:mod:`streams_sched.connect.server_checks`);
+- :func:`check_server`: the eviction-policy check at start (:mod:`streams_sched.connect.server_checks`),
+  waited for while Redis refuses even that (MISCONF);
 - :func:`run_passes`: the loop both daemons run (a pass every interval, back-off
-  while Redis fails, SIGTERM between passes, ``--burst``);
+  while Redis fails or refuses, each kind of refusal logged once, SIGTERM between
+  passes, ``--burst``);
 - :func:`serve`: a daemon's life in its command line, from connecting to the
   exit code, and :func:`fail`, the one line on stderr before an error exit.
 
@@ -34,8 +36,15 @@ from redis.exceptions import ResponseError
 
 from streams_sched.connect.backoff import Backoff
 from streams_sched.connect.clients import TRANSIENT as CONNECTION_TRANSIENT
-from streams_sched.connect.clients import connect_ready, redact
-from streams_sched.connect.server_checks import check_eviction, hint_for
+from streams_sched.connect.clients import redact
+from streams_sched.connect.server_checks import (
+    REFUSES_WRITES,
+    check_eviction,
+    error_code,
+    hint_for,
+    refuses_writes,
+)
+from streams_sched.connect.writable import WriteWait, connect_answering
 from streams_sched.errors import RedisUnavailable, StreamsSchedError
 from streams_sched.exit_codes import (
     EXIT_CODES,
@@ -63,6 +72,7 @@ __all__ = [
     "configure_logging",
     "connect_at_start",
     "fail",
+    "refused_line",
     "run_passes",
     "serve",
 ]
@@ -145,39 +155,52 @@ def run_passes(
 ) -> int:
     """Run ``one_pass`` every ``interval_s`` until ``stop_flag`` is set; the exit code.
 
-    A pass that fails on Redis (unreachable, or a command refused: ACL, OOM) is
-    logged (``redis_unreachable`` / ``redis_refused`` with ``hint``, after what the
-    refusal asks of an operator: :func:`~streams_sched.connect.server_checks.hint_for`, with
-    ``role`` the daemon's ACL role) and retried with back-off; the first pass that
-    works again logs ``redis_reachable_again``.
+    A pass that fails on Redis is retried with back-off. Unreachable: a
+    ``redis_unreachable`` warning each time, ``redis_reachable_again`` once a pass works.
+    A command refused (OOM, MISCONF or READONLY for every write, a NOPERM, ...): one
+    ``redis_refused`` ERROR per kind of refusal, with ``hint`` after what the refusal asks
+    of an operator (:func:`~streams_sched.connect.server_checks.hint_for`, with ``role``
+    the daemon's ACL role); the repeats only count (``on_error``), and the first pass that
+    works logs ``redis_accepts_writes_again`` (or ``redis_refusals_ended``) with how many.
     With ``burst`` it runs one pass: 0 if it worked, 1 (``pass_failed``) if not.
     """
     backoff = Backoff(max_s=max_backoff_s)
-    while True:
+    refusals = WriteWait()
+    unreachable = False
+    while not stop_flag.is_set():
         started = time.monotonic()
         try:
             one_pass()
         except TRANSIENT + (ResponseError,) as exc:
             on_error()
+            refused = not isinstance(exc, TRANSIENT)
+            advice = "; ".join(h for h in (hint_for(str(exc), role, URL_SETTING), hint) if h) if refused else hint
             if burst:
-                log.error("pass_failed", error=str(exc))
+                log.error("pass_failed", error=str(exc), hint=advice)
                 return EXIT_ERROR
             delay = backoff.next()
-            unreachable = isinstance(exc, TRANSIENT)
-            (log.warning if unreachable else log.error)(
-                "redis_unreachable" if unreachable else "redis_refused",
-                error=str(exc),
-                retry_in_s=delay,
-                down_for_s=round(backoff.failing_s, 1),
-                hint=hint if unreachable else "; ".join(h for h in (hint_for(str(exc), role), hint) if h),
-            )
+            if not refused:
+                unreachable = True
+                log.warning("redis_unreachable", error=str(exc), retry_in_s=delay,
+                            down_for_s=round(backoff.failing_s, 1), hint=hint)
+            elif refusals.refuse(error_code(str(exc)) or str(exc)):
+                log.error("redis_refused", error=str(exc), retry_in_s=delay, hint=advice,
+                          repeats="not logged again until it clears; counted in the errors metric")
             if stop_flag.wait(delay):
                 return EXIT_OK
             continue
         if backoff.since is not None:
-            log.warning("redis_reachable_again", after_s=round(backoff.reset(), 1))
+            lasted = round(backoff.reset(), 1)
+            writes = any(kind in REFUSES_WRITES for kind in refusals.said)
+            ended = refusals.accepted()
+            if ended is not None:
+                log.warning("redis_accepts_writes_again" if writes else "redis_refusals_ended", after_s=lasted, refused=ended[1])
+            if unreachable:
+                log.warning("redis_reachable_again", after_s=lasted)
+            unreachable = False
         if burst or stop_flag.wait(interval_s - (time.monotonic() - started)):
             return EXIT_OK
+    return EXIT_OK
 
 
 class Daemon(Protocol):
@@ -208,8 +231,8 @@ def serve(prog: str, daemon: Daemon) -> NoReturn:
     """
     code = EXIT_ERROR
     try:
+        daemon.stop_flag.install()  # before connecting: a start that waits (check_server) can be stopped
         daemon.connect()
-        daemon.stop_flag.install()
         code = daemon.run()
     except RedisUnavailable as exc:
         fail(prog, str(exc), EXIT_UNREACHABLE)
@@ -217,10 +240,22 @@ def serve(prog: str, daemon: Daemon) -> NoReturn:
         fail(prog, str(exc), EXIT_ERROR)
     except OSError as exc:
         fail(prog, str(exc), EXIT_ERROR)
+    except ResponseError as exc:  # refused at start, other than what check_server waits out
+        fail(prog, refused_line(exc), EXIT_ERROR)
     finally:
         if daemon.client is not None:
             daemon.close()
     sys.exit(code)
+
+
+#: how a daemon's refusal hints name where its Redis URL is set
+URL_SETTING = "--redis-url (REDIS_URL)"
+
+
+def refused_line(exc: ResponseError, role: str = "worker") -> str:
+    """The one line for a command Redis refused: its error and what to do about it."""
+    hint = hint_for(str(exc), role, URL_SETTING)
+    return f"Redis refused: {exc}" + (f" ({hint})" if hint else "")
 
 
 def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -> Any:
@@ -229,20 +264,38 @@ def connect_at_start(url: str, timeout_s: float, setting: str = "--redis-url") -
     Retries quietly meanwhile, then raises :class:`RedisUnavailable` with one
     line that says what to check. Bad credentials, missing ACL rights and TLS
     certificate problems fail at once; a Redis Cluster that is not up yet is
-    waited for too (see :func:`streams_sched.connect.clients.connect_ready`).
+    waited for too (see :func:`streams_sched.connect.clients.connect_ready`). A Redis
+    that refuses writes answers (:func:`~streams_sched.connect.writable.connect_answering`).
     """
-    return connect_ready(url, timeout_s, setting=setting, quiet=True)
+    return connect_answering(url, timeout_s, setting=setting, quiet=True)
 
 
 #: how the daemons name their allow-eviction option in the refusal
 ALLOW_EVICTION_OPTION = "start it with --allow-eviction (or STREAMS_ALLOW_EVICTION=1 in its environment)"
 
 
-def check_server(client: Any, url: str, *, allowed: bool, log: Any) -> None:
+def check_server(client: Any, url: str, *, allowed: bool, log: Any, stop_flag: StopFlag | None = None) -> None:
     """The eviction-policy check at start: raises EvictionPolicyError on an allkeys-*
     Redis unless ``allowed``; a volatile-* policy (or ``allowed``) logs one
-    ``eviction_policy`` warning."""
-    check_eviction(
-        client, f"Redis at {redact(url)}", allowed=allowed, allow_hint=ALLOW_EVICTION_OPTION,
-        warn=lambda message: log.warning("eviction_policy", warning=message),
-    )
+    ``eviction_policy`` warning.
+
+    While a snapshot fails (MISCONF) Redis refuses even this read, since every new
+    connection starts with PING: with ``stop_flag`` the check is tried again with
+    back-off until it passes or the flag is set, after one ``redis_refused`` ERROR
+    naming the fix."""
+    wait = WriteWait()
+    while True:
+        try:
+            check_eviction(
+                client, f"Redis at {redact(url)}", allowed=allowed, allow_hint=ALLOW_EVICTION_OPTION,
+                warn=lambda message: log.warning("eviction_policy", warning=message),
+            )
+            return
+        except ResponseError as exc:
+            if stop_flag is None or not refuses_writes(exc):
+                raise
+            if wait.refuse(refuses_writes(exc)):
+                log.error("redis_refused", error=str(exc), hint=hint_for(str(exc), setting=URL_SETTING),
+                          repeats="retrying with back-off; not logged again until it clears")
+            if stop_flag.wait(wait.delay()):
+                return
