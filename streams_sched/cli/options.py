@@ -108,8 +108,10 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise CliError(f"lost the connection to Redis: {exc}", EXIT_UNREACHABLE) from None
         except redis.ResponseError as exc:
-            hint = hint_for(str(exc), "worker")
-            raise CliError(f"Redis refused: {exc}" + (f" ({hint})" if hint else "")) from None
+            # one line that names the Redis setting to fix (maxmemory, stop-writes-on-bgsave-error)
+            # or, from a replica, the URL; exit 1 like any refusal
+            hint = hint_for(str(exc), "worker", "--redis-url (REDIS_URL)")
+            raise CliError(f"Redis refused: {' '.join(str(exc).split())}" + (f" ({hint})" if hint else "")) from None
 
     return wrapper
 
