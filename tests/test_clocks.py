@@ -195,7 +195,9 @@ def _http_date(epoch_s: int) -> str:
 
 
 @pytest.mark.e2e
-def test_retries_wait_their_delay_not_the_skew_between_workers(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_retries_wait_their_delay_not_the_skew_between_workers(
+    plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any
+) -> None:
     """Retry-After and a retry's not_before mean the same wait on workers 30 s ahead and 30 s behind."""
     items, downloads = tmp_path / "items.jsonl", tmp_path / "downloads.jsonl"
     f = frontier(plain_redis_url, crawl)
@@ -258,7 +260,7 @@ def test_retries_wait_their_delay_not_the_skew_between_workers(plain_redis_url: 
         "site1/p/1 429 date -> 200 (on B), late by": q1[2][1] - date_b,
         "crawl (from A's start)": done - a0,
     }
-    print("\nretry waits (s): " + "; ".join(f"{k}: {v:.2f}" for k, v in waits.items()))
+    measured("retry waits (s): " + "; ".join(f"{k}: {v:.2f}" for k, v in waits.items()))
     assert p1[1][1] - p1[0][1] >= 4 - 0.5, waits
     assert p1[2][1] - p1[1][1] < 3, waits  # A's not_before, already past, is not waited again
     assert -0.5 <= p2[1][1] - date_a < 3, waits  # a date read by a worker 30 s ahead
@@ -273,7 +275,9 @@ def _nodes_cli(url: str, crawl: str) -> dict[str, str]:
 
 
 @pytest.mark.e2e
-def test_liveness_is_judged_by_when_redis_heard_the_worker(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
+def test_liveness_is_judged_by_when_redis_heard_the_worker(
+    plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any
+) -> None:
     """`nodes` and the reclaimer show a worker 30 s behind alive while it crawls, and one 30 s ahead dead soon after SIGKILL."""
     items = tmp_path / "items.jsonl"
     settings = base_settings(
@@ -306,7 +310,7 @@ def test_liveness_is_judged_by_when_redis_heard_the_worker(plain_redis_url: str,
         assert reclaimer.node_states(f, f.nodes())[fast].state == DEAD
         assert _nodes_cli(plain_redis_url, crawl)[slow] == ALIVE
         # three heartbeats of 0.5 s, plus one heartbeat and the look itself
-        print(f"\nthe worker 30 s ahead was shown dead {dead_after_s:.2f} s after SIGKILL")
+        measured(f"the worker 30 s ahead was shown dead {dead_after_s:.2f} s after SIGKILL")
         assert dead_after_s < 5
     finally:
         ahead.close()
