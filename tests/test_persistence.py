@@ -18,7 +18,7 @@ from streams_sched.testing import RedisServer
 
 def node() -> NodePersistence:
     """A primary with one replica, no persistence, up for a while."""
-    return NodePersistence("10.0.0.1:7000", "master", 1, False, "", 5000, 0)
+    return NodePersistence("10.0.0.1:7000", "master", 1, False, 5000, 0)
 
 
 def _replace(base: NodePersistence, changes: dict[str, Any]) -> NodePersistence:
@@ -27,26 +27,20 @@ def _replace(base: NodePersistence, changes: dict[str, Any]) -> NodePersistence:
     return replace(base, **changes)
 
 
-def test_a_primary_with_replicas_and_no_persistence_is_warned_of_naming_the_options() -> None:
-    """Replicas, appendonly no and save "": one warning naming both options and the fix."""
+def test_a_primary_with_replicas_and_no_aof_is_warned_of_naming_the_option() -> None:
+    """Replicas and appendonly no: one warning naming the option and the fix."""
     text = start_warning(_replace(node(), {}))
     assert text is not None
-    assert "10.0.0.1:7000 has 1 replica(s) but appendonly is no and save is empty" in text
+    assert "10.0.0.1:7000 has 1 replica(s) but appendonly is no" in text
     assert "Set appendonly yes" in text
 
 
-def test_persistence_or_no_replica_or_a_replica_needs_no_warning() -> None:
-    """AOF, RDB snapshots, no replica (a restart loses everything anyway, visibly) or a replica: no warning."""
+def test_aof_or_no_replica_or_a_replica_needs_no_warning() -> None:
+    """AOF, no replica (a restart loses everything anyway, visibly) or a replica: no warning."""
     assert start_warning(_replace(node(), {"aof": True})) is None
-    assert start_warning(_replace(node(), {"save": "3600 1 300 100"})) is None
+    assert start_warning(_replace(node(), {"aof": None})) is None  # INFO did not say
     assert start_warning(_replace(node(), {"replicas": 0})) is None
     assert start_warning(_replace(node(), {"role": "slave"})) is None
-
-
-def test_unreadable_save_is_said_to_be_unknown() -> None:
-    """Where CONFIG is refused, the warning says the RDB side could not be read."""
-    text = start_warning(_replace(node(), {"save": None}))
-    assert text is not None and "save could not be read (CONFIG refused)" in text
 
 
 def test_came_back_empty_only_for_a_fresh_primary_that_keeps_and_loaded_nothing() -> None:
@@ -64,8 +58,8 @@ def test_parse_reads_info_fields() -> None:
     """INFO server, persistence and replication fields become a NodePersistence."""
     info = {"role": "master", "connected_slaves": 2, "aof_enabled": 0, "uptime_in_seconds": 7,
             "rdb_last_load_keys_loaded": 0}
-    assert parse_persistence("n", info, "") == NodePersistence("n", "master", 2, False, "", 7, 0)
-    assert parse_persistence("n", {}, None) == NodePersistence("n", "", 0, None, None, None, None)
+    assert parse_persistence("n", info) == NodePersistence("n", "master", 2, False, 7, 0)
+    assert parse_persistence("n", {}) == NodePersistence("n", "", 0, None, None, None)
 
 
 def test_a_real_primary_with_a_replica_and_no_persistence_is_warned_of(caplog: Any) -> None:
@@ -81,7 +75,6 @@ def test_a_real_primary_with_a_replica_and_no_persistence_is_warned_of(caplog: A
         replica = RedisServer(extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
         try:
             client = connect(primary.url, decode_responses=True)
-            client.config_set("save", "")
             wait_for(lambda c=client: c.info("replication").get("connected_slaves", 0) >= 1, timeout=30,
                      what="the replica")
             (found,) = read_persistence(client)

@@ -1,27 +1,28 @@
 """Whether a Redis primary keeps its data across a restart, and whether it just lost it.
 
-A primary with replicas but neither AOF nor RDB snapshots is safe only while nothing
-restarts it faster than a failover. If systemd, Kubernetes or a supervisor starts it
+A primary with replicas but no AOF is safe only while nothing restarts it faster than a
+failover. If systemd, Kubernetes or a supervisor starts it
 again within the failover timeout (``cluster-node-timeout``, Sentinel's
-``down-after-milliseconds``), it comes back empty *as the primary*, with its slots or
-its service name, and its replicas resync from it: they drop their copy and take the
-empty one. Every queued request, lease and seen filter of its keys is gone. Workers
+``down-after-milliseconds``), it comes back *as the primary*, with its slots or its
+service name, holding only its last RDB snapshot if it takes any, else nothing, and its
+replicas resync from it: they drop their copy and take that one. Every queued request, lease and seen filter of its keys is gone. Workers
 resend what they had not seen on a replica yet, but what had been confirmed is gone:
 pages seen before are crawled again, and requests that were queued only there are lost
 unless another page links to them. Redis's own replication guide warns of the same set-up.
 Nothing a client does can make up for that, so:
 
-- at start, every primary with replicas and no persistence gets one WARNING naming the
-  options and the fix (:func:`start_warning`, :func:`check_persistence`);
+- at start, every primary with replicas and no AOF gets one WARNING naming the option
+  and the fix (:func:`start_warning`, :func:`check_persistence`);
 - when a worker finds that a primary it wrote to was replaced, it asks whether the new
   one is a fresh process that loaded nothing and keeps nothing (:func:`came_back_empty`),
   and if so says at ERROR that the crawl lost data there, instead of a routine warning.
 
 What is read: ``INFO server`` (uptime), ``INFO persistence`` (``aof_enabled``,
-``rdb_last_load_keys_loaded``), ``INFO replication`` (role, replicas), and ``CONFIG GET
-save`` where the user may run CONFIG (managed services and role users may not: then the
-RDB side is said to be unknown, once). Pure decisions over :class:`NodePersistence`; the
-reads are :func:`read_persistence`.
+``rdb_last_load_keys_loaded``) and ``INFO replication`` (role, replicas). Every role's
+ACL rules allow INFO and none allows CONFIG (server_checks.py says why), so the RDB
+``save`` schedule is not read: an RDB snapshot only narrows the loss to the writes since
+the last one. Pure decisions over :class:`NodePersistence`; the reads are
+:func:`read_persistence`.
 """
 
 from __future__ import annotations
@@ -54,8 +55,6 @@ class NodePersistence:
     role: str
     replicas: int
     aof: bool | None
-    #: CONFIG GET save ("" = RDB snapshots off); None if CONFIG is refused
-    save: str | None
     uptime_s: int | None
     #: keys loaded from an RDB file or AOF preamble at its last start (Redis 7+)
     keys_loaded: int | None
@@ -69,7 +68,7 @@ def _int(info: dict[str, Any], field: str) -> int | None:
         return None
 
 
-def parse_persistence(name: str, info: dict[str, Any], save: str | None) -> NodePersistence:
+def parse_persistence(name: str, info: dict[str, Any]) -> NodePersistence:
     """``info``: the fields of INFO server, persistence and replication together."""
     aof = _int(info, "aof_enabled")
     return NodePersistence(
@@ -77,26 +76,23 @@ def parse_persistence(name: str, info: dict[str, Any], save: str | None) -> Node
         role=str(info.get("role", "")),
         replicas=_int(info, "connected_slaves") or 0,
         aof=None if aof is None else aof == 1,
-        save=save,
         uptime_s=_int(info, "uptime_in_seconds"),
         keys_loaded=_int(info, "rdb_last_load_keys_loaded"),
     )
 
 
 def start_warning(node: NodePersistence) -> str | None:
-    """The WARNING for a primary that would come back empty after a quick restart, or None."""
+    """The WARNING for a primary that would lose its data in a quick restart, or None."""
     if node.role != "master" or node.replicas == 0 or node.aof is not False:
         return None
-    if node.save is not None and node.save.strip():
-        return None  # RDB snapshots: a restart loses the writes since the last one, not all
-    rdb = "save is empty" if node.save is not None else "save could not be read (CONFIG refused)"
     return (
-        f"Redis primary {node.name} has {node.replicas} replica(s) but appendonly is no and {rdb}:"
-        " if anything restarts it before its replica takes over (systemd, Kubernetes, a supervisor),"
-        " it comes back empty and its replicas copy the empty data set, so this crawl's queue and"
-        " seen filters on it are gone: pages are crawled again and requests queued only there are"
-        " lost. Set appendonly yes on every primary, or make sure none restarts automatically faster"
-        " than the failover timeout (docs/concepts/faults.md, 'A primary that rejoins empty')"
+        f"Redis primary {node.name} has {node.replicas} replica(s) but appendonly is no: if anything"
+        " restarts it before its replica takes over (systemd, Kubernetes, a supervisor), it comes back"
+        " as the primary with at most its last RDB snapshot and its replicas copy that, so this crawl's"
+        " writes since (queued requests, acks, seen filters) are gone: pages are crawled again and"
+        " requests queued only there are lost. Set appendonly yes on every primary, or make sure none"
+        " restarts automatically faster than the failover timeout (docs/concepts/faults.md,"
+        " 'A primary that rejoins empty')"
     )
 
 
@@ -110,17 +106,6 @@ def came_back_empty(node: NodePersistence) -> bool:
         and node.uptime_s < RECENT_RESTART_S
         and node.keys_loaded == 0
     )
-
-
-def _config_save(client: Any, options: dict[str, Any]) -> str | None:
-    try:
-        reply = client.config_get("save", **options)
-    except Exception:  # CONFIG renamed away or refused to this user: the RDB side is unknown
-        return None
-    if isinstance(reply, dict) and "save" in reply:
-        value = reply["save"]
-        return value.decode() if isinstance(value, bytes) else str(value)
-    return None
 
 
 def _text_keys(info: dict[Any, Any]) -> dict[str, Any]:
@@ -146,7 +131,7 @@ def read_persistence(client: Any, node: Any = None) -> list[NodePersistence]:
         except Exception as exc:  # refused or gone: nothing to say about it
             logger.debug("cannot read the persistence of %s: %s", name, exc)
             continue
-        out.append(parse_persistence(name, info, _config_save(client, options)))
+        out.append(parse_persistence(name, info))
     return out
 
 

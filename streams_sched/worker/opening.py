@@ -25,6 +25,7 @@ from streams_sched import __version__
 from streams_sched.admin.rights import check_rights
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import redact
+from streams_sched.connect.persistence import check_persistence
 from streams_sched.connect.server_checks import check_eviction
 from streams_sched.connect.writable import connect_answering
 from streams_sched.frontier.bloom import crawl_bloom
@@ -54,6 +55,7 @@ def check_server(client: Any, cfg: StreamsConfig) -> None:
     where = f"Redis at {redact(cfg.redis_url)}"
     check_rights(client, cfg.crawl, where)
     check_eviction(client, where, allowed=cfg.allow_eviction, allow_hint="set STREAMS_ALLOW_EVICTION = True")
+    check_persistence(client)
 
 
 def set_up_crawl(client: Any, cfg: StreamsConfig, robots_obey: bool) -> Frontier:
