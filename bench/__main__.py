@@ -19,6 +19,9 @@ ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revis
 add one-URL sites, on one Redis and on a 3-master cluster (bench/push.py).
 ``python -m bench browser`` measures whether plain pages keep flowing while browser
 workers render (Debian's Chromium through scrapy-playwright; bench/browser.py).
+``python -m bench faults --minutes 30`` runs the seeded random fault campaign seed after
+seed on a 3+3 Redis Cluster and under Sentinel, and tabulates the faults survived
+(bench/faults.py, the engine in tests/campaign.py).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -158,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         from .push import main as push_main
 
         return push_main(rest[1:])
+    if rest[:1] == ["faults"]:  # python -m bench faults: the seeded fault campaign (bench/faults.py)
+        from .faults import main as faults_main
+
+        return faults_main(rest[1:])
     if rest[:1] == ["browser"]:  # python -m bench browser: http pages/s while browsers render (bench/browser.py)
         from .browser import main as browser_main
 

@@ -5,6 +5,7 @@
 #   scripts/bench.sh --quick          # tiny sizes, well under a minute
 #   scripts/bench.sh                  # the full run (15-30 minutes on 2 cores)
 #   scripts/bench.sh --only ab --repeat 5 --profile
+#   scripts/bench.sh faults --minutes 30   # the seeded fault campaign (bench/faults.py)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 EXTRAS="${EXTRAS:-test,bench}"
