@@ -24,7 +24,7 @@ from helpers import missing
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: the seeds CI runs: between them every kind of fault, the URL's node killed on both set-ups
-CI_SEEDS = {"cluster": [474, 800], "sentinel": [1819]}
+CI_SEEDS = {"cluster": [474, 800], "sentinel": [1819, 4670]}
 
 
 def seeds(setup: str) -> list[int]:
