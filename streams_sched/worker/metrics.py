@@ -22,6 +22,8 @@ Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
     streams_sched_worker_browser_leased_total    browser tasks leased or taken over
     streams_sched_worker_render_failed_total     browser tasks whose download failed (a failed delivery each)
     streams_sched_worker_delivery_failed_total   failed deliveries put back in the frontier for another
+    streams_sched_worker_rolled_back_bytes_total  bytes of replica-acknowledged writes a failover threw away
+    streams_sched_worker_primary_restarted_empty_total  primaries found restarted empty (no AOF, nothing loaded)
     streams_sched_worker_prefetched              leased requests waiting in the worker
     streams_sched_worker_local_requests          requests only this worker holds (waiting or in progress)
     streams_sched_worker_browser_leases          browser leases held (prefetched or rendering)
@@ -85,6 +87,16 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
     ),
     "streams_sched_worker_delivery_failed": (
         "streams/delivery_failed", "Failed deliveries this worker put back in the frontier for another delivery."
+    ),
+    "streams_sched_worker_rolled_back_bytes": (
+        "streams/rolled_back_bytes",
+        "Bytes of writes a replica had acknowledged that a failover threw away (Redis promoted a replica"
+        " without them): their acks and leases come back, and requests queued only in them are lost.",
+    ),
+    "streams_sched_worker_primary_restarted_empty": (
+        "streams/primary_restarted_empty",
+        "Redis primaries this worker found restarted empty (no AOF, nothing loaded): the queued requests,"
+        " leases and seen filters they held are gone. One restart may count more than once.",
     ),
 }
 
