@@ -46,16 +46,17 @@ def open_when_writable(
 ) -> Deferred[None] | None:
     """Run ``attempt`` (the start's writes, safe to repeat), then ``opened`` with its result.
 
-    None if both ran now. A Deferred if Redis refused a write: ``attempt`` is tried again
-    with back-off on a thread until Redis takes it, and the Deferred fires once
-    ``opened`` has run on the reactor; ``failed`` is its errback. ``where`` names the
+    None if both ran now. A Deferred if Redis refused a write or did not answer (a cluster
+    master that died after the client read the slot map, not yet failed over): ``attempt``
+    is tried again with back-off on a thread until Redis takes it, and the Deferred fires
+    once ``opened`` has run on the reactor; ``failed`` is its errback. ``where`` names the
     server in the log ("Redis at redis://host:6379/0").
     """
     wait = WriteWait()
     try:
         result = attempt()
     except Exception as exc:
-        if not refuses_writes(exc):
+        if not (refuses_writes(exc) or isinstance(exc, TRANSIENT)):
             raise
         _say(wait, where, exc)
     else:
