@@ -23,8 +23,9 @@ from helpers import missing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-#: the seeds CI runs: between them every kind of fault, the URL's node killed on both set-ups
-CI_SEEDS = {"cluster": [474, 800], "sentinel": [1819, 4670]}
+#: the seeds CI runs: between them every kind of fault, the URL's node killed on both set-ups;
+#: cluster 215 starts a worker while a master it has just read is dead, not yet failed over
+CI_SEEDS = {"cluster": [474, 800, 215], "sentinel": [1819, 4670]}
 
 
 def seeds(setup: str) -> list[int]:
