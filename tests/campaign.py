@@ -84,6 +84,8 @@ STALL_S = 90.0
 FINISH_S = 180.0
 #: how long a fault waits for its target to be safe to hit (a replica in sync) before it is skipped
 READY_S = 90.0
+#: the line a worker logs once it has opened (its scheduler is up, its signal handlers set)
+OPENED = " opened: crawl="
 #: a fault whose crawl rate has not fallen by half within this long did not slow the crawl
 FALL_WITHIN_S = 5.0
 
@@ -828,13 +830,20 @@ class Campaign:
         if node is None:
             return
         worker = self.workers[node]
+        # a SIGTERM before Python has imported Scrapy ends the process by the signal (exit
+        # -15, nothing held): the fault is a stop of a crawling worker, so wait for it to open
+        try:
+            _wait(lambda: OPENED in worker.log() or not worker.alive(), 60, f"{node} to open")
+        except TimeoutError:
+            fired.note = f"{node} had not opened after 60s; "
+        self._mark(fired)
         worker.proc.send_signal(signal.SIGTERM)
         try:
             self.exits[node] = worker.proc.wait(60)
         except Exception:
             self.exits[node] = "no exit within 60s of SIGTERM"
             worker.kill()
-        fired.note = f"exit {self.exits[node]}, replaced by {self.start_worker()}"
+        fired.note += f"exit {self.exits[node]}, replaced by {self.start_worker()}"
 
     def _skew_worker(self, fault: Fault, fired: Fired) -> None:
         fired.hit = self.start_worker(clock_skew_s=fault.skew_s)
