@@ -11,8 +11,7 @@ What one read costs is in snapshot.py: per crawl, a few commands per shard, then
 sites the shards' indexes name (at most ``--index-sites`` per shard and index), the
 labelled sites and a ``--sweep-sites`` slice of the registries; it does not grow with
 the number of idle sites. The monitor keeps a :class:`~monitor.snapshot.SiteBook` per
-crawl for the crawl-wide sums. A crawl still in the layout before shards is skipped,
-with one warning, until ``streams-sched upgrade`` moves it.
+crawl for the crawl-wide sums.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import structlog
 from redis.exceptions import ResponseError
 
 from streams_sched.connect.server_checks import ServerMemory, hint_for, read_memory
-from streams_sched.errors import LayoutError
 from streams_sched.frontier.client import Frontier
 from streams_sched.service.daemon import (
     TRANSIENT,
@@ -96,7 +94,7 @@ class Monitor:
         self._frontiers: dict[str, Frontier] = {}
         self._books: dict[str, SiteBook] = {}
         #: (what, crawl) said once and turned off: "seen" (the seen estimate is refused),
-        #: "layout" (a crawl written before shards), ("info", "") (INFO is refused)
+        #: ("info", "") (INFO is refused)
         self._said: set[tuple[str, str]] = set()
         self._crawls: list[str] = list(settings.crawls)
         #: servers seen refusing writes at maxmemory, and since when (time.monotonic())
@@ -159,7 +157,7 @@ class Monitor:
             try:
                 crawls = self.crawls()
                 self._crawls = crawls
-                snaps = [snap for snap in (self._read_crawl(c) for c in crawls) if snap is not None]
+                snaps = [self._read_crawl(c) for c in crawls]
                 servers = self._read_servers()
             except TRANSIENT + (ResponseError,) as exc:
                 self._view = View(ok=False, read_s=time.monotonic() - started, at=started, error=str(exc))
@@ -184,8 +182,8 @@ class Monitor:
             with self._lock:
                 return self._view
 
-    def _read_crawl(self, crawl: str) -> CrawlSnapshot | None:
-        """One crawl's snapshot; None for a crawl written before shards (one warning)."""
+    def _read_crawl(self, crawl: str) -> CrawlSnapshot:
+        """One crawl's snapshot."""
         f = self._frontiers.get(crawl)
         if f is None:
             f = self._frontiers[crawl] = Frontier(self.client, crawl)
@@ -197,22 +195,14 @@ class Monitor:
                               index_per_shard=s.index_sites, sweep=s.sweep_sites)
 
         try:
-            try:
-                return read(("seen", crawl) not in self._said)
-            except PermissionError as exc:
-                self._said.add(("seen", crawl))
-                log.warning(
-                    "seen_estimate_off", crawl=crawl, error=str(exc),
-                    hint="allow +bf.card for streams_sched_seen_estimate with RedisBloom",
-                )
-                return read(False)
-        except LayoutError as exc:
-            self._frontiers.pop(crawl, None)
-            self._books.pop(crawl, None)
-            if ("layout", crawl) not in self._said:
-                self._said.add(("layout", crawl))
-                log.warning("crawl_needs_upgrade", crawl=crawl, error=str(exc))
-            return None
+            return read(("seen", crawl) not in self._said)
+        except PermissionError as exc:
+            self._said.add(("seen", crawl))
+            log.warning(
+                "seen_estimate_off", crawl=crawl, error=str(exc),
+                hint="allow +bf.card for streams_sched_seen_estimate with RedisBloom",
+            )
+            return read(False)
 
     def _read_servers(self) -> list[ServerMemory]:
         """INFO memory stats of every master; none (said once) where INFO is refused: the

@@ -30,8 +30,7 @@ at and XINFO CONSUMERS of those that exist. None of it grows with the number of 
 
 Several reclaimers can run at once: every move is one atomic script, so an entry is
 never moved twice or lost (an entry requeued by one is no longer pending for the
-others). A crawl still in the layout before shards is skipped with a warning until
-``streams-sched upgrade`` moves it.
+others).
 
 Implementation detail: the reclaimer writes ``ss:health:reclaimer:<name>``
 (JSON of its last pass) with a TTL of three intervals after each pass, which
@@ -48,7 +47,6 @@ from typing import Any
 import structlog
 from redis.exceptions import NoScriptError
 
-from streams_sched.errors import LayoutError
 from streams_sched.frontier.client import NO_MASK, Frontier
 from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.indexes import due_delays, ready_sites, server_ms
@@ -93,7 +91,6 @@ class Reclaimer:
         self._frontiers: dict[str, Frontier] = {}
         self._next_prune = 0.0
         self._warned_missing: set[str] = set()
-        self._warned_layout: set[str] = set()
         self.passes = 0
         #: Redis time for the health key and the last-pass metric (frontier/clock.py)
         self.clock: RedisClock | None = None
@@ -203,14 +200,7 @@ class Reclaimer:
         prune = started >= self._next_prune
         result = PassResult(pruned=prune)
         for crawl in self.crawls():
-            try:
-                result.crawls.append(self._crawl_pass(crawl, prune))
-            except LayoutError as exc:
-                # one crawl written before shards must not stop the others being looked after
-                self._frontiers.pop(crawl, None)
-                if crawl not in self._warned_layout:
-                    self._warned_layout.add(crawl)
-                    log.warning("crawl_needs_upgrade", crawl=crawl, error=str(exc))
+            result.crawls.append(self._crawl_pass(crawl, prune))
         if prune:
             self._next_prune = started + self.settings.prune_interval_s
         result.duration_s = time.monotonic() - started

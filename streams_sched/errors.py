@@ -65,10 +65,6 @@ class EvictionPolicyError(StreamsSchedError):
         super().__init__(message)
 
 
-class LayoutError(StreamsSchedError):
-    """A crawl in Redis was written with a key layout this version does not run on."""
-
-
 class DedupeBackendError(StreamsSchedError):
     """Raised when the requested dedupe back-end cannot be used.
 

@@ -55,7 +55,7 @@ def test_every_command_module_registers_its_commands() -> None:
     """The group lists every command of the CLI, each from the module of its topic."""
     assert sorted(main.commands) == [
         "crawls", "dlq", "migrate-scrapy-redis", "nodes", "pause", "purge", "push", "resume", "site", "status",
-        "upgrade", "watch",
+        "watch",
     ]
     assert sorted(main.commands["site"].commands) == ["set", "show"]  # type: ignore[attr-defined]
     assert sorted(main.commands["dlq"].commands) == ["list", "purge", "requeue"]  # type: ignore[attr-defined]

@@ -213,23 +213,6 @@ def test_status_reads_rows_only_for_sites_with_work_unless_all(plain_redis_url: 
     assert len(data["sites"]) == 503 and data["totals"]["sites"] == 503
 
 
-def test_commands_on_a_crawl_written_before_shards_say_run_upgrade(plain_redis_url: str, crawl: str, cli) -> None:
-    """status, nodes' crawls and pause on a crawl of the per-site layout name the upgrade; after it they work."""
-    from streams_sched.frontier.keys import CrawlKeys
-
-    client = __import__("redis").Redis.from_url(plain_redis_url)
-    client.sadd(CrawlKeys.registry(), crawl)
-    client.sadd(CrawlKeys(crawl).sites, "a.test")
-    res = cli("status", "-c", crawl)
-    assert res.exit_code == 1 and res.output.startswith("error: crawl") and f"streams-sched upgrade --crawl {crawl}" in res.output
-    assert json.loads(cli("crawls", "--json").output) == [{"crawl": crawl, "layout": "before shards: run streams-sched upgrade"}]
-    assert "upgrade" in cli("crawls").output
-    assert cli("pause", "-c", crawl, "a.test").exit_code == 1
-    assert cli("upgrade", "-c", crawl).exit_code == 0
-    assert cli("pause", "-c", crawl, "a.test").exit_code == 0
-    assert json.loads(cli("status", "-c", crawl, "--json").output)["totals"]["sites"] == 1
-
-
 def test_push_site_show_and_purge_on_the_sharded_layout(plain_redis_url: str, crawl: str, cli) -> None:
     """push adds requests, site show lists every site's policy, purge --site removes one site
     from its shard's registry and indexes, purge the whole crawl."""

@@ -181,7 +181,6 @@ FRONTIER_SCRIPT_CALLERS = {
     "streams_sched/frontier/scripts.py",
     "streams_sched/frontier/seeding/packing.py",
     "streams_sched/frontier/seeding/send.py",
-    "streams_sched/admin/upgrade.py",
 }
 
 
@@ -191,10 +190,8 @@ def test_only_frontier_calls_scripts() -> None:
     offenders = []
     for folder in ("streams_sched", "reclaimer", "monitor"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            # upgrade.py reads keys of the per-site layout, which Frontier does not name
-            # (its two scripts are lua/ files with headers like the rest); seeding/ packs
-            # enqueue.lua calls as Redis protocol itself, keys from script_keys, on the one
-            # path where redis-py's packing costs more than the call (a million seeds)
+            # seeding/ packs enqueue.lua calls as Redis protocol itself, keys from script_keys,
+            # on the one path where redis-py's packing costs more than the call (a million seeds)
             if path.relative_to(ROOT).as_posix() in FRONTIER_SCRIPT_CALLERS:
                 continue
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

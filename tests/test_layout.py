@@ -63,7 +63,7 @@ IMPORT_RULES: dict[str, set[str]] = {
     "frontier": {"(top)", "wire", "connect", "scrapy_redis"},
     "politeness": {"(top)", "frontier"},
     "scrapy_redis": {"(top)", "frontier", "wire"},
-    "admin": {"(top)", "frontier", "connect", "service"},
+    "admin": {"(top)", "frontier", "connect"},
     "service": {"(top)", "frontier", "connect"},
     "worker.io": {"(top)", "worker", "wire", "frontier", "connect", "politeness", "scrapy_redis"},
     "worker": {"(top)", "worker.io", "wire", "frontier", "connect", "politeness", "scrapy_redis", "admin", "service"},

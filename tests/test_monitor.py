@@ -349,21 +349,3 @@ def test_crawl_totals_catch_up_with_sites_read_in_turn_and_forget_purged_ones(pl
     # a purged site is forgotten when a sweep round ends without finding it: at most two
     # rounds (of about three reads here: 25 sites a shard, 10 per step)
     assert reads_until(781, dead=0) <= 8  # idle7 held the dead letter
-
-
-def test_a_crawl_written_before_shards_is_skipped_with_a_warning(plain_redis_url: str, crawl: str) -> None:
-    """The monitor reads the other crawls when one is still in the per-site layout."""
-    from streams_sched.frontier.keys import CrawlKeys
-
-    f = frontier(plain_redis_url, crawl)
-    f.register()
-    f.enqueue("a.test", [out(1)])
-    f.client.sadd(CrawlKeys.registry(), "oldcrawl")
-    f.client.sadd(CrawlKeys("oldcrawl").sites, "x.test")
-    mon = Monitor(MonitorSettings(redis_url=plain_redis_url, metrics_port=0))
-    mon.connect()
-    try:
-        assert [s.crawl for s in mon.read().snaps] == [crawl]
-        assert [s.crawl for s in mon.read().snaps] == [crawl]
-    finally:
-        mon.close()

@@ -275,24 +275,3 @@ def test_a_pass_costs_the_same_with_thousands_of_idle_sites(plain_redis_url: str
     for site in busy:
         st = f.status(site)
         assert st.pending == 0 and st.delayed == 0
-
-
-def test_a_crawl_written_before_shards_is_skipped_not_fatal(plain_redis_url: str, crawl: str) -> None:
-    """A crawl still in the per-site layout is left alone (one warning) while the others are reclaimed."""
-    from streams_sched.frontier.keys import CrawlKeys
-
-    f = frontier(plain_redis_url, crawl)
-    f.register()
-    f.enqueue("a.test", [out(1)])
-    f.lease("a.test", "gone", 1, (1, 1, 1))
-    node(f, "gone", time.time() - 100, lease_s=0.05)
-    f.client.sadd(CrawlKeys.registry(), "oldcrawl")
-    f.client.sadd(CrawlKeys("oldcrawl").sites, "x.test")
-    wait_for(lambda: f.expired_sites(50, 10), timeout=10, what="the lease to expire")
-    r = reclaimer(plain_redis_url)
-    try:
-        result = r.run_pass()
-        assert r.run_pass().crawls[0].crawl == crawl
-    finally:
-        r.close()
-    assert [c.crawl for c in result.crawls] == [crawl] and result.total("requeued") == 1

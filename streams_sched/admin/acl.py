@@ -197,7 +197,7 @@ def key_patterns(crawl: str | None = None) -> list[str]:
     if crawl is None:
         return [f"~{ROOT}:*"]
     validate_crawl_name(crawl, "crawl")
-    # ss:{C}:...  (crawl level)   ss:{C/site}:...  (sites)   ss:crawls  (registry)
+    # ss:{C}:...  (crawl level)   ss:{C/#n}:...  (shards and their sites)   ss:crawls  (registry)
     # C:start_urls: the scrapy-redis feed of a crawl named like its spider (feed.py)
     return [f"~{ROOT}:{{{crawl}}}:*", f"~{ROOT}:{{{crawl}/*", f"~{CrawlKeys.registry()}", f"~{crawl}:start_urls"]
 

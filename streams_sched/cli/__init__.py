@@ -15,8 +15,7 @@ Layout: ``options`` (the shared connection options, errors as exit codes),
 ``formatting`` (tables, ages, rates), ``report`` (the per-site status rows), and one
 module per topic of commands, none importing another: ``seed`` (push), ``status``
 (status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq),
-``nodes`` (nodes, crawls), ``purge``, ``scrapy_redis`` (migrate-scrapy-redis) and
-``upgrade`` (a crawl written before shards to the sharded layout).
+``nodes`` (nodes, crawls), ``purge`` and ``scrapy_redis`` (migrate-scrapy-redis).
 Scrapy is imported only by the commands that need it (push, migrate-scrapy-redis),
 when they run.
 """
@@ -25,7 +24,7 @@ from __future__ import annotations
 
 import click
 
-from streams_sched.cli import dead_letters, nodes, purge, scrapy_redis, seed, sites, status, upgrade
+from streams_sched.cli import dead_letters, nodes, purge, scrapy_redis, seed, sites, status
 
 __all__ = ["main"]
 
@@ -48,6 +47,5 @@ for _command in (
     nodes.nodes,
     nodes.crawls,
     scrapy_redis.migrate_scrapy_redis,
-    upgrade.upgrade,
 ):
     main.add_command(_command)

@@ -9,7 +9,6 @@ import click
 from streams_sched.cli.formatting import Column, format_age, format_rate, render_table
 from streams_sched.cli.options import connect, known_crawl, redis_option, shared_options
 from streams_sched.cli.report import DEFAULT_TOP, read_report, totals
-from streams_sched.errors import LayoutError
 from streams_sched.frontier.client import Frontier
 from streams_sched.service.liveness import node_states
 
@@ -70,17 +69,13 @@ def nodes(redis_url: str, crawl: str, as_json: bool) -> None:
               help="Sites with work read per crawl (the totals of backlog, pending and delayed are over them).")
 @click.option("--all", "all_sites", is_flag=True, help="Read every site of every crawl (acked and dead letters of all sites).")
 def crawls(redis_url: str, as_json: bool, top: int, all_sites: bool) -> None:
-    """Every registered crawl with its totals (a crawl written before shards: "upgrade")."""
+    """Every registered crawl with its totals."""
     client = connect(redis_url)
     out = []
     for name in Frontier.crawls(client):
-        try:
-            report = read_report(Frontier(client, name), top, all_sites)
-        except LayoutError:
-            out.append({"crawl": name, "layout": "before shards: run streams-sched upgrade"})
-            continue
-        t = totals(report.rows, report)
-        out.append({"crawl": name, "layout": "sharded", **t})
+        report = read_report(Frontier(client, name), top, all_sites)
+        # "layout" stays in the JSON as 0.1.0 wrote it, for scripts that read it
+        out.append({"crawl": name, "layout": "sharded", **totals(report.rows, report)})
     if as_json:
         click.echo(json.dumps(out, indent=2))
         return
@@ -89,7 +84,4 @@ def crawls(redis_url: str, as_json: bool, top: int, all_sites: bool) -> None:
         ("pending", "PENDING", str), ("delayed", "DELAYED", str), ("dead", "DEAD", str),
         ("done", "FINISHED", str), ("enqueued", "ENQUEUED", str), ("rate_per_s", "RATE 1M", format_rate),
     ]
-    table = [c if "sites" in c else {**{key: "-" for key, _, _ in columns}, "crawl": c["crawl"], "sites": "upgrade",
-                                     "rate_per_s": 0.0}
-             for c in out]
-    click.echo(render_table(table, columns) if out else "no crawls")
+    click.echo(render_table(out, columns) if out else "no crawls")

@@ -89,7 +89,7 @@ def allow_eviction_option(func: Callable[..., Any]) -> Callable[..., Any]:
 def known_crawl(client: Any, crawl: str, redis_url: str) -> Frontier:
     """The crawl's Frontier, or a CliError if no such crawl is registered."""
     frontier = Frontier(client, crawl)
-    if not client.sismember(CrawlKeys.registry(), crawl) and not client.exists(frontier.keys.sites):
+    if not client.sismember(CrawlKeys.registry(), crawl):
         raise CliError(f"no crawl named {crawl!r} in {redact(redis_url)} (see: streams-sched crawls)")
     return frontier
 

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from streams_sched.connect.clients import is_cluster_client
-from streams_sched.errors import LayoutError
 from streams_sched.frontier import script_keys
 from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.keycache import SiteKeyCache
@@ -103,18 +102,8 @@ class Frontier(CrawlReads):
             if recorded is not None:
                 self._shards = int(recorded)
                 return self._shards
-            self._refuse_unsharded()
             return DEFAULT_SHARDS
         return self._shards
-
-    def _refuse_unsharded(self) -> None:
-        if self.client.exists(self.keys.sites):
-            raise LayoutError(
-                f"crawl {self.crawl!r} was written by a version of streams-sched that keeps each site"
-                " in a hash slot of its own; this version groups sites into shards. Stop every worker,"
-                " reclaimer and Seeder of the crawl, then run `streams-sched upgrade --crawl"
-                f" {self.crawl}` (it moves the keys and keeps every queued, leased and delayed request)"
-            )
 
     def ensure_layout(self, shards: int = DEFAULT_SHARDS) -> int:
         """Record the crawl's number of shards if nobody has (a writer calls this at start);
@@ -124,7 +113,6 @@ class Frontier(CrawlReads):
         if not 1 <= shards <= MAX_SHARDS:
             raise ValueError(f"a crawl has 1 to {MAX_SHARDS} shards, not {shards}")
         if self.client.hget(self.keys.meta, "shards") is None:
-            self._refuse_unsharded()
             if self.client.hsetnx(self.keys.meta, "shards", shards):
                 self.use_fresh_lists()  # a new crawl: no worker of an older version has its keys
         recorded = int(self.client.hget(self.keys.meta, "shards"))

@@ -19,8 +19,6 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
 
     ss:crawls                       SET     names of every crawl (daemons find crawls here)
     ss:health:<daemon>:<name>       STRING  a daemon's last pass (JSON), expires when it stops
-    ss:{C}:sites                    SET     the site registry of a crawl written before shards
-                                            (``streams-sched upgrade`` moves such a crawl)
     ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen (Redis TIME), ...}
     ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
     ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
@@ -206,10 +204,6 @@ class CrawlKeys:
         return "{" + self.crawl + "}"
 
     @cached_property
-    def sites(self) -> str:
-        return f"{ROOT}:{self.tag}:sites"
-
-    @cached_property
     def nodes(self) -> str:
         return f"{ROOT}:{self.tag}:nodes"
 
@@ -306,8 +300,7 @@ def shard_keys_for(crawl: str, shard: int) -> ShardKeys:
 
 class SiteKeys:
     """Key names of one site of one crawl; all share the hash tag of the site's shard,
-    ``{crawl/#n}`` (``shard`` None: the per-site tag ``{crawl/site}`` of crawls written
-    before shards, kept so that ``streams-sched upgrade`` can find their keys).
+    ``{crawl/#n}``.
 
     Treat it as immutable (it hashes by crawl, site and shard). The keys a worker's
     scripts take are built with the object, in slots (a worker makes one per site it
@@ -317,16 +310,12 @@ class SiteKeys:
 
     __slots__ = ("base", "crawl", "delayed", "dlq", "obs", "policy", "shard", "site", "stats", "streams", "tag")
 
-    def __init__(self, crawl: str, site: str, shard: int | None = None) -> None:
+    def __init__(self, crawl: str, site: str, shard: int) -> None:
         self.crawl = crawl
         self.site = site
         self.shard = shard
-        if shard is None:
-            self.tag = "{" + crawl + "/" + site + "}"
-            self.base = base = f"{ROOT}:{self.tag}"
-        else:
-            self.tag = "{" + crawl + "/#" + str(shard) + "}"
-            self.base = base = f"{ROOT}:{self.tag}:{site}"
+        self.tag = "{" + crawl + "/#" + str(shard) + "}"
+        self.base = base = f"{ROOT}:{self.tag}:{site}"
         #: every request stream of the site, in :data:`STREAMS` order
         self.streams = tuple([base + sfx for sfx in _STREAM_SUFFIXES])
         self.delayed = base + ":delayed"
@@ -352,8 +341,6 @@ class SiteKeys:
     @property
     def index(self) -> ShardKeys:
         """The keys of the site's shard."""
-        if self.shard is None:
-            raise ValueError(f"site {self.site!r} has no shard: its crawl was written before shards")
         return shard_keys_for(self.crawl, self.shard)
 
     def stream(self, task: str, band: str) -> str:
@@ -373,10 +360,8 @@ class SiteKeys:
 
     @property
     def sync(self) -> str:
-        """The replica barrier key (replicas.py): with shards, the shard's, for all its sites."""
-        if self.shard is not None:
-            return self.index.sync
-        return f"{self.base}:sync"
+        """The replica barrier key (replicas.py): the shard's, for all its sites."""
+        return self.index.sync
 
     @property
     def obs_v1(self) -> str:
@@ -396,5 +381,4 @@ class SiteKeys:
             self.policy,
             self.obs,
             self.obs_v1,
-            *(() if self.shard is not None else (self.sync,)),
         )

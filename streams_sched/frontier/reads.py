@@ -267,6 +267,6 @@ class CrawlReads:
         for shard in self.shard_keys():
             deleted += int(self.client.delete(*shard.all))
         k = self.keys
-        deleted += int(self.client.delete(k.sites, k.nodes, k.meta, k.feed_lock, k.legacy_seen, k.sync))
+        deleted += int(self.client.delete(k.nodes, k.meta, k.feed_lock, k.legacy_seen, k.sync))
         self.client.srem(CrawlKeys.registry(), self.crawl)
         return deleted

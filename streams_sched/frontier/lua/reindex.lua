@@ -1,8 +1,8 @@
 -- reindex.lua: put ONE site in its shard's indexes as its keys say: in the ready
 -- index of each task type it has backlog of (or delayed requests), in the leased
 -- index while it has pending entries, in the shard's site registry. For keys written
--- by something other than these scripts: the upgrade of a crawl from the per-site
--- layout, an operator's repair, a test that writes a stream itself.
+-- by something other than these scripts: an operator's repair, a test that writes a
+-- stream itself.
 --
 -- KEYS[1]      delayed        ZSET of waiting requests
 -- KEYS[2..7]   streams        http:high http:default http:low browser:high browser:default browser:low
