@@ -388,18 +388,6 @@ def test_bad_politeness_settings_fail_naming_the_setting(name: str, value: Any, 
     assert name in str(info.value) and message in str(info.value)
 
 
-def test_observed_window_of_the_previous_version_is_left_to_its_workers(f: Frontier) -> None:
-    """During a rolling upgrade the previous version's window (a hash under the old name)
-    is neither read nor touched: the report keeps its own string window, which expires."""
-    k = f.site(SITE)
-    f.client.hset(k.obs_v1, mapping={"o_ts": 1, "o_n": 5})
-    feedback(f, ok=2)
-    window = decode_obs(f.client.get(k.obs))
-    assert window["o_n"] == "2" and window["o_ok"] == "2" and 0 < f.client.pttl(k.obs) <= 3000
-    assert f.client.hgetall(k.obs_v1) == {b"o_ts": b"1", b"o_n": b"5"}
-    assert f.client.hget(k.stats, "answers_ok") == b"2"
-
-
 def test_observed_window_string_round_trips() -> None:
     """encode_obs and decode_obs agree; a malformed or missing value reads as no window."""
     fields = {"o_ts": "1733000000000", "o_n": "3", "o_ok": "2", "o_rate": "4.5", "o_okrate": "3"}

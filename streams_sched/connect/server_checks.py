@@ -87,7 +87,7 @@ REFUSE = "refuse"
 #: The keys of ours that carry a TTL (what a volatile-* policy can evict), and what
 #: losing one means. From keys.py and the scripts' PEXPIRE / EXPIRE / SET PX / SET EX.
 TTL_KEYS: tuple[tuple[str, str], ...] = (
-    ("the sites' observed answer windows (ss:{C/S}:window, :obs)", "the adaptive politeness measures one second again"),
+    ("the sites' observed answer windows (ss:{C/S}:window)", "the adaptive politeness measures one second again"),
     ("the revisit buckets of the seen filters (ss:{C/S}:seen:<n>, with STREAMS_REVISIT_AFTER_SECONDS)", "their URLs count as new and are crawled again"),
     ("the scrapy-redis feed lock (ss:{C}:feed-lock)", "two workers may move the feed at once, which is safe"),
     ("the daemons' health keys (ss:health:*)", "`streams-reclaimer --check` fails until the next pass"),

@@ -55,7 +55,6 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
                                             (a_rate, a_until, robots_delay, ...; see feedback.lua)
     ss:{C/#n}:S:window              STRING  answers seen over the last second (feedback.lua), expires
                                             3 s after the last report
-    ss:{C/#n}:S:obs                 HASH    the same, as the previous version's workers write it
 """
 
 from __future__ import annotations
@@ -323,8 +322,7 @@ class SiteKeys:
         self.stats = base + ":stats"
         self.policy = base + ":policy"
         #: the answers the workers saw in the last second (feedback.lua), a string that expires
-        #: when idle; named apart from the previous version's hash (:attr:`obs_v1`), so workers
-        #: of both versions go on working side by side in a rolling upgrade
+        #: when idle
         self.obs = base + ":window"
 
     def __eq__(self, other: object) -> bool:
@@ -364,11 +362,6 @@ class SiteKeys:
         return self.index.sync
 
     @property
-    def obs_v1(self) -> str:
-        """The previous version's observed window (a hash that expires when idle); purged only."""
-        return f"{self.base}:obs"
-
-    @property
     def all(self) -> tuple[str, ...]:
         """Every key of the site (used by purge)."""
         return (
@@ -380,5 +373,4 @@ class SiteKeys:
             self.stats,
             self.policy,
             self.obs,
-            self.obs_v1,
         )
