@@ -1,11 +1,9 @@
 """Seen filters that start as exact sets and become Bloom filters, so a small site keeps a
-few bytes, and crawls whose seen filters are Bloom filters from the start continuing
-under the current scripts."""
+few bytes."""
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 import redis
@@ -20,7 +18,6 @@ pytestmark = pytest.mark.cluster
 
 #: EXACT_MAX in streams_sched/frontier/lua/_lib.lua
 EXACT_MAX = 1024
-LEGACY = Path(__file__).resolve().parent / "legacy" / "enqueue_bloom_only.lua"
 
 
 def fp(i: int | str) -> bytes:
@@ -136,50 +133,6 @@ def test_emptied_stream_is_retired_and_recreated_on_enqueue(redis_url: str, dedu
     assert f.claim("a.test", "w2", 0, 10, 5)[0] == 0
     f.enqueue("a.test", batch(["3"]))
     assert [e.payload for e in f.lease("a.test", "w1", 10, (1, 1, 1)).entries] == [b"3"]
-
-
-def _legacy_enqueue(f: Frontier, site: str, names: list[str]) -> None:
-    """Enqueue with the Bloom-only scripts (Bloom filters pre-sized from the start)."""
-    k = f.site(site)
-    b = f.bloom
-    args: list[object] = [f.group, b.mode, b.error_rate, b.capacity, b.expansion, 0, "http"]
-    for n in names:
-        args += [fp(n), 2, 0, n.encode()]
-    keys = [k.delayed, k.stats, k.policy, *k.streams, k.seen, k.seen_meta]
-    f.client.eval(LEGACY.read_text(encoding="utf-8"), len(keys), *keys, *args)
-
-
-def test_crawl_made_by_the_previous_layout_continues(redis_url: str, dedupe: str, crawl: str) -> None:
-    """A crawl whose seen filters are Bloom filters from the start keeps them, its queue and its
-    groups under the current scripts."""
-    old = frontier(redis_url, crawl, dedupe, capacity=2000)
-    _legacy_enqueue(old, "old.test", [f"p{i}" for i in range(1500)])
-    kind_before = old.client.type(old.site("old.test").seen)
-    leased = old.lease("old.test", "w-old", 5, (1, 1, 1)).entries  # pending across the upgrade
-    old.client.script_flush()
-
-    f = frontier(redis_url, crawl, dedupe, capacity=2000)  # the current scripts
-    assert f.enqueue("old.test", batch([f"p{i}" for i in range(1500)]))[1] == 1500
-    grown = f.enqueue("old.test", batch([f"q{i}" for i in range(300)]))[0]
-    assert grown >= 295  # grows past its capacity
-    assert f.enqueue("old.test", batch([f"q{i}" for i in range(300)]))[1] == 300
-    assert f.client.type(f.site("old.test").seen) == kind_before
-    assert f.client.hget(f.site("old.test").seen_meta, "w") is None  # still a 20-byte filter
-    assert f.ack("old.test", [(e.stream, e.id) for e in leased]) == 5
-    got = 0
-    while True:
-        entries = f.lease("old.test", "w-new", 500, (1, 1, 1)).entries
-        if not entries:
-            break
-        got += len(entries)
-        f.ack("old.test", [(e.stream, e.id) for e in entries])
-    assert got == 1500 - 5 + grown
-    assert f.status("old.test").backlog == 0
-    for s in f.site("old.test").streams:
-        assert f.client.exists(s) == 0  # drained: retired
-    # a new site of the same old crawl starts exact
-    f.enqueue("new.test", batch(["x"]))
-    assert f.client.type(f.site("new.test").seen) == b"string"
 
 
 def test_stale_group_state_does_not_break_a_retired_stream(redis_url: str, dedupe: str, crawl: str) -> None:

@@ -42,10 +42,9 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:{C/#n}:S:delayed             ZSET    requests that must wait, scored by due time (ms)
     ss:{C/#n}:S:seen                STRING  up to 1,024 fingerprints: their first 8 bytes, concatenated
                                     Bloom   past that: RedisBloom BF or a bitmap Bloom string holding
-                                            the 8-byte prefixes (older crawls may
-                                            keep 20-byte Bloom filters)
-    ss:{C/#n}:S:seen:meta           HASH    w = 8 on filters converted from the exact set; layers and
-                                            count of the bitmap Bloom filter
+                                            the 8-byte prefixes
+    ss:{C/#n}:S:seen:meta           HASH    w = 8 on filters converted from the exact set (for workers
+                                            of 0.1.0); layers and count of the bitmap Bloom filter
     ss:{C/#n}:S:seen:<n>[:meta]     (same)  with STREAMS_REVISIT_AFTER_SECONDS: one filter per time
                                             bucket n, expiring on its own (TTL)
     ss:{C/#n}:S:dlq                 STREAM  dead letters: the entry, the reason, its origin

@@ -123,44 +123,25 @@ local function bloom_bf(seen, fps, err, cap, expansion, add)
   return redis.call('BF.MADD', seen, unpack(fps))
 end
 
--- Bitmap back-end: a scalable, blocked Bloom filter kept in one string.
--- Layer i holds cap * expansion^i items at error err * 0.5^(i+1) (so the
--- compound error stays under err) and sits in the string right after layer i-1.
--- A layer is an array of 64-byte (512-bit) blocks; an item sets k bits inside
--- one block, so a lookup is one GETRANGE and an insert one SETRANGE, whatever k
--- is. Blocks cost about 10-30% more bits than a classic Bloom filter at the same
--- error. Fingerprints are 20 bytes (SHA1): bytes 1-4 pick the block, bytes 5-20
--- give eight independent bit positions, and any further ones come from
--- enhanced double hashing. `meta` holds the layer count and the items in the
--- newest layer.
-local LN2SQ = math.log(2) * math.log(2)
+-- Bitmap back-end: a scalable, blocked Bloom filter kept in one string, of 8-byte
+-- fingerprint prefixes (the exact set's, below). Layer i holds cap * expansion^i items
+-- and sits in the string right after layer i-1. A layer is an array of 64-byte
+-- (512-bit) blocks; an item sets k bits inside one block, so a lookup is one GETRANGE
+-- and an insert one SETRANGE, whatever k is. Bytes 1-4 of an item pick the block;
+-- bytes 5-8 give a start, an odd step and a cubic term (enhanced double hashing in the
+-- 512-bit block). `meta` holds the layer count and the items in the newest layer.
+-- Layers are sized from the exact false-positive rate of a blocked filter (Poisson
+-- load per 512-bit block): BITS8[x] = bits per item / x for an error of 2^-x at
+-- k = K8(x), computed once in Python (summing the Poisson series), interpolated, plus
+-- 1%. Layer i gets error err * 0.75 * 0.25^i (the sum stays err), so a filter sized
+-- right (one layer) costs about 16.4 bits per item at 0.1%.
 local MAX_BYTES = 512 * 1024 * 1024
-
-local function bitmap_layer(i, cap, err, expansion, offset)
-  local lcap = math.floor(cap * expansion ^ i)
-  local lerr = err * 0.5 ^ (i + 1)
-  local d = -math.log(lerr) / math.log(10)
-  local bits = lcap * (-math.log(lerr) / LN2SQ) * (1 + 0.02 * d + 0.01 * d * d)
-  local blocks = math.max(1, math.ceil(bits / 512))
-  local k = math.floor(0.75 * -math.log(lerr) / math.log(2) + 1.5)
-  return { cap = lcap, blocks = blocks, k = k, off = offset, size = blocks * 64 }
-end
-
--- Positions for the 8-byte fingerprints of filters made by conversion from an
--- exact set (below): bytes 5-8 give a start, an odd step and a cubic term
--- (enhanced double hashing in the 512-bit block); bytes 1-4 still pick the block.
--- Layers of converted filters (8-byte items) are sized from the exact false-positive
--- rate of a blocked filter (Poisson load per 512-bit block), not the rough correction
--- above: BITS8[x] = bits per item / x for an error of 2^-x at k = K8(x), computed
--- once in Python (summing the Poisson series), interpolated, plus 1%. Layer i gets
--- error err * 0.75 * 0.25^i (the sum stays err), so a filter sized right (one
--- layer) costs about 16.4 bits per item at 0.1% instead of 18.6.
 local BITS8 = { 2.0, 1.445, 1.45, 1.4575, 1.466, 1.4783, 1.4943, 1.5125, 1.5333, 1.556,
   1.5809, 1.6092, 1.6408, 1.6743, 1.71, 1.7494, 1.7924, 1.8367, 1.8847, 1.936, 1.99,
   2.0491, 2.1096, 2.1767, 2.244, 2.3196, 2.3952, 2.48, 2.5721, 2.66, 2.7629, 2.8741,
   2.9764, 3.1006, 3.2343, 3.3783 }
 
-local function bitmap_layer8(i, cap, err, expansion, offset)
+local function bitmap_layer(i, cap, err, expansion, offset)
   local lcap = math.floor(cap * expansion ^ i)
   local x = math.min(-math.log(err * 0.75 * 0.25 ^ i) / math.log(2), 35.99)
   x = math.max(x, 1)
@@ -172,7 +153,7 @@ local function bitmap_layer8(i, cap, err, expansion, offset)
   return { cap = lcap, blocks = blocks, k = k, off = offset, size = blocks * 64 }
 end
 
-local function bit_positions8(fp, k)
+local function bit_positions(fp, k)
   local x = u32(fp, 5)
   local a = x % 512
   local b = 2 * (math.floor(x / 512) % 256) + 1
@@ -180,24 +161,6 @@ local function bit_positions8(fp, k)
   local pos = {}
   for j = 0, k - 1 do
     pos[j + 1] = (a + j * b + c * (j * j * j - j) / 6) % 512
-  end
-  return pos
-end
-
-local function bit_positions(fp, k)
-  if #fp == 8 then
-    return bit_positions8(fp, k)
-  end
-  local pos = {}
-  for j = 0, math.min(k, 8) - 1 do
-    local a, b = string.byte(fp, 5 + 2 * j, 6 + 2 * j)
-    pos[j + 1] = (a * 256 + b) % 512
-  end
-  if k > 8 then
-    local h2, h3, h4 = u32(fp, 5), u32(fp, 9), u32(fp, 13)
-    for j = 8, k - 1 do
-      pos[j + 1] = (h2 + j * h3 + j * j * h4) % 512
-    end
   end
   return pos
 end
@@ -211,21 +174,17 @@ local function bloom_bitmap(seen, meta, fps, err, cap, expansion, add)
     return redis.error_reply('STREAMSDEDUPE ' .. seen .. ' holds a ' .. kind ..
       ' value, not a bitmap Bloom filter; set STREAMS_DEDUPE="redisbloom"')
   end
-  local layer_of = bitmap_layer
-  if #fps[1] == 8 then
-    layer_of = bitmap_layer8
-  end
   local state = redis.call('HMGET', meta, 'layers', 'count')
   local nlayers = tonumber(state[1]) or 0
   local count = tonumber(state[2]) or 0
   local layers = {}
   local offset = 0
   for i = 0, nlayers - 1 do
-    layers[i + 1] = layer_of(i, cap, err, expansion, offset)
+    layers[i + 1] = bitmap_layer(i, cap, err, expansion, offset)
     offset = offset + layers[i + 1].size
   end
   local function grow()
-    local l = layer_of(#layers, cap, err, expansion, offset)
+    local l = bitmap_layer(#layers, cap, err, expansion, offset)
     if offset + l.size > MAX_BYTES then
       return false
     end
@@ -321,10 +280,9 @@ end
 -- A site's filter starts exact: a string of 8-byte fingerprints (the first 8
 -- bytes of the SHA1), 8 bytes each, no fixed cost. When it would hold more than
 -- EXACT_MAX it becomes a Bloom filter of the crawl's capacity (STREAMS_BLOOM_CAPACITY)
--- holding those 8-byte prefixes, and `meta` gets w = 8 so later lookups use the
--- same prefixes. Filters made by earlier versions (Bloom from the start, full
--- 20-byte fingerprints) have no w and keep working as they are. A 64-bit prefix
--- adds a false-positive chance of n / 2^64 per lookup (1e-16 at n = 1000).
+-- holding those 8-byte prefixes, and `meta` gets w = 8: workers of 0.1.0 look for it
+-- to use the same prefixes. A 64-bit prefix adds a false-positive chance of n / 2^64
+-- per lookup (1e-16 at n = 1000).
 local EXACT_MAX = 1024
 
 local function exact_has(blob, fp8)
@@ -342,8 +300,8 @@ local function exact_has(blob, fp8)
 end
 
 -- Which form a filter is in, in one or two calls: 'exact' (a string of prefixes, or no
--- key yet) with the string, 'bloom8' (converted) or 'bloom' (made by an earlier version;
--- a key of another type is 'bloom' too, and bloom_* reply with the wrong-type error).
+-- key yet) with the string, or 'bloom' (converted; a key of another type is 'bloom'
+-- too, and bloom_* reply with the wrong-type error).
 -- No call here fails on a filter of the crawl's own back-end: a failed call would count
 -- in INFO errorstats, which operators watch.
 local function filter_form(mode, seen, meta)
@@ -354,15 +312,12 @@ local function filter_form(mode, seen, meta)
       return 'exact', ''
     elseif kind == 'string' then
       return 'exact', redis.call('GET', seen)
-    elseif redis.call('HGET', meta, 'w') == '8' then
-      return 'bloom8'
     end
     return 'bloom'
   end
   -- bitmap: a Bloom filter keeps its layers in meta; without them the key is an exact set
-  local m = redis.call('HMGET', meta, 'layers', 'w')
-  if m[1] then
-    return m[2] == '8' and 'bloom8' or 'bloom'
+  if redis.call('HGET', meta, 'layers') then
+    return 'bloom'
   end
   local blob = redis.pcall('GET', seen)
   if type(blob) == 'table' then
@@ -404,14 +359,11 @@ local function seen_in(mode, seen, meta, fps, err, cap, expansion, add)
     return {}
   end
   local form, blob = filter_form(mode, seen, meta)
-  if form == 'bloom' then
-    return bloom_of(mode, seen, meta, fps, err, cap, expansion, add)
-  end
   local prefixes = {}
   for i = 1, #fps do
     prefixes[i] = string.sub(fps[i], 1, 8)
   end
-  if form == 'bloom8' then
+  if form == 'bloom' then
     return bloom_of(mode, seen, meta, prefixes, err, cap, expansion, add)
   end
   local out, new, batch = {}, {}, {}
