@@ -45,13 +45,6 @@ def test_lua_stream_codes_match_python() -> None:
     assert all(keys.stream_of_code(keys.stream_code(i)) == i for i in range(len(STREAMS)))
 
 
-def test_the_fresh_lists_switch_has_one_name_in_python_and_lua() -> None:
-    """The shard stats field that lets enqueue.lua use the lists of new sites is the one reads.py sets."""
-    from streams_sched.frontier.reads import FRESH_LISTS
-
-    assert re.findall(r"HGET', KEYS\[4\], '(\w+)'", read_lua("enqueue.lua")) == [FRESH_LISTS]
-
-
 def test_stream_for_and_mask_follow_streams_order() -> None:
     """stream_for names the index of (task, band) in STREAMS, or SITE_TASK + band; masks follow STREAMS."""
     for index, (task, band) in enumerate(STREAMS):

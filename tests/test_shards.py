@@ -329,23 +329,3 @@ def test_new_sites_are_served_while_busy_sites_fill_the_oldest_places(redis_url:
             break
     assert named_new == set(new)
     assert f.client.llen(ix.freshes[0]) == 0
-
-
-def test_until_a_worker_of_this_version_starts_new_sites_go_where_older_workers_look(
-    redis_url: str, dedupe: str, crawl: str
-) -> None:
-    """On a crawl whose shards are not marked for lists of new sites (one an earlier version
-    created), a new site goes in the ready index, which older workers read; once marked (a
-    worker of this version started), in the list."""
-    f = frontier(redis_url, crawl, dedupe)
-    f.ensure_layout()
-    for shard in f.shard_keys():
-        f.client.hdel(shard.stats, "fresh_lists")
-    ix = f.site("a.test").index
-    f.enqueue("a.test", [out("a")])
-    assert ready_score(f, "a.test") is not None and f.client.llen(ix.freshes[0]) == 0
-    f.use_fresh_lists()
-    b = same_shard_sites(f, 1, f.site("a.test").shard)[0]
-    f.enqueue(b, [out("b")])
-    assert ready_score(f, b) is None and f.client.lrange(ix.freshes[0], 0, -1) == [b.encode()]
-    assert f.client.hget(ix.stats, "fresh_lists") == b"1"

@@ -113,8 +113,7 @@ class Frontier(CrawlReads):
         if not 1 <= shards <= MAX_SHARDS:
             raise ValueError(f"a crawl has 1 to {MAX_SHARDS} shards, not {shards}")
         if self.client.hget(self.keys.meta, "shards") is None:
-            if self.client.hsetnx(self.keys.meta, "shards", shards):
-                self.use_fresh_lists()  # a new crawl: no worker of an older version has its keys
+            self.client.hsetnx(self.keys.meta, "shards", shards)
         recorded = int(self.client.hget(self.keys.meta, "shards"))
         if recorded != shards:
             logger.info("crawl %s keeps its %d shards (STREAMS_SHARDS=%d)", self.crawl, recorded, shards)

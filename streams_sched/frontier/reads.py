@@ -2,8 +2,7 @@
 
 Read-only snapshots of sites and shards (status.lua as EVALSHA_RO, so a read-only ACL
 user can run them), the sites with expired leases, the crawl registry, node records and
-events, dead letters, purging a crawl or a site, and turning on the shards' lists of new
-sites. :class:`CrawlReads` is a part of
+events, dead letters, and purging a crawl or a site. :class:`CrawlReads` is a part of
 :class:`~streams_sched.frontier.client.Frontier`; it uses the client, keys and scripts
 the Frontier holds.
 """
@@ -28,10 +27,6 @@ from streams_sched.frontier.scripts import Scripts
 __all__ = ["COUNTS_PER_SHARD", "CrawlReads", "fold_shard_counts", "queue_shard_counts"]
 
 logger = logging.getLogger(__name__)
-
-#: field of a shard's stats hash: '1' once enqueue.lua may put the shard's new sites in its
-#: ``#fresh`` lists (enqueue.lua reads it as 'fresh_lists')
-FRESH_LISTS = "fresh_lists"
 
 
 #: commands :func:`queue_shard_counts` queues per shard
@@ -172,16 +167,6 @@ class CrawlReads:
             else:
                 out.append(parse_status(s, reply))
         return out
-
-    def use_fresh_lists(self) -> None:
-        """Let enqueue.lua put new sites in the shards' lists of new sites (keys.py ``#fresh``),
-        which workers of earlier versions never read: done by every worker as it starts, and by
-        whoever creates a crawl, so a push to a crawl that only such workers run on keeps
-        indexing its new sites where they look."""
-        pipe = self.client.pipeline(transaction=False)
-        for shard in self.shard_keys():
-            pipe.hset(shard.stats, FRESH_LISTS, "1")
-        pipe.execute()
 
     def shard_counts(self) -> list[tuple[int, int, int, int]]:
         """:func:`fold_shard_counts` of every shard, in one pipeline: what the drain check

@@ -67,7 +67,6 @@ def set_up_crawl(client: Any, cfg: StreamsConfig, robots_obey: bool) -> Frontier
     )
     frontier = Frontier(client, cfg.crawl, bloom)
     frontier.ensure_layout(cfg.shards)
-    frontier.use_fresh_lists()
     frontier.load_scripts()
     frontier.register()
     frontier.politeness = ("a" if cfg.adaptive else "") + ("r" if robots_obey else "")

@@ -7,8 +7,7 @@
 -- KEYS[1]      ready:http     ZSET of the shard's sites with http work
 -- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[3]      inbox          HASH of the shard's small sites' queued requests
--- KEYS[4]      shard stats    HASH of the shard's counters (enqueued), and fresh_lists = '1'
---                             once new sites may go in the fresh lists (reads.py)
+-- KEYS[4]      shard stats    HASH of the shard's counters (enqueued)
 -- KEYS[5]      sites          SET, the shard's site registry
 -- KEYS[6]      fresh:http     LIST of the shard's new sites with http work due now
 -- KEYS[7]      fresh:browser  LIST of the shard's new sites with browser work due now
@@ -53,10 +52,7 @@
 -- filters and inbox fields of the call's new sites are written in one command each.
 -- Such a site with only requests due now goes at the end of its shard's fresh list, not
 -- in the ready index: a list member costs about 25 bytes where a ZSET member costs 115,
--- and lease.lua moves fresh sites into the ready index as it names sites. Workers of
--- earlier versions never read the lists: until a worker of this version has started on
--- the crawl (or this version created it), new sites go in the ready index, where those
--- workers look.
+-- and lease.lua moves fresh sites into the ready index as it names sites.
 
 local group, mode = ARGV[1], ARGV[2]
 local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -73,7 +69,6 @@ local FIRST_SITE_ARG = 10
 local ready = { KEYS[1], KEYS[2] }
 local inbox, sites_ix = KEYS[3], KEYS[5]
 local fresh_ix = { KEYS[6], KEYS[7] }
-local use_lists = redis.call('HGET', KEYS[4], 'fresh_lists') == '1'
 local FIRST_SITE_KEY = 8
 local now = nil -- Redis TIME, read once, when something needs it
 local total_added = 0
@@ -400,15 +395,10 @@ local function enqueue_new(k, site, first, last)
   if added > 0 then
     new_inbox[#new_inbox + 1] = site
     new_inbox[#new_inbox + 1] = cmsgpack.pack(list) .. UNCOUNTED
-    if not use_lists then
-      now = now or now_ms()
-    end
     for t = 1, 2 do
-      if typed[t] and use_lists then
+      if typed[t] then
         local f = fresh_marks[t]
         f[#f + 1] = site
-      elseif typed[t] then
-        mark_later(t, site, now)
       end
     end
   end
