@@ -94,7 +94,7 @@ def test_a_site_in_the_inbox_has_no_stats_hash_and_counts_each_request_once(
     f.enqueue("a.test", [out(2)])  # appended to the same inbox list
     assert f.client.exists(f.site("a.test").stats) == 0
     assert f.status("a.test").stats["enqueued"] == 2
-    # the mark follows the list: a worker of an earlier version unpacks the list as before
+    # the mark follows the list: a worker of 0.1.0 unpacks the list as before
     raw = f.client.hget(f.site("a.test").index.inbox, "a.test")
     assert f.client.eval("local list = cmsgpack.unpack(ARGV[1]); return #list", 0, raw) == 4
     entries = f.lease("a.test", "w1", 10, (1, 1, 1)).entries
@@ -105,14 +105,14 @@ def test_a_site_in_the_inbox_has_no_stats_hash_and_counts_each_request_once(
 
 
 def test_an_inbox_list_counted_at_enqueue_is_not_counted_again(redis_url: str, dedupe: str, crawl: str) -> None:
-    """An inbox list an earlier version wrote (counted as it was enqueued, no mark) is counted once after the upgrade."""
+    """An inbox list 0.1.0 wrote (counted as it was enqueued, no mark) is counted once by this version."""
     import msgpack
 
     from streams_sched.frontier.keys import stream_code
 
     f = frontier(redis_url, crawl, dedupe)
     k = f.site("a.test")
-    # as the earlier version left a site with one queued request
+    # as 0.1.0 left a site with one queued request
     f.register_sites(["a.test"])
     f.client.hset(k.stats, "enqueued", 1)
     f.client.hset(k.index.inbox, "a.test", msgpack.packb([stream_code(1), b"old"], use_bin_type=False))

@@ -593,9 +593,10 @@ end
 -- A site with one queued URL keeps it in the inbox: no stream, no consumer group, and no
 -- stats hash: the requests of a list marked UNCOUNTED are added to the site's enqueued
 -- counter when they move into its streams (inbox_flush), and status.lua adds them until
--- then. A list without the mark (written by an earlier version) was counted at enqueue.
--- The mark is a second msgpack value after the list, which an earlier version's
--- cmsgpack.unpack returns and ignores: its workers still read these lists.
+-- then. A list without the mark was written by 0.1.0, which counted it at enqueue: the
+-- mark is what keeps a crawl 0.1.0 left in Redis counted exactly. It is a second msgpack
+-- value after the list, which 0.1.0's cmsgpack.unpack returns and ignores: its workers
+-- still read these lists.
 
 -- Most requests a site keeps in the inbox; more, and they move to its streams.
 local INBOX_MAX = 8
