@@ -1,4 +1,4 @@
-"""The five places where streams-sched reaches into Scrapy's engine.
+"""The six places where streams-sched reaches into Scrapy's engine.
 
 Scrapy has no public "request finished" hook (scrapy/scrapy#7978). The exact
 point is the engine slot's ``remove_request``: the engine calls it once per
@@ -38,6 +38,13 @@ the download handler, before RetryMiddleware turns a timeout into a retry), so
 the scheduler sees download timeouts without the user adding a middleware, and
 ends a browser task's failed delivery there (renders.py) before any other
 middleware or the errback sees it.
+
+The sixth, only on Scrapy 2.13 and only while the scheduler's ``open`` waits for Redis
+to accept writes (start_wait.py), is the engine's ``stop``: 2.13's ``Crawler.stop``
+calls it whenever the crawler is crawling, and it raises "Engine not running" if the
+engine has not started yet, so a SIGTERM during that wait ended in a traceback.
+:func:`tolerate_stop_before_start` makes it a no-op until the engine runs, as 2.14's
+``Crawler.stop_async`` does by checking ``engine.running`` first.
 
 All are private. :func:`check_scrapy` (the version against the supported range,
 the slot class's methods) runs when the scheduler is built, and
@@ -125,6 +132,24 @@ def close_spider(engine: Any, reason: str) -> None:
         deferred_from_coro(engine.close_spider_async(reason=reason))
     else:
         engine.close_spider(engine.spider, reason)
+
+
+def tolerate_stop_before_start(crawler: Any) -> None:
+    """On Scrapy 2.13 (no ``Crawler.stop_async``): stopping the crawler before its engine
+    started is a no-op, not a RuntimeError (see the module docstring)."""
+    engine = getattr(crawler, "engine", None)
+    if engine is None or hasattr(crawler, "stop_async"):
+        return
+    stop = engine.stop
+
+    def stop_if_running() -> Any:
+        if not engine.running:
+            from twisted.internet.defer import succeed
+
+            return succeed(None)
+        return stop()
+
+    engine.stop = stop_if_running
 
 
 def thread_safe_caller() -> Callable[..., Any]:

@@ -66,7 +66,7 @@ from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.answers import Answers, RobotsAgent
 from streams_sched.worker.counters import Counters
 from streams_sched.worker.dedupe import LocalDedupe
-from streams_sched.worker.engine import EngineHooks, check_scrapy
+from streams_sched.worker.engine import EngineHooks, check_scrapy, tolerate_stop_before_start
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.handback import hand_back_in_progress, hand_back_unstarted
 from streams_sched.worker.io.pump import Pump, make_node_id
@@ -232,9 +232,12 @@ class StreamsScheduler(BaseScheduler):
             announce(frontier, cfg, self.node_id, info)
             return frontier, info
 
-        return open_when_writable(
+        waiting = open_when_writable(
             set_up, lambda opened: self._start(spider, codec, *opened), f"Redis at {redact(cfg.redis_url)}", self._start_failed,
         )
+        if waiting is not None and self.crawler is not None:
+            tolerate_stop_before_start(self.crawler)  # a SIGTERM may come before the engine starts
+        return waiting
 
     def _start(self, spider: Spider, codec: RequestCodec, frontier: Frontier, info: dict[str, Any]) -> None:
         """The crawl is set up in Redis and the node announced: start the I/O thread."""
