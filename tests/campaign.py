@@ -948,7 +948,8 @@ class Campaign:
         self.result.exits = dict(self.exits)
         for note in self.notes_at_end:
             note()
-        assert self.progress is not None
+        if self.progress is None:  # the set-up did not start
+            return
         arrivals = self.progress.arrivals
         seen = Counter(url for _, url, _ in arrivals)
         self.result.crawled = len(seen)
