@@ -86,11 +86,12 @@ def open_when_writable(
                     continue
                 call(done.errback, exc)
                 return
+            refused_writes = bool(wait.said - {_UNREACHABLE})
             ended = wait.accepted()
             if ended is not None:
                 logger.warning(
-                    "%s accepts writes again after refusing them for %.1fs (%d tries); streams-sched starts",
-                    where, *ended,
+                    "%s %s after %.1fs (%d tries); streams-sched starts",
+                    where, "accepts writes again" if refused_writes else "answers again", *ended,
                 )
             call(finish, result)
             return
