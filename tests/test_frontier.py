@@ -211,6 +211,19 @@ def test_ack_removes_entries_and_counts_once(redis_url: str, dedupe: str, crawl:
     assert f.client.xlen(f.site("a.test").stream("http", "default")) == 0
 
 
+def test_an_entry_whose_lease_a_failover_lost_is_counted_when_acked(redis_url: str, dedupe: str, crawl: str) -> None:
+    """An ack of an entry that is no longer pending (a promoted replica kept the entry but
+    not its lease) deletes it and counts it, so enqueued and acked balance."""
+    f = frontier(redis_url, crawl, dedupe)
+    f.enqueue("a.test", [out(1), out(2)])
+    entries = f.lease("a.test", "w1", 10, (1, 1, 1)).entries
+    stream = f.site("a.test").stream("http", "default")
+    f.client.xack(stream, f.group, entries[0].id)  # the lease is gone, the entry is not
+    assert f.ack("a.test", [(e.stream, e.id) for e in entries]) == 2
+    st = f.status("a.test")
+    assert (st.backlog, st.pending, st.stats["acked"], st.stats["enqueued"]) == (0, 0, 2, 2)
+
+
 def test_a_site_stays_named_for_takeover_while_it_has_expired_leases(redis_url: str, dedupe: str, crawl: str) -> None:
     """Taking over one of a dead worker's expired leases leaves the site named for takeover
     while more of them are expired (not one lease per lease time), and unnamed after the last."""

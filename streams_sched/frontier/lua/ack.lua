@@ -13,8 +13,9 @@
 -- ARGV[2..]    per site: site name, n (0, or 11 when the site's healthy answers ride along:
 --              feedback.lua's ARGV[1..11], reported here instead of in a feedback.lua call of
 --              their own), those n values, m, then m pairs: stream index (1-6), entry id
--- Returns per site the number of entries acked now (an entry another worker already
--- acked, after taking over an expired lease, counts 0).
+-- Returns per site the number of entries acked and deleted now (an entry another worker
+-- already acked, after taking over an expired lease, counts 0; one whose lease a failover
+-- lost, but not the entry, counts 1).
 --
 -- Besides the total (field acked), acks of a site that still has work are counted in six
 -- 10-second buckets
@@ -48,13 +49,15 @@ local function ack_site(k, site, a, n_answers, first, last)
     local stream = streams[s]
     if stream then
       local n = redis.call('XACK', stream, group, unpack(ids))
-      acked = acked + n
       if n == #ids and redis.call('XLEN', stream) == n then
         -- the stream holds just these entries (all were pending, and every script acks
         -- an entry before it deletes it): delete it with its group in one command
         redis.call('DEL', stream)
+        acked = acked + n
       else
-        redis.call('XDEL', stream, unpack(ids))
+        -- count what this call deletes, not what it acks: after a failover the new
+        -- primary may hold an entry whose lease it never saw, and this ack finishes it
+        acked = acked + redis.call('XDEL', stream, unpack(ids))
         retire_if_empty(stream)
       end
     end
