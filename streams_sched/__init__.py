@@ -24,9 +24,6 @@ from streams_sched.errors import (
     SerializationError,
     StreamsSchedError,
 )
-from streams_sched.frontier.client import Frontier
-from streams_sched.frontier.keys import CrawlKeys, SiteKeys
-from streams_sched.frontier.records import BloomParams
 from streams_sched.politeness.policy import pause_site, resume_site, set_policy
 from streams_sched.wire.meta_codecs import MetaCodec, register_meta_codec
 
@@ -49,14 +46,14 @@ def __getattr__(name: str) -> Any:
         return getattr(seeding, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
+# What users call. Internals (Frontier, CrawlKeys, SiteKeys, BloomParams) are imported
+# from their modules; tests/test_exports.py holds this list and checks it.
 __all__ = [
-    "BloomParams",
     "ConfigError",
-    "CrawlKeys",
     "DedupeBackendError",
     "EntryError",
     "EvictionPolicyError",
-    "Frontier",
     "MetaCodec",
     "RedisUnavailable",
     "RequestsRefused",
@@ -64,7 +61,6 @@ __all__ = [
     "SeedResult",
     "Seeder",
     "SerializationError",
-    "SiteKeys",
     "StreamsConfig",
     "StreamsSchedError",
     "StreamsScheduler",

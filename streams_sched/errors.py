@@ -11,7 +11,11 @@ catches them all::
     ├── SerializationError     a request cannot be encoded for the shared queue
     ├── EntryError             a stream entry cannot be turned back into a request
     ├── ScrapyCompatError      the installed Scrapy lacks an engine hook streams-sched needs
-    └── RequestsRefused        the crawl refused requests that cannot travel (STREAMS_UNSERIALIZABLE="error")
+    ├── RequestsRefused        the crawl refused requests that cannot travel (STREAMS_UNSERIALIZABLE="error")
+    └── PickleRefused          a scrapy-redis queue would be unpickled without --trust-pickle
+                               (in streams_sched.scrapy_redis.migrate, which needs Scrapy)
+
+tests/test_exports.py checks that every subclass defined in the package is drawn here.
 """
 
 from __future__ import annotations

@@ -34,3 +34,67 @@ def test_the_daemons_and_the_cli_load_without_scrapy() -> None:
                                    ("monitor.__main__", False), ("streams_sched.cli", False)):
         out = subprocess.run([sys.executable, "-c", probe.format(module)], capture_output=True, text=True, check=True)
         assert out.stdout.strip() == str(imports_scrapy), module
+
+
+PUBLIC_API = [
+    "ConfigError",
+    "DedupeBackendError",
+    "EntryError",
+    "EvictionPolicyError",
+    "MetaCodec",
+    "RedisUnavailable",
+    "RequestsRefused",
+    "ScrapyCompatError",
+    "SeedResult",
+    "Seeder",
+    "SerializationError",
+    "StreamsConfig",
+    "StreamsSchedError",
+    "StreamsScheduler",
+    "__version__",
+    "pause_site",
+    "register_meta_codec",
+    "resume_site",
+    "seed",
+    "set_policy",
+]
+INTERNALS = ["BloomParams", "CrawlKeys", "Frontier", "SiteKeys"]
+
+
+def test_all_is_the_public_api_and_no_internals() -> None:
+    """streams_sched.__all__ is exactly the user-facing list, each name resolves, and no internal is exported."""
+    assert sorted(streams_sched.__all__) == sorted(PUBLIC_API)
+    for name in PUBLIC_API:
+        assert getattr(streams_sched, name) is not None, name
+    for name in INTERNALS:
+        assert name not in streams_sched.__all__, name
+        assert not hasattr(streams_sched, name), name
+    from streams_sched.frontier.client import Frontier
+    from streams_sched.frontier.keys import CrawlKeys, SiteKeys
+    from streams_sched.frontier.records import BloomParams
+
+    assert all((Frontier, CrawlKeys, SiteKeys, BloomParams))
+
+
+def test_errors_docstring_draws_every_subclass_of_the_root() -> None:
+    """Every StreamsSchedError subclass defined anywhere in the package is named in the errors.py tree."""
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+
+    from streams_sched import errors
+
+    found: set[str] = set()
+    for info in pkgutil.walk_packages(streams_sched.__path__, prefix="streams_sched."):
+        if info.name.rsplit(".", 1)[-1] == "__main__":
+            continue
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if (inspect.isclass(obj) and obj.__module__.startswith("streams_sched")
+                    and issubclass(obj, errors.StreamsSchedError)):
+                found.add(obj.__name__)
+    doc = errors.__doc__ or ""
+    drawn = set(re.findall(r"[├└]── (\w+)", doc)) | set(re.findall(r"^\s*(StreamsSchedError)\s*$", doc, re.M))
+    assert {"StreamsSchedError", "PickleRefused", "RequestsRefused"} <= found
+    assert found - drawn == set()
