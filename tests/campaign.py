@@ -57,7 +57,7 @@ from redis_tools import LocalCluster, LocalSentinel, TcpProxy
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.testing import RedisServer
 
-from helpers import Worker, base_settings, frontier
+from helpers import Worker, base_settings, frontier, wait_for
 
 __all__ = ["SETUPS", "Fault", "RunResult", "draw_schedule", "replay_command", "run_campaign"]
 
@@ -448,14 +448,8 @@ def _ask(node: RedisServer, *command: Any) -> Any:
 
 
 def _wait(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
+    """wait_for, raising TimeoutError: a condition the campaign waits on that never comes is a stall."""
+    return wait_for(condition, timeout, 0.1, what, error=TimeoutError)
 
 
 class ClusterSetup:

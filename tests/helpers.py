@@ -66,15 +66,20 @@ def find_tool(name: str, install: str) -> str:
     return path
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.02, what: str = "",
+    error: type[Exception] = AssertionError,
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; raise ``error`` after ``timeout``
+    seconds (an AssertionError fails the test; the fault campaign takes a TimeoutError as a
+    stall to report)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+            raise error(f"timed out after {timeout:g}s waiting for {what or condition}")
         time.sleep(interval)
 
 
