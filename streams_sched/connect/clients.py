@@ -26,6 +26,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from streams_sched.connect.sentinel import sentinel_master
+from streams_sched.connect.server_checks import server_name
 from streams_sched.connect.urls import cluster_nodes, has_cluster_flag, is_sentinel_url, redact, validate_redis_url
 from streams_sched.connect.waiting import Waiter
 
@@ -208,10 +209,7 @@ def describe_nodes(client: Any) -> str:
             "{host}:{port}".format(**s.connection_pool.connection_kwargs) for s in pool.sentinel_manager.sentinels
         )
         return f"the primary of {pool.service_name!r} through sentinels {sentinels}"
-    kwargs = getattr(pool, "connection_kwargs", {})
-    if "path" in kwargs:
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+    return server_name(client)
 
 
 def primary_address(client: Any) -> str:
@@ -224,7 +222,4 @@ def primary_address(client: Any) -> str:
         except Exception:  # no sentinel answers: the line names the service instead
             return f"(primary of {pool.service_name!r})"
         return f"{host}:{port} (primary of {pool.service_name!r})"
-    kwargs = getattr(pool, "connection_kwargs", {})
-    if "path" in kwargs:
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+    return server_name(client)

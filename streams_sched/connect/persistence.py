@@ -108,14 +108,11 @@ def came_back_empty(node: NodePersistence) -> bool:
     )
 
 
-def _text_keys(info: dict[Any, Any]) -> dict[str, Any]:
-    return {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in info.items()}
-
-
 def read_persistence(client: Any, node: Any = None) -> list[NodePersistence]:
     """Every primary of ``client`` (one for a standalone or Sentinel client), or only the
     cluster node ``node``; a server that does not answer INFO is left out."""
     from streams_sched.connect.clients import is_cluster_client, primary_address
+    from streams_sched.connect.server_checks import text
 
     if is_cluster_client(client):
         nodes = [node] if node is not None else client.get_primaries()
@@ -124,10 +121,9 @@ def read_persistence(client: Any, node: Any = None) -> list[NodePersistence]:
         targets = [(primary_address(client), {})]
     out = []
     for name, options in targets:
-        info: dict[str, Any] = {}
         try:
-            for section in ("server", "persistence", "replication"):
-                info.update(_text_keys(client.info(section, **options)))
+            # one round trip: INFO's default sections hold server, persistence and replication
+            info = {text(k): v for k, v in client.info(**options).items()}
         except Exception as exc:  # refused or gone: nothing to say about it
             logger.debug("cannot read the persistence of %s: %s", name, exc)
             continue
