@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from streams_sched.connect.backoff import Backoff
 from streams_sched.connect.server_checks import hint_for, refuses_writes
+from streams_sched.connect.waiting import one_line
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.refusals import Refusals
 
@@ -81,13 +82,13 @@ class Trouble:
                 " Its leases expire and go to other workers; its %d unsent operations wait here. Check that"
                 " these servers run and that REDIS_URL names them (it may name several nodes of a cluster)."
                 " A summary follows every %.0fs while this lasts",
-                lasted, self.tried(), _one_line(exc), len(self.exchange.outbox), OUTAGE_SUMMARY_S,
+                lasted, self.tried(), one_line(exc), len(self.exchange.outbox), OUTAGE_SUMMARY_S,
             )
         elif self._told is not None and now - self._told >= OUTAGE_SUMMARY_S:
             self._told = now
             logger.error(
                 "streams-sched: still no Redis after %.0fs (%d tries; tried %s; last error: %s)",
-                lasted, self._failures, self.tried(), _one_line(exc),
+                lasted, self._failures, self.tried(), one_line(exc),
             )
 
     def reachable(self) -> bool:
@@ -134,7 +135,3 @@ class Trouble:
             return self.retry.next()
         self.retry.reset()
         return 0.0
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
