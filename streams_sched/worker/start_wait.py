@@ -28,6 +28,7 @@ from twisted.internet.defer import Deferred
 
 from streams_sched.connect.clients import TRANSIENT
 from streams_sched.connect.server_checks import hint_for, refuses_writes
+from streams_sched.connect.waiting import one_line
 from streams_sched.connect.writable import WriteWait
 from streams_sched.worker.engine import thread_safe_caller
 
@@ -105,7 +106,7 @@ def _say(wait: WriteWait, where: str, exc: BaseException) -> None:
     code = refuses_writes(exc)
     if not wait.refuse(code or _UNREACHABLE):
         return
-    text = " ".join(str(exc).split()).rstrip(".")
+    text = one_line(exc).rstrip(".")
     if not code:
         logger.warning("%s is unreachable while streams-sched waits to start (%s); retrying with back-off", where, text)
         return
