@@ -86,3 +86,17 @@ def test_a_real_primary_with_a_replica_and_no_persistence_is_warned_of(caplog: A
         finally:
             replica.cleanup()
             primary.cleanup()
+
+
+def test_a_primary_that_restarted_empty_is_reported_once_per_restart() -> None:
+    """A fresh primary with no AOF that loaded nothing is a loss once; asking again about the same process is not."""
+    from streams_sched.connect.clients import connect
+    from streams_sched.connect.replicas import ReplicaBook, ReplicaGuard
+
+    server = RedisServer().start()
+    try:
+        guard = ReplicaGuard(connect(server.url), ReplicaBook(), 10, "test")
+        assert guard.came_back_empty("")
+        assert not guard.came_back_empty("")
+    finally:
+        server.cleanup()

@@ -58,6 +58,8 @@ class NodePersistence:
     uptime_s: int | None
     #: keys loaded from an RDB file or AOF preamble at its last start (Redis 7+)
     keys_loaded: int | None
+    #: the server process's run id (a restart gives a new one)
+    run_id: str = ""
 
 
 def _int(info: dict[str, Any], field: str) -> int | None:
@@ -78,6 +80,7 @@ def parse_persistence(name: str, info: dict[str, Any]) -> NodePersistence:
         aof=None if aof is None else aof == 1,
         uptime_s=_int(info, "uptime_in_seconds"),
         keys_loaded=_int(info, "rdb_last_load_keys_loaded"),
+        run_id=str(info.get("run_id", "")),
     )
 
 

@@ -286,6 +286,8 @@ class ReplicaGuard:
         self.cluster = is_cluster_client(client)
         #: primaries whose INFO this user may not read (warned once each)
         self.denied: set[str] = set()
+        #: run ids of primaries already reported as restarted empty
+        self.reported_empty: set[str] = set()
 
     def shown(self, name: str) -> str:
         """``name`` for a log line: a cluster node's host:port, or the address of the
@@ -296,16 +298,20 @@ class ReplicaGuard:
 
     def came_back_empty(self, name: str) -> bool:
         """True if primary ``name`` has just restarted with no persistence and loaded
-        nothing (persistence.py): what it held before is gone. False if it cannot say."""
+        nothing (persistence.py): what it held before is gone. False if it cannot say,
+        and for a restart already reported (every resend to that primary asks again)."""
         from streams_sched.connect.persistence import came_back_empty, read_persistence
 
         try:
             node = self.client.get_node(node_name=name) if self.cluster else None
             if self.cluster and node is None:
                 return False
-            return any(came_back_empty(p) for p in read_persistence(self.client, node))
+            empty = {p.run_id for p in read_persistence(self.client, node) if came_back_empty(p)}
         except Exception:  # an unanswered question is not a loss
             return False
+        new = empty - self.reported_empty
+        self.reported_empty |= new
+        return bool(new)
 
     def primary_of(self, key: str) -> str:
         """The name of the primary that owns ``key`` (a standalone server is "")."""

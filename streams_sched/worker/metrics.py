@@ -96,7 +96,7 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
     "streams_sched_worker_primary_restarted_empty": (
         "streams/primary_restarted_empty",
         "Redis primaries this worker found restarted empty (no AOF, nothing loaded): the queued requests,"
-        " leases and seen filters they held are gone. One restart may count more than once.",
+        " leases and seen filters they held are gone. Each worker counts a restart once.",
     ),
 }
 
