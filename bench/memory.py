@@ -3,7 +3,7 @@
 Three ways to remember N fingerprints, each in a fresh redis-server:
 
 - ``bf`` and ``bitmap``: a site's seen filter as ``enqueue.lua`` keeps it
-  (``seen_in`` from ``lua/_lib.lua``, driven by a purpose script): an exact set
+  (``seen_in`` from ``lua/lib/bloom.lua``, driven by a purpose script): an exact set
   of 8-byte prefixes up to EXACT_MAX, then a Bloom filter (RedisBloom
   ``BF.RESERVE key 0.001 N EXPANSION 2`` or the Lua bitmap Bloom filter) at
   error 0.001 and capacity N holding the prefixes;
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import time
-from importlib import resources
 from typing import Any
 
 import redis
 
+from streams_sched.frontier.scripts import read_lua
 from streams_sched.testing import RedisServer
 
 __all__ = ["run_memory"]
@@ -31,7 +31,7 @@ ERROR_RATE = 0.001
 EXPANSION = 2
 BATCH = 2000
 
-_LIB = resources.files("streams_sched.frontier").joinpath("lua", "_lib.lua").read_text(encoding="utf-8")
+_LIB = read_lua("lib/bloom.lua")
 
 # KEYS: seen, meta; ARGV: mode, err, cap, expansion, add (1 insert / 0 look only), fp...
 # The same path as enqueue.lua: an exact set first, a Bloom filter of capacity cap

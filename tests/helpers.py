@@ -115,7 +115,7 @@ def frontier(url: str, crawl: str, dedupe: str = "bitmap", **bloom: Any) -> Fron
 
 def inbox_of(f: Frontier, site: str) -> list[tuple[int, bytes]]:
     """The requests ``site`` keeps in its shard's inbox (a site with no stream keeps up to 8
-    there, lua/_lib.lua): (stream index, payload) each, in their order."""
+    there, lua/lib/inbox.lua): (stream index, payload) each, in their order."""
     import msgpack
 
     from streams_sched.frontier.keys import stream_of_code
@@ -125,7 +125,7 @@ def inbox_of(f: Frontier, site: str) -> list[tuple[int, bytes]]:
         return []
     unpacker = msgpack.Unpacker(raw=True)
     unpacker.feed(raw)
-    flat = next(unpacker)  # then 117 if its requests are not yet counted as enqueued (lua/_lib.lua)
+    flat = next(unpacker)  # then 117 if its requests are not yet counted as enqueued (lua/lib/inbox.lua)
     return [(stream_of_code(int(code)), bytes(payload)) for code, payload in zip(flat[::2], flat[1::2], strict=True)]
 
 

@@ -24,7 +24,7 @@ GROUP_LINE = re.compile(r"^--(\s+)([a-z][\w:]*)(?: \((\d+)\))?(?:\s|$)")
 
 
 def lua_constants() -> dict[str, int]:
-    return {m[1]: int(m[2]) for m in re.finditer(r"^local (\w+) = (\d+)$", read_lua("_codes.lua"), re.M)}
+    return {m[1]: int(m[2]) for m in re.finditer(r"^local (\w+) = (\d+)$", read_lua("lib/codes.lua"), re.M)}
 
 
 def header(name: str) -> str:
@@ -38,9 +38,9 @@ def header(name: str) -> str:
 
 
 def test_lua_stream_codes_match_python() -> None:
-    """_codes.lua's constants are the ones keys.py derives from STREAMS, BANDS and SITE_TASK."""
+    """lib/codes.lua's constants are the ones keys.py derives from STREAMS, BANDS and SITE_TASK."""
     assert lua_constants() == {"STREAM_COUNT": len(STREAMS), "BANDS": len(BANDS), "SITE_TASK": SITE_TASK}
-    assert STREAM_NAMES in read_lua("_codes.lua")
+    assert STREAM_NAMES in read_lua("lib/codes.lua")
     assert [keys.stream_code(i) for i in range(len(STREAMS))] == list(range(1, len(STREAMS) + 1))
     assert all(keys.stream_of_code(keys.stream_code(i)) == i for i in range(len(STREAMS)))
 
@@ -171,7 +171,7 @@ def test_stream_codes_in_script_headers(name: str) -> None:
 FRONTIER_SCRIPT_CALLERS = {
     "streams_sched/frontier/client.py",
     "streams_sched/frontier/reads.py",
-    "streams_sched/frontier/scripts.py",
+    "streams_sched/frontier/scripts/__init__.py",
     "streams_sched/frontier/seeding/packing.py",
     "streams_sched/frontier/seeding/send.py",
 }

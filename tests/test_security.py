@@ -276,7 +276,7 @@ def test_password_in_the_url_authenticates(tmp_path: Path) -> None:
 def test_role_rules_follow_the_scripts() -> None:
     """The ACL rules are read from the shipped Lua: each role allows every command of its scripts."""
     assert {"xreadgroup", "xack", "xautoclaim"} <= acl.script_commands("lease") | acl.script_commands("claim")
-    assert "setrange" in acl.script_commands("enqueue")  # through _lib.lua's bitmap Bloom helper
+    assert "setrange" in acl.script_commands("enqueue")  # through lib/bloom.lua's bitmap Bloom helper
     worker = set(acl.rules("worker", "c"))
     for script in ("enqueue", "lease", "claim", "ack", "dead", "release", "promote", "status"):
         assert {f"+{c}" for c in acl.script_commands(script)} <= worker, script

@@ -16,7 +16,7 @@ from helpers import error_replies, false_positive_rate, frontier
 
 pytestmark = pytest.mark.cluster
 
-#: EXACT_MAX in streams_sched/frontier/lua/_lib.lua
+#: EXACT_MAX in streams_sched/frontier/lua/lib/bloom.lua
 EXACT_MAX = 1024
 
 

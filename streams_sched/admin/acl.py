@@ -1,7 +1,7 @@
 """Minimal Redis ACL rules for each role that talks to the frontier.
 
 Redis checks ACLs on every command a Lua script runs too, so a role's rules
-list the commands of its scripts (read from the shipped ``lua/*.lua``, see
+list the commands of its scripts (read from the shipped ``lua/``, see
 :func:`script_commands`) as well as the ones it sends itself. Every
 rule set is scoped to the keys and the event channel of one crawl (or of every
 crawl when ``crawl`` is None)::
@@ -30,7 +30,7 @@ from typing import Any
 
 from streams_sched.frontier.keys import ROOT, CrawlKeys, validate_crawl_name
 from streams_sched.frontier.replies import text
-from streams_sched.frontier.scripts import read_lua
+from streams_sched.frontier.scripts import source
 
 __all__ = [
     "ROLES",
@@ -49,8 +49,6 @@ __all__ = [
 _CONTAINERS = {"xgroup", "xinfo", "client", "script", "cluster", "config", "object", "memory"}
 
 _CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z.]+)'(?:\s*,\s*'([A-Za-z-]+)')?")
-_FUNC = re.compile(r"^local function (\w+)\(", re.MULTILINE)
-
 
 
 def _commands_in(text: str) -> set[str]:
@@ -61,43 +59,11 @@ def _commands_in(text: str) -> set[str]:
     return out
 
 
-_CALLED = re.compile(r"\b(\w+)\(")
-
-
-@functools.cache
-def _lib_functions() -> dict[str, str]:
-    """Body of every helper in lua/_lib.lua, by name."""
-    lib = read_lua("_lib.lua")
-    starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(lib)]
-    return {
-        name: lib[pos : (starts[i + 1][0] if i + 1 < len(starts) else len(lib))]
-        for i, (pos, name) in enumerate(starts)
-    }
-
-
-def _helpers_called(text: str) -> set[str]:
-    return set(_CALLED.findall(text)) & _lib_functions().keys()
-
-
 def script_commands(script: str) -> set[str]:
-    """The Redis commands ``lua/<script>.lua`` can run, with those of the _lib.lua
-    helpers it calls (directly or through other helpers). Read from the shipped
-    scripts, so the rules follow the scripts when they change."""
-    helpers = _lib_functions()
-    source = read_lua(f"{script}.lua")
-    used: set[str] = set()
-    todo = list(_helpers_called(source))
-    while todo:
-        name = todo.pop()
-        if name in used:
-            continue
-        used.add(name)
-        # A helper's own body starts with its definition, which the pattern also sees.
-        todo += [o for o in _helpers_called(helpers[name]) if o != name]
-    commands = _commands_in(source)
-    for name in used:
-        commands |= _commands_in(helpers[name])
-    return commands
+    """The Redis commands ``lua/<script>.lua`` can run: those of its text as sent to Redis,
+    the helper files it includes with it. Read from the shipped scripts, so the rules
+    follow the scripts when they change."""
+    return _commands_in(source(script))
 
 
 #: Module commands (RedisBloom): only in the rules where the server knows them.

@@ -103,7 +103,7 @@ STREAMS: tuple[tuple[str, str], ...] = tuple((t, b) for t in TASK_TYPES for b in
 #: Index in :data:`STREAMS` of the first browser stream (the http streams come first).
 BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
 
-# Stream codes: the Python<->Lua contract (lua/_codes.lua holds the Lua side; tests/
+# Stream codes: the Python<->Lua contract (lua/lib/codes.lua holds the Lua side; tests/
 # test_contract.py checks the two agree). In Python a stream is its 0-based index in
 # STREAMS; the scripts get and return it as a 1-based code (Lua arrays start at 1):
 #

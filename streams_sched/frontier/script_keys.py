@@ -3,7 +3,7 @@
 Each function lists the keys in the order of its script's header (``-- KEYS[n] name``);
 tests/test_contract.py parses the headers and checks every builder against them.
 ``streams`` is always the site's request streams in :data:`~streams_sched.frontier.keys.STREAMS`
-order, the order the stream codes of ``lua/_codes.lua`` count in.
+order, the order the stream codes of ``lua/lib/codes.lua`` count in.
 """
 
 from __future__ import annotations

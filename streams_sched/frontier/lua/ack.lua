@@ -3,6 +3,8 @@
 -- empty with nothing pending is deleted with its group (enqueue recreates it), and a
 -- site left with nothing pending leaves the shard's leased index.
 --
+-- include: codes, time, streams, answers
+--
 -- KEYS[1]      leased    ZSET of the shard's sites with leased entries
 -- KEYS[2..]    per site, 9 keys:
 --              stats     HASH of counters
@@ -67,7 +69,7 @@ local function ack_site(k, site, a, n_answers, first, last)
     -- HINCRBY (a per-site rate over the last minute means nothing for it)
     redis.call('ZREM', leased_ix, site)
     if acked > 0 then
-      count(counts, 'acked', acked)
+      tally(counts, 'acked', acked)
     end
     add_counts(K[1], counts)
     return acked
@@ -80,7 +82,7 @@ local function ack_site(k, site, a, n_answers, first, last)
     return 0
   end
   -- The counters, the ack bucket and its slot: one HMGET and one HSET.
-  count(counts, 'acked', acked)
+  tally(counts, 'acked', acked)
   local bucket = math.floor((now or now_ms()) / 10000)
   local slot = 'ack' .. (bucket % 6)
   local fields = { 'ack_b', slot }

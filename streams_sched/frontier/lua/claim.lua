@@ -7,10 +7,12 @@
 --                stream as new entries (field d keeps the delivery count), so
 --                any worker can lease them.
 --
+-- include: codes, time, streams, index
+--
 -- KEYS[1]      dlq       dead-letter stream
 -- KEYS[2]      stats     HASH of counters
 -- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
--- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[11]     leased         ZSET of the shard's sites with leased entries
 -- ARGV[1]      consumer group

@@ -2,10 +2,12 @@
 -- with a reason (for example: the payload cannot be decoded), then ack and
 -- delete them.
 --
+-- include: codes, time, streams
+--
 -- KEYS[1]      dlq       dead-letter stream
 -- KEYS[2]      stats     HASH of counters
 -- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
--- KEYS[9]      leased    ZSET of the shard's sites with leased entries (lib: shard indexes)
+-- KEYS[9]      leased    ZSET of the shard's sites with leased entries (lib/index.lua)
 -- ARGV[1]      consumer group
 -- ARGV[2]      node id (recorded in the dead letter)
 -- ARGV[3]      the site's name (its member in the shard's indexes)

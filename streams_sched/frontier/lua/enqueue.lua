@@ -1,8 +1,10 @@
 -- enqueue.lua: dedupe and add requests of SEVERAL sites of one shard, atomically,
 -- so a fingerprint is never recorded without its request, and a site with work is
--- never missing from its shard's indexes (lib: shard indexes).
+-- never missing from its shard's indexes (lib/index.lua).
 -- A site with no stream keeps up to INBOX_MAX requests in the shard's inbox: a site
 -- with one queued URL costs a hash field, not a stream and its consumer group.
+--
+-- include: codes, time, streams, inbox, bloom
 --
 -- KEYS[1]      ready:http     ZSET of the shard's sites with http work
 -- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
@@ -32,7 +34,7 @@
 --              untouched and gets {} (send it again with all its keys)
 -- ARGV[10..]   per site: site name, n, then n groups of 4: fingerprint ('' = dont_filter),
 --              stream code (1-6; or 11-13 = band 1-3 with the task type from the site's
---              policy; see _codes.lua), delay in ms ('0' = now; due = Redis TIME + delay),
+--              policy; see lib/codes.lua), delay in ms ('0' = now; due = Redis TIME + delay),
 --              payload
 -- Returns per site {added, duplicates, delayed, flags, over_cap}; flags has one char per
 -- request: '1' added, '0' duplicate, 'c' dropped over the site's page cap. With 'seed'
@@ -173,7 +175,7 @@ local function stream_index(code, site_task)
   return nil
 end
 
--- mark_ready (lib) for many sites: a site got work of task type t, ready from `at` at the latest
+-- mark_ready (lib/index.lua) for many sites: a site got work of task type t, ready from `at` at the latest
 local function mark_later(t, site, at)
   local m = marks[t]
   m[#m + 1] = at
@@ -283,10 +285,10 @@ local function enqueue_site(k, site, filters, first, last, is_new)
   end
 
   -- requests counted in the site's enqueued now; those left in an uncounted inbox list
-  -- are counted when they move into its streams (lib: UNCOUNTED)
+  -- are counted when they move into its streams (lib/inbox.lua: UNCOUNTED)
   local counted_now = added
   if #fresh_now > 0 then
-    -- a site with no stream keeps a few requests in the shard's inbox (lib: INBOX_MAX)
+    -- a site with no stream keeps a few requests in the shard's inbox (lib/inbox.lua: INBOX_MAX)
     local list, counted = false, false
     if is_new then
       list = #fresh_now <= 2 * INBOX_MAX and {}
@@ -327,7 +329,7 @@ local function enqueue_site(k, site, filters, first, last, is_new)
     local at = math.max(now, tonumber(pol[3]) or 0)
     local typed = {}
     for j = 1, #fresh_now, 2 do
-      typed[fresh_now[j] > BANDS and 2 or 1] = true
+      typed[task_of(fresh_now[j])] = true
     end
     for t = 1, 2 do
       if typed[t] then
@@ -385,7 +387,7 @@ local function enqueue_new(k, site, first, last)
       list[#list + 1] = idx
       list[#list + 1] = ARGV[i + 3]
       flags[#flags + 1] = '1'
-      typed[idx > BANDS and 2 or 1] = true
+      typed[task_of(idx)] = true
     end
   end
   if #prefixes > 0 then

@@ -5,10 +5,12 @@
 -- dead-letter stream instead, with the reason the worker gave. An entry taken over
 -- by another consumer meanwhile is left to it.
 --
+-- include: codes, time, streams, index
+--
 -- KEYS[1]      dlq       dead-letter stream
 -- KEYS[2]      stats     HASH of counters
 -- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
--- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[11]     leased         ZSET of the shard's sites with leased entries
 -- ARGV[1]      consumer group
@@ -39,7 +41,7 @@ for i = 5, #ARGV, 3 do
       local total = d + tonumber(p[1][4])
       if payload and total < max_deliveries then
         redis.call('XADD', stream, '*', 'r', payload, 'd', total)
-        typed[code > BANDS and 2 or 1] = true
+        typed[task_of(code)] = true
         requeued = requeued + 1
       else
         local reason = 'delivered ' .. total .. ' times (STREAMS_MAX_DELIVERIES=' .. max_deliveries ..

@@ -18,6 +18,8 @@
 --     site without one a_rate is dropped after `forget` ms without congestion (unlimited again);
 --   * a Retry-After pauses the site until now + its delay (a_until), for every worker.
 --
+-- include: answers, time
+--
 -- KEYS[1]  policy  HASH of the site's policy and shared state:
 --                  a_rate, a_cut, a_inc, a_until (ms), robots_delay (s)
 -- KEYS[2]  stats   HASH of counters: answers_ok, throttled, timeouts, backoffs, retry_after_pauses

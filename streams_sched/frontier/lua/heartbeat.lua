@@ -3,6 +3,8 @@
 -- so it must be on that clock: a worker whose own clock is 30 s behind would otherwise
 -- look dead while it crawls, and a killed one 30 s ahead alive for 30 s more.
 --
+-- include: (nothing)
+--
 -- KEYS[1]  nodes  HASH of the crawl's nodes: node id -> JSON record
 -- ARGV[1]  node id
 -- ARGV[2]  the record: a JSON object without last_seen (the script adds it, in epoch

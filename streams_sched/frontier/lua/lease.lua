@@ -4,7 +4,7 @@
 -- streams, takes a token per request from the site's global token bucket (time from
 -- Redis, shared by all workers), then reads each priority band in proportion to the
 -- band weights (smooth weighted round robin, state kept in stats, so low never starves),
--- and puts the site back in the shard's indexes as it is left (lib: reindex).
+-- and puts the site back in the shard's indexes as it is left (lib/index.lua: reindex).
 -- Entries that failed before (requeued after a lease expired) are handed out one at a
 -- time over the whole call (ARGV[7]), so a poison request cannot take innocent ones
 -- down with it.
@@ -17,7 +17,9 @@
 -- due, and never fewer than a quarter of ARGV[14], so new sites go on being served while
 -- sites with a long backlog fill the oldest places.
 --
--- KEYS[1]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- include: codes, time, streams, delayed, inbox, index
+--
+-- KEYS[1]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[3]      leased         ZSET of the shard's sites with leased entries
 -- KEYS[4]      inbox          HASH of the shard's small sites' queued requests
@@ -79,7 +81,7 @@ local function lease_site(k, site, total, max_http, max_browser)
   local want = { max_http, max_browser }
   local streams = { KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8], KEYS[k + 9] }
   local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3] }
-  -- a site with requests in the inbox has no stream (lib: inbox_flush): what it
+  -- a site with requests in the inbox has no stream (lib/inbox.lua: inbox_flush): what it
   -- flushes is all its backlog, so its streams need not be read
   local known = inbox_flush(inbox, site, streams, group, K[3])
   local delayed = redis.call('ZCARD', K[1])
@@ -157,9 +159,9 @@ local function lease_site(k, site, total, max_http, max_browser)
       -- both task types, even one this worker does not lease: the indexes need them
       local n, p = 0, 0
       if known then
-        n = known[(t - 1) * BANDS + b] or 0
+        n = known[stream_of(t, b)] or 0
       else
-        n, p = backlog_of(streams[(t - 1) * BANDS + b], group)
+        n, p = backlog_of(streams[stream_of(t, b)], group)
       end
       per_band[t][b] = n
       pending = pending + p
@@ -215,7 +217,7 @@ local function lease_site(k, site, total, max_http, max_browser)
       end
       for b = 1, 3 do
         if take[b] > 0 then
-          local s = (t - 1) * BANDS + b
+          local s = stream_of(t, b)
           local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', take[b],
             'STREAMS', streams[s], '>')
           if res then

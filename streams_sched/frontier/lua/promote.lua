@@ -1,11 +1,13 @@
 -- promote.lua: move due delayed requests of ONE site into their streams.
 -- Safe with many movers at once: the script is atomic, so a member is moved once.
 --
+-- include: codes, time, streams, delayed, inbox, index
+--
 -- KEYS[1]      delayed   ZSET of waiting requests, score = due time in ms
 -- KEYS[2]      dlq       dead-letter stream (for malformed members)
 -- KEYS[3]      stats     HASH of counters
 -- KEYS[4..9]   streams   http:high http:default http:low browser:high browser:default browser:low
--- KEYS[10]     ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[10]     ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[11]     ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[12]     inbox          HASH of the shard's small sites' queued requests (flushed first)
 -- ARGV[1]      consumer group

@@ -4,6 +4,8 @@
 -- The check and the removal are one atomic call, so a consumer that leases an
 -- entry in between cannot lose it.
 --
+-- include: (nothing)
+--
 -- KEYS[1..6]   streams   http:high http:default http:low browser:high browser:default browser:low
 -- ARGV[1]      consumer group
 -- ARGV[2..]    pairs: stream index (1-6), consumer name

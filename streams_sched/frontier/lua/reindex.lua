@@ -4,9 +4,11 @@
 -- by something other than these scripts: an operator's repair, a test that writes a
 -- stream itself.
 --
+-- include: codes, time, streams, delayed, inbox, index
+--
 -- KEYS[1]      delayed        ZSET of waiting requests
 -- KEYS[2..7]   streams        http:high http:default http:low browser:high browser:default browser:low
--- KEYS[8]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[8]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[9]      ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[10]     leased         ZSET of the shard's sites with leased entries
 -- KEYS[11]     inbox          HASH of the shard's small sites' queued requests
@@ -21,7 +23,7 @@ local streams = { KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7] }
 local backlog, pending = site_backlog(streams, group, false)
 local list = inbox_list(KEYS[11], site)
 for i = 1, #list, 2 do
-  local t = tonumber(list[i]) > BANDS and 2 or 1
+  local t = task_of(tonumber(list[i]))
   backlog[t] = backlog[t] + 1
 end
 local delayed = redis.call('ZCARD', KEYS[1])

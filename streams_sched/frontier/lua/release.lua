@@ -3,9 +3,11 @@
 -- goes back to the end of its stream with its delivery count unchanged, so other
 -- workers get it at once instead of after the lease expires.
 --
+-- include: codes, time, streams, index
+--
 -- KEYS[1]      stats     HASH of counters
 -- KEYS[2..7]   streams   http:high http:default http:low browser:high browser:default browser:low
--- KEYS[8]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[8]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[9]      ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[10]     leased         ZSET of the shard's sites with leased entries
 -- ARGV[1]      consumer group
@@ -28,7 +30,7 @@ for i = 4, #ARGV, 2 do
         local payload, d = entry_fields(found[1][2])
         if payload then
           redis.call('XADD', stream, '*', 'r', payload, 'd', d + tonumber(p[1][4]) - 1)
-          typed[tonumber(ARGV[i]) > BANDS and 2 or 1] = true
+          typed[task_of(tonumber(ARGV[i]))] = true
         end
       end
       redis.call('XACK', stream, group, id)

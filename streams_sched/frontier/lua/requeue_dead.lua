@@ -6,10 +6,12 @@
 -- Requeued letters count as enqueued again (stats: enqueued, dlq_requeued), so
 -- enqueued = acked + dead + what is still queued keeps holding.
 --
+-- include: codes, time, streams, inbox, index
+--
 -- KEYS[1]      dlq       dead-letter stream
 -- KEYS[2]      stats     HASH of counters
 -- KEYS[3..8]   streams   http:high http:default http:low browser:high browser:default browser:low
--- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib: shard indexes)
+-- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[11]     inbox          HASH of the shard's small sites' queued requests (flushed first)
 -- ARGV[1]      consumer group
@@ -40,7 +42,7 @@ for i = 3, #ARGV do
     for s = 3, 2 + STREAM_COUNT do
       if KEYS[s] == origin then
         target = KEYS[s]
-        typed = (s - 2) > BANDS and 2 or 1
+        typed = task_of(s - 2)
       end
     end
     if target and payload and payload ~= '' then

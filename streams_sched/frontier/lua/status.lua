@@ -1,12 +1,14 @@
 -- status.lua: a snapshot of ONE site, read in one atomic call. Read-only: it is
 -- run with EVALSHA_RO / EVAL_RO, so a read-only ACL user (the monitor) can run it.
 --
+-- include: codes, time, streams, inbox
+--
 -- KEYS[1]      delayed   ZSET of waiting requests
 -- KEYS[2]      dlq       dead-letter stream
 -- KEYS[3]      stats     HASH of counters
 -- KEYS[4]      policy    HASH of the site's policy
 -- KEYS[5..10]  streams   http:high http:default http:low browser:high browser:default browser:low
--- KEYS[11]     inbox     HASH of the shard's small sites' queued requests (lib: shard indexes)
+-- KEYS[11]     inbox     HASH of the shard's small sites' queued requests (lib/index.lua)
 -- ARGV[1]      consumer group
 -- ARGV[2]      the site's name (its field in the inbox)
 -- Returns {now_ms, then per stream: backlog, pending, idle ms of the oldest pending
@@ -45,7 +47,7 @@ reply[#reply + 1] = next_due
 reply[#reply + 1] = redis.call('XLEN', KEYS[2])
 local stats = redis.call('HGETALL', KEYS[3])
 if not counted and #list > 0 then
-  -- inbox requests count as enqueued from the start (lib: UNCOUNTED)
+  -- inbox requests count as enqueued from the start (lib/inbox.lua: UNCOUNTED)
   local at = nil
   for i = 1, #stats, 2 do
     if stats[i] == 'enqueued' then

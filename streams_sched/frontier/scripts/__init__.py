@@ -1,11 +1,8 @@
 """The server-side scripts, read once at import and registered once per client.
 
-Each ``lua/<name>.lua`` file starts with a header naming its KEYS and ARGV.
-``lua/_codes.lua`` (the stream codes) and ``lua/_lib.lua`` (helpers shared by
-all of them) are prepended to each script, so every call stays one atomic script that touches only its KEYS.
-Only the helpers a script uses are prepended (:func:`assemble`): Redis runs a
-script's whole text at every call, and defining the Bloom filter code costs an
-ack or a lease about as much as one more Redis command.
+Each ``lua/<name>.lua`` file starts with a header naming its KEYS and ARGV and the
+helper files of ``lua/lib/`` it includes, which go in front of it
+(:mod:`._source`), so every call stays one atomic script that touches only its KEYS.
 Scripts are registered with redis-py's ``register_script``. Called on their own
 they reload a script the server has forgotten (NOSCRIPT) transparently; queued
 in a pipeline they are a bare EVALSHA, and on NOSCRIPT the caller runs
@@ -14,14 +11,14 @@ in a pipeline they are a bare EVALSHA, and on NOSCRIPT the caller runs
 
 from __future__ import annotations
 
-import re
-from importlib import resources
 from typing import Any
 
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-__all__ = ["SCRIPT_NAMES", "Scripts", "source"]
+from streams_sched.frontier.scripts._source import read_lua, script_text
+
+__all__ = ["SCRIPT_NAMES", "Scripts", "read_lua", "source"]
 
 SCRIPT_NAMES: tuple[str, ...] = (
     "enqueue",
@@ -41,62 +38,7 @@ SCRIPT_NAMES: tuple[str, ...] = (
 )
 
 
-def read_lua(name: str) -> str:
-    """The text of ``lua/<name>`` as shipped in the package."""
-    return resources.files("streams_sched.frontier").joinpath("lua", name).read_text(encoding="utf-8")
-
-
-_DEFINES = re.compile(r"^local\s+(?:function\s+(\w+)|([\w\s,]+?)\s*=)", re.M)
-_NAME = re.compile(r"[A-Za-z_]\w*")
-
-
-def _chunks(lib: str) -> list[tuple[set[str], str]]:
-    """Split helper source into its top-level definitions: (names defined, text), in order.
-
-    A chunk starts at a line beginning ``local`` at column 0 (with the comment lines
-    just above it) and runs to the next one.
-    """
-    lines = lib.splitlines(keepends=True)
-    starts = [i for i, line in enumerate(lines) if line.startswith("local ")]
-    chunks: list[tuple[set[str], str]] = []
-    for n, start in enumerate(starts):
-        first = start
-        while first > 0 and lines[first - 1].startswith("--") and (n == 0 or first - 1 > starts[n - 1]):
-            first -= 1
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        while end > start + 1 and lines[end - 1].startswith("--"):
-            end -= 1
-        m = _DEFINES.match(lines[start])
-        assert m, lines[start]
-        names = {m.group(1)} if m.group(1) else {x.strip() for x in m.group(2).split(",")}
-        chunks.append((names, "".join(lines[first:end])))
-    return chunks
-
-
-def _without_comments(text: str) -> str:
-    return re.sub(r"--[^\n]*", "", text)
-
-
-def assemble(lib: str, body: str) -> str:
-    """``body`` after the helper definitions of ``lib`` it uses, directly or through
-    other helpers, in their order in ``lib``. Every script runs its whole text at each
-    call, helpers included: a script that does no dedupe does not build the Bloom code."""
-    chunks = _chunks(lib)
-    wanted = set(_NAME.findall(_without_comments(body)))
-    keep: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for i, (names, text) in enumerate(chunks):
-            if i not in keep and names & wanted:
-                keep.add(i)
-                wanted |= set(_NAME.findall(_without_comments(text)))
-                changed = True
-    return "".join(text for i, (_, text) in enumerate(chunks) if i in keep) + "\n" + body
-
-
-_LIB = read_lua("_codes.lua") + "\n" + read_lua("_lib.lua")
-_SOURCES: dict[str, str] = {name: assemble(_LIB, read_lua(f"{name}.lua")) for name in SCRIPT_NAMES}
+_SOURCES: dict[str, str] = {name: script_text(name) for name in SCRIPT_NAMES}
 
 
 def source(name: str) -> str:

@@ -1,6 +1,7 @@
--- _codes.lua: the stream codes, the Lua side of the Python<->Lua contract
+-- codes.lua: the stream codes, the Lua side of the Python<->Lua contract
 -- (streams_sched/frontier/keys.py holds the Python side; tests/test_contract.py checks
--- that both agree). streams_sched/frontier/scripts.py prepends it to every script.
+-- that both agree), and the two rules that turn a code into a task type or back.
+-- needs: (nothing)
 --
 -- A site has STREAM_COUNT request streams, passed in KEYS in this order:
 --   http:high http:default http:low browser:high browser:default browser:low
@@ -12,3 +13,13 @@
 local STREAM_COUNT = 6
 local BANDS = 3
 local SITE_TASK = 10
+
+-- The task type of stream code 1..STREAM_COUNT: 1 http, 2 browser.
+local function task_of(code)
+  return code > BANDS and 2 or 1
+end
+
+-- The stream code of task type t (1 http, 2 browser) and band b (1 high .. BANDS low).
+local function stream_of(t, b)
+  return (t - 1) * BANDS + b
+end

@@ -1,0 +1,37 @@
+-- delayed.lua: a site's delayed requests, a ZSET scored by due time (ms) whose members
+-- are "<stream index>:<seq>:<payload>": moving the due ones into their streams, and when
+-- the next one is due.
+-- needs: codes, streams
+
+-- Move up to `limit` due delayed requests into their streams. Returns the count moved.
+local function promote_due(delayed, dlq, stats, streams, group, now, limit)
+  local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
+  local moved = 0
+  for _, member in ipairs(due) do
+    local sep1 = string.find(member, ':', 1, true)
+    local sep2 = sep1 and string.find(member, ':', sep1 + 1, true)
+    local idx = sep1 and tonumber(string.sub(member, 1, sep1 - 1))
+    local stream = idx and streams[idx]
+    if stream and sep2 then
+      ensure_group(stream, group)
+      redis.call('XADD', stream, '*', 'r', string.sub(member, sep2 + 1))
+      moved = moved + 1
+    else
+      dead_letter(dlq, stats, delayed, '', member, 'malformed delayed-queue member', 0, '', now)
+    end
+    redis.call('ZREM', delayed, member)
+  end
+  if moved > 0 then
+    redis.call('HINCRBY', stats, 'promoted', moved)
+  end
+  return moved
+end
+
+-- The due time (ms) of a site's first delayed request, -1 none.
+local function next_due_of(delayed)
+  local first = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if first[2] then
+    return tonumber(first[2])
+  end
+  return -1
+end

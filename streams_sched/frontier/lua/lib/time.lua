@@ -1,0 +1,7 @@
+-- time.lua: Redis TIME in ms, the one clock every script and worker agrees on.
+-- needs: (nothing)
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
