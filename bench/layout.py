@@ -2,7 +2,8 @@
 
 A ``KIND@REV`` run (bench/revision.py) runs workers and seeding steps with streams_sched
 taken from revision REV, which may have the flat layout (``streams_sched.pump``) or the
-subpackages (``streams_sched.worker.io.pump``). Bench code names both.
+subpackages (``streams_sched.worker.io.pump``, later ``streams_sched.worker.io.cycle``).
+Bench code names each.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def thread_cpu() -> dict[str, dict[str, float]]:
             fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        kind = "reactor" if name == "MainThread" else "pump" if name.startswith("streams-sched-pump") else "other"
+        kind = "reactor" if name == "MainThread" else "pump" if name.startswith(("streams-sched-io", "streams-sched-pump")) else "other"
         acc = out.setdefault(kind, {"user_s": 0.0, "sys_s": 0.0, "run_s": 0.0, "runqueue_s": 0.0})
         acc["user_s"] += int(fields[11]) / _TICK
         acc["sys_s"] += int(fields[12]) / _TICK
@@ -282,7 +282,8 @@ def install_call_counters() -> None:
     # a KIND@REV worker may run a revision with the flat package layout
     EngineHooks = _first("streams_sched.worker.engine", "streams_sched._engine").EngineHooks
     Exchange = _first("streams_sched.worker.exchange", "streams_sched.exchange").Exchange
-    Pump = _first("streams_sched.worker.io.pump", "streams_sched.pump").Pump
+    io = _first("streams_sched.worker.io.cycle", "streams_sched.worker.io.pump", "streams_sched.pump")
+    IOThread = getattr(io, "IOThread", None) or io.Pump
 
     _count(asyncio.base_events.BaseEventLoop, "_run_once", "event loop turns")
     _count(ExecutionEngine, "_start_scheduled_requests", "engine loop runs")
@@ -292,7 +293,7 @@ def install_call_counters() -> None:
         _count(cls, "enqueue_request", f"{name} enqueue_request")
         _count(cls, "has_pending_requests", f"{name} has_pending_requests")
     _count(EngineHooks, "wake", "pump wake -> reactor")
-    _count(Pump, "_cycle", "pump cycles")
+    _count(IOThread, "_cycle", "I/O cycles")
     _count(Exchange, "kick", "pump kicks")
     try:
         from scrapy_redis.scheduler import Scheduler as SRScheduler

@@ -33,7 +33,7 @@ RATE_HZ = 250
 
 #: (area, substrings of the innermost frame's file), first match wins
 AREAS: list[tuple[str, tuple[str, ...]]] = [
-    ("streams-sched I/O thread (pump.py)", ("streams_sched/worker/io/pump.py", "streams_sched/worker/selection.py")),
+    ("streams-sched I/O thread (io/)", ("streams_sched/worker/io/", "streams_sched/worker/selection.py")),
     ("streams-sched codec + msgpack", ("streams_sched/wire/", "msgpack")),
     ("streams-sched frontier.py", ("streams_sched/frontier/client.py", "streams_sched/frontier/scripts.py")),
     ("streams-sched scheduler.py (reactor side)", ("streams_sched/worker/scheduler.py", "streams_sched/worker/engine.py", "streams_sched/worker/seen.py")),
@@ -54,8 +54,8 @@ KEY_FUNCTIONS = (
     "StreamsScheduler.enqueue_request", "StreamsScheduler.next_request", "StreamsScheduler.request_done",
     "StreamsScheduler._absorb", "StreamsScheduler._apply_stats", "StreamsScheduler.has_pending_requests",
     "EngineHooks.wake", "RequestCodec.encode", "RequestCodec.decode",
-    "Pump._cycle", "Writes.queue", "Leasing.queue", "Replies.apply", "Leasing.accept", "Upkeep.run",
-    "Upkeep._check_drain", "Pipeline.execute", "Pipeline._execute_pipeline", "Pump._wait_time",
+    "IOThread._cycle", "IOThread._queue", "Leasing.queue", "IOThread._apply", "Leasing.accept", "IOThread._upkeep",
+    "IOThread._check_drain", "Pipeline.execute", "Pipeline._execute_pipeline", "IOThread._wait_time",
     "Scheduler.enqueue_request", "Scheduler.next_request", "RFPDupeFilter.request_seen",
     "RequestFingerprinter.fingerprint", "SyntheticSpider.parse", "ExecutionEngine._start_scheduled_request",
 )
@@ -95,7 +95,7 @@ def _area(func: str, file: str) -> str:
 def _thread_kind(name: str) -> str:
     if name == "MainThread":
         return "reactor"
-    if name.startswith("streams-sched-pump"):
+    if name.startswith(("streams-sched-io", "streams-sched-pump")):  # the I/O thread (pump: an older KIND@REV revision)
         return "pump"
     return "other"
 

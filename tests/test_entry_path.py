@@ -96,7 +96,7 @@ def scheduled(plain_redis_url: str, crawl: str, fingerprinter: str) -> Iterator[
     through a scheduler on ``crawl`` (leasing nothing) and return the entry's payload as
     Redis holds it."""
     s = _scheduler(plain_redis_url, crawl, FINGERPRINTERS[fingerprinter][0]())
-    s._pump.stop_leasing()  # the entries stay queued, to be read back
+    s._io.stop_leasing()  # the entries stay queued, to be read back
 
     def enqueue(callback: bool, priority: int) -> bytes:
         spider = s.spider
@@ -190,7 +190,7 @@ def test_a_seeded_request_filters_the_same_request_of_a_worker(plain_redis_url: 
     _seeder_request(plain_redis_url, crawl, make(), True)
     s = _scheduler(plain_redis_url, crawl, make())
     try:
-        s._pump.stop_leasing()
+        s._io.stop_leasing()
         assert s.enqueue_request(Request(URL, priority=PRIORITY, callback=s.spider._callback))
         x = s._x
         assert x is not None

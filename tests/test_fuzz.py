@@ -85,7 +85,7 @@ def test_any_entry_becomes_a_request_or_a_dead_letter(scheduler: StreamsSchedule
     """Whatever is in a stream entry, the worker leases it and either hands the engine a
     Request or dead-letters it with a reason; nothing stays leased and the I/O thread lives."""
     f = scheduler.frontier
-    assert f is not None and scheduler._pump is not None
+    assert f is not None and scheduler._io is not None
     site = f"fuzz{next(_sites)}.test"
     stream = f.site(site).stream("http", "default")
     f.client.xgroup_create(stream, "workers", id="0", mkstream=True)

@@ -51,7 +51,7 @@ def test_a_failed_cycle_puts_everything_back_in_order() -> None:
     assert [op.entry for op in after] == [_entry(1)]
     gate.not_sent(enqueues, after)
     assert gate.unconfirmed == enqueues
-    assert gate.held == [after[0], Release(_entry(2))]
+    assert gate.behind == [after[0], Release(_entry(2))]
     assert len(gate) == 3
 
 

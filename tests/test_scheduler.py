@@ -69,9 +69,9 @@ def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: red
     r.hset(child_keys.seen, "x", "wrong type")  # the child's enqueue script now fails
     sched.enqueue_request(scrapy.Request("http://child.test/"))
     sched.request_done(parent)
-    pump = sched._pump
-    cycles = pump._cycles
-    wait_for(lambda: pump._cycles > cycles + 3, timeout=30, what="a few I/O cycles")
+    pump = sched._io
+    cycles = pump.cycles
+    wait_for(lambda: pump.cycles > cycles + 3, timeout=30, what="a few I/O cycles")
     assert r.xpending(parent_stream, GROUP)["pending"] == 1  # not acked
     child = f.status("child.test")
     assert (child.backlog, child.pending) == (0, 0)
@@ -89,9 +89,9 @@ def test_a_refused_command_is_logged_once_and_retried_with_back_off(
     f = Frontier(r, crawl)
     child_keys = f.site("child.test")
     r.hset(child_keys.seen, "x", "wrong type")  # enqueue.lua now fails with WRONGTYPE, every time
-    pump = sched._pump
+    pump = sched._io
     assert pump is not None
-    with caplog.at_level(logging.INFO, logger="streams_sched.worker.io.pump"):
+    with caplog.at_level(logging.INFO, logger="streams_sched.worker.io.cycle"):
         sched.enqueue_request(scrapy.Request("http://child.test/"))
         wait_for(
             lambda: sum(n for (what, _), n in pump.trouble.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
@@ -120,7 +120,7 @@ def test_close_hands_back_prefetched_requests(sched: StreamsScheduler, r: redis.
     for i in range(3):
         sched.enqueue_request(scrapy.Request(f"http://a.test/{i}"))
     stream = Frontier(r, crawl).site("a.test").stream("http", "default")
-    wait_for(lambda: sched._pump.leases.total == 3 and r.xpending(stream, GROUP)["pending"] == 3, timeout=10)
+    wait_for(lambda: sched._io.leases.total == 3 and r.xpending(stream, GROUP)["pending"] == 3, timeout=10)
     started = next_request(sched)
     sched.request_done(started)
     sched.close("test")
@@ -165,9 +165,9 @@ def test_served_and_weights_follow_the_sites_held(sched: StreamsScheduler) -> No
 
 def pump_cycles(s: StreamsScheduler, n: int) -> None:
     """Wait until the scheduler's I/O thread has run ``n`` more cycles."""
-    assert s._pump is not None
-    start = s._pump._cycles
-    wait_for(lambda: s._pump is not None and s._pump._cycles >= start + n, timeout=30, what=f"{n} I/O cycles")
+    assert s._io is not None
+    start = s._io.cycles
+    wait_for(lambda: s._io is not None and s._io.cycles >= start + n, timeout=30, what=f"{n} I/O cycles")
 
 
 def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> StreamsScheduler:
@@ -186,7 +186,7 @@ def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, 
     s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=1.5)
     try:
         started = time.monotonic()
-        wait_for(lambda: s._pump.upkeep.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
+        wait_for(lambda: s._io.drain.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
         pump_cycles(s, 5)
         assert s.has_pending_requests()  # not drained: nothing was ever enqueued
         wait_for(lambda: not s.has_pending_requests(), timeout=10, what="drain after the wait")
@@ -238,9 +238,9 @@ def test_healthy_answers_of_a_site_go_with_its_ack_not_a_feedback_call(
     """An answer whose site's ack waits a cycle in the AckGate rides that ack: no feedback.lua call of its own."""
     s = make(redis_url, dedupe, crawl, STREAMS_FLUSH_INTERVAL_SECONDS=0.005, STREAMS_FEEDBACK_INTERVAL_SECONDS=0.001)
     try:
-        assert s._pump is not None
+        assert s._io is not None
         calls: list[str] = []
-        writes = s._pump.writes
+        writes = s._io
         feedback = writes.frontier.feedback
         monkeypatch.setattr(writes.frontier, "feedback", lambda site, *a, **k: calls.append(site) or feedback(site, *a, **k))
         sites = [f"a{i}.test" for i in range(6)]
@@ -254,7 +254,7 @@ def test_healthy_answers_of_a_site_go_with_its_ack_not_a_feedback_call(
             s.request_done(request)
             pump_cycles(s, 3)
         f = Frontier(r, crawl)
-        wait_for(lambda: all(f.status(site).pending == 0 for site in sites) and not s._pump.gate, timeout=10,
+        wait_for(lambda: all(f.status(site).pending == 0 for site in sites) and not s._io.gate, timeout=10,
                  what="every site's ack")
         assert all(f.status(site).is_empty for site in sites)
         assert calls == []
@@ -264,13 +264,13 @@ def test_healthy_answers_of_a_site_go_with_its_ack_not_a_feedback_call(
 
 def test_a_site_whose_lease_took_its_last_request_keeps_no_hint(sched: StreamsScheduler) -> None:
     """A lease reply that leaves a site with nothing makes no SiteHint; a site with more queued gets one."""
-    assert sched._pump is not None
-    leasing = sched._pump.leasing
+    assert sched._io is not None
+    leasing = sched._io.leasing
     many = 4 * leasing.per_site_cap  # more than one worker may hold of a site
     assert sched.enqueue_request(scrapy.Request("http://one.test/"))
     for i in range(many):
         assert sched.enqueue_request(scrapy.Request(f"http://two.test/{i}"))
-    wait_for(lambda: "one.test" in leasing.drained and "two.test" in leasing.hints, timeout=10,
+    wait_for(lambda: "one.test" in leasing.emptied and "two.test" in leasing.hints, timeout=10,
              what="both sites leased")
     assert "one.test" not in leasing.hints and leasing.finished("one.test")
     assert not leasing.finished("two.test")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from streams_sched.politeness.retry_after import retry_after_seconds
+from streams_sched.worker.drain import DrainDetector
 from streams_sched.worker.seen import SeenCache
 from streams_sched.worker.selection import (
     RETURN_GRACE,
-    DrainDetector,
     ShardPlan,
     SiteHint,
     band_for,

@@ -87,7 +87,7 @@ def test_request_that_cannot_travel_is_crawled_by_this_worker(sched: StreamsSche
     local = lambda_request("http://a.test/local")
     assert sched.enqueue_request(local)
     assert sched.has_pending_requests() and len(sched) == 1 and sched.local_held == 1
-    assert sched._pump is not None and sched._pump.presence.record("online")["local"] == 1  # heartbeats show it
+    assert sched._io is not None and sched._io.presence.record("online")["local"] == 1  # heartbeats show it
     got = sched.next_request()
     assert got is local and sched.lease_of(got) is None
     assert sched.has_pending_requests()  # in progress
@@ -111,7 +111,7 @@ def test_follow_ups_of_a_local_request_keep_a_drained_worker_open_until_they_are
     assert sched.enqueue_request(lambda_request("http://a.test/local"))
     local = sched.next_request()
     assert local is not None
-    pump = sched._pump
+    pump = sched._io
     assert pump is not None
     r.execute_command("CLIENT", "PAUSE", 1500, "WRITE")
     try:
@@ -156,7 +156,7 @@ def test_local_requests_are_served_fairly_with_leased_ones(sched: StreamsSchedul
     """Leased requests of one site and local requests of another are served in turn."""
     for i in range(4):
         assert sched.enqueue_request(scrapy.Request(f"http://leased.test/{i}"))
-    pump = sched._pump
+    pump = sched._io
     assert pump is not None
     wait_for(lambda: pump.leases.total == 4 and len(sched) == 4, timeout=10, what="4 prefetched requests")
     for i in range(4):

@@ -95,15 +95,6 @@ def site_for(request: Request, site_of: Callable[[str], str] | None = None) -> s
         raise SerializationError(repr(request), "meta['site']", str(exc)) from None
 
 
-def _task_of(request: Request, meta: Mapping[str, Any]) -> str | None:
-    task = meta.get("task_type")
-    if task is not None and task not in TASK_TYPES:
-        raise SerializationError(
-            repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}"
-        )
-    return task
-
-
 def _name_of(request: Request, func: Any, given: str | None, what: str, codec: RequestCodec) -> str | None:
     """The name a callback travels under when the caller gives one or the codec has no
     spider to name it by (the request's own function, by ``__name__``); None: the codec
@@ -118,14 +109,11 @@ def _name_of(request: Request, func: Any, given: str | None, what: str, codec: R
         raise SerializationError(repr(request), what, str(exc)) from None
 
 
-def _delay_ms(request: Request, meta: Mapping[str, Any], now: Callable[[], float]) -> int:
+def _delay_ms(request: Request, not_before: Any, now: Callable[[], float]) -> int:
     """The delay ``meta["not_before"]`` asks for: epoch seconds on the crawl's clock (Redis
     TIME), so a retry another worker scheduled waits what it should whatever the clocks of
     the two workers say. A value a wall clock wrote is read the same way: off by that
     clock's error, never by the difference of two."""
-    not_before = meta.get("not_before")
-    if not not_before:
-        return 0
     try:
         return max(0, int((float(not_before) - now()) * 1000))
     except (TypeError, ValueError):
@@ -156,14 +144,21 @@ def entry_for(
     payload)."""
     meta = request.meta
     site = site_for(request, site_of)
-    task = _task_of(request, meta)
-    cb = _name_of(request, request.callback, callback, "callback", codec)
-    eb = _name_of(request, request.errback, errback, "errback", codec)
+    task = meta.get("task_type")
+    if task is not None and task not in TASK_TYPES:
+        raise SerializationError(
+            repr(request), "meta['task_type']", f"unknown task type {task!r}; expected one of {list(TASK_TYPES)}"
+        )
+    # a worker's codec names the callbacks by its spider: nothing to name here
+    named = codec.spider is None or callback is not None or errback is not None
+    cb = _name_of(request, request.callback, callback, "callback", codec) if named else None
+    eb = _name_of(request, request.errback, errback, "errback", codec) if named else None
     payload = codec.encode(request, cb, eb)
     fp = fingerprint_of(request, fingerprinter) if fingerprint is None else fingerprint
     stream = stream_for(task, band_for(request.priority, high_min, low_max))
     lfp = legacy_fingerprint(request) if legacy and fp else b""
-    return Entry(fp, stream, _delay_ms(request, meta, now), payload, site, lfp, request.url)
+    delay_ms = _delay_ms(request, meta["not_before"], now) if meta.get("not_before") else 0
+    return Entry(fp, stream, delay_ms, payload, site, lfp, request.url)
 
 
 # --- URL strings: what Request(url) and Scrapy's default fingerprinter make of them ---------

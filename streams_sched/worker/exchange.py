@@ -1,52 +1,67 @@
 """The one object the reactor thread and the I/O thread share.
 
-The scheduler (reactor thread) and the pump (I/O thread, pump.py) touch
-nothing of each other but this :class:`Exchange`, plus the pump's
-``start`` / ``stop_leasing`` / ``begin_close`` / ``finish``. Each field has one
-writer, so no lock is needed: ``deque.append`` and ``popleft`` are atomic, and
-an int, a bool or a reference is replaced whole. Where both sides write a field
-(``starved``), the protocol is spelled out on it.
+The scheduler (reactor thread) and the I/O thread (io/cycle.py) touch nothing of
+each other but this :class:`Exchange`, plus the I/O thread's ``start`` /
+``stop_leasing`` / ``begin_close`` / ``finish``. Each field has one writer, named
+below, so no lock is needed: ``deque.append`` and ``popleft`` are atomic, and an
+int, a bool or a reference is replaced whole. The other thread only reads it (or, for
+a queue, takes from it). Where both sides write a field (``starved``), the protocol
+is spelled out on it. tests/test_exchange.py checks that every field is listed here
+with its writer, and that nothing else assigns it.
 
-Written by the reactor thread (the scheduler), read by the I/O thread:
+Written on the reactor thread, read by the I/O thread:
 
-- ``outbox``: operations (ops.py) in the order Scrapy produced them;
-- ``feedback``: answers seen by the downloader (politeness.FeedbackBatch);
-- ``inflight``: requests handed to the engine and not finished;
-- ``served``: requests handed to the engine per site, for weighted fairness
-  (the scheduler picks the least served site per weight; the pump keeps each
-  site's holding to its weighted share, selection.plan_shards); only for the
-  sites the scheduler has requests of, ready or in
-  progress: a site that comes back starts close to the least served anyway
-  (selection.returning_credit), so the worker's memory follows the sites it
-  holds, not every site it ever crawled;
-- ``local_count``, ``started_locally``: requests kept by this worker because
-  they cannot travel (unserializable.py);
-- ``renders``, ``render_seconds``: browser downloads finished and the seconds they
-  spent in the downloader (for the node record).
+- ``outbox`` (writer: ``StreamsScheduler``, through :meth:`Exchange.put`): operations
+  (ops.py) in the order Scrapy produced them;
+- ``feedback`` (writer: ``Answers``, answers.py): answers seen by the downloader
+  (politeness.FeedbackBatch);
+- ``inflight`` (writer: ``StreamsScheduler``): requests handed to the engine and not finished;
+- ``served`` (writer: ``ReadyQueues``, ready.py): requests handed to the engine per
+  site, for weighted fairness (the scheduler picks the least served site per weight;
+  the I/O thread keeps each site's holding to its weighted share,
+  selection.plan_shards); only for the sites the scheduler has requests of, ready or
+  in progress: a site that comes back starts close to the least served anyway
+  (selection.returning_credit), so the worker's memory follows the sites it holds;
+- ``local_count``, ``started_locally`` (writer: ``StreamsScheduler``): requests kept by
+  this worker because they cannot travel (unserializable.py);
+- ``renders``, ``render_seconds`` (writer: ``Answers``): browser downloads finished and
+  the seconds they spent in the downloader (for the node record);
+- ``wake`` (writer: ``StreamsScheduler``, at start): makes the engine ask for requests.
 
-Written by the I/O thread, read by the reactor thread:
+Written on the I/O thread, read by the reactor thread:
 
-- ``arrivals``: leased and decoded requests, with their lease;
-- ``stats``: counter increments for the crawl stats;
-- ``weights``: each site's fairness weight from its policy (:class:`SiteWeights`:
-  only weights other than 1, and the scheduler forgets those of sites it no
-  longer holds);
-- ``drained``, ``enqueues_done``, ``unsent``: whether the crawl may be over;
-- ``legacy``: the migrated scrapy-redis dupefilter set (legacy.py), if any;
-- ``seen_epoch``: raised when a Redis primary was replaced, so the scheduler
-  forgets the fingerprints it remembers sending (they may not have arrived);
-- ``fatal``: the I/O thread crashed;
-- ``unreachable_since``: since when (``time.monotonic()``) no Redis server answered
-  a cycle (None while they do), for the metrics;
-- ``cycle_started``: when the cycle under way began (``time.monotonic()``; 0.0
-  between cycles), so the reactor side can tell a cycle that never returns
-  (watchdog.py);
-- ``io_thread``: the I/O thread's id, for the watchdog's stack dump;
-- ``browser_held``: browser leases it holds, counted against STREAMS_BROWSER_MAX
-  (for the metrics).
+- ``low_water`` (writer: ``IOThread``, at start): prefetched requests that wake the
+  I/O thread when the engine is down to them;
+- ``arrivals`` (writer: ``Leasing``, io/leasing.py): leased and decoded requests, with their lease;
+- ``stats`` (writer: ``io``, the I/O thread: a queue of counts, each of its parts
+  appends its own, and only the scheduler takes them): counter increments for the
+  crawl stats;
+- ``weights`` (writer: ``Leasing``; the scheduler forgets through :class:`SiteWeights`'
+  protocol): each site's fairness weight from its policy (only weights other than 1);
+- ``drained`` (writer: ``DrainCheck``, io/drain_check.py): the crawl is drained in Redis;
+- ``enqueues_done`` (writer: ``IOThread``): enqueue operations whose reply came back;
+  until it matches what the scheduler queued, the crawl is not over (worker/drain.py);
+- ``unsent`` (writer: ``IOThread``): operations taken from the outbox, not yet confirmed;
+- ``legacy`` (writer: ``IOThread``, from the crawl's meta): the migrated scrapy-redis
+  dupefilter set (legacy.py), if any;
+- ``seen_epoch`` (writer: ``ReplicaBarrier``, io/barrier.py): raised when a Redis
+  primary was replaced, so the scheduler forgets the fingerprints it remembers
+  sending (they may not have arrived);
+- ``fatal`` (writer: ``IOThread``): the I/O thread crashed;
+- ``unreachable_since`` (writer: ``Trouble``, io/trouble.py): since when
+  (``time.monotonic()``) no Redis server answered a cycle (None while they do);
+- ``cycle_started`` (writer: ``IOThread``): when the cycle under way began
+  (``time.monotonic()``; 0.0 between cycles), so the reactor side can tell a cycle
+  that never returns (watchdog.py);
+- ``io_thread`` (writer: ``IOThread``): the I/O thread's id, for the watchdog's stack dump;
+- ``browser_held`` (writer: ``IOThread``): browser leases it holds, counted against
+  STREAMS_BROWSER_MAX (for the metrics).
 
-``kick()`` (either side) wakes the I/O thread; ``wake`` (set by the
-scheduler, called by the I/O thread) makes the engine ask for requests.
+Both threads:
+
+- ``starved``: the reactor sets it when it found nothing to hand out; the I/O thread
+  clears it and calls ``wake`` when requests arrive (it appends the arrivals first);
+- ``kicked``: an Event; ``kick()`` (either side) wakes the I/O thread.
 """
 
 from __future__ import annotations
@@ -206,9 +221,8 @@ class SiteWeights(MutableMapping[str, float]):
 class Exchange:
     """Queues and flags between the reactor thread and the I/O thread (see the module)."""
 
-    # Over 20 fields on purpose: it is the one object the two threads share, and each
-    # field is one attribute read on a hot path of either thread (a nested group would
-    # add a lookup to each); the fields are grouped by direction below.
+    # One flat object on purpose: each field is one attribute read on a hot path of
+    # either thread (a nested group would add a lookup to each).
 
     #: prefetched requests that wake the I/O thread when the engine is down to them
     low_water: int = 1

@@ -56,6 +56,5 @@ def hand_back_in_progress(
         ready.release_site(entry.site)
     leases.clear()
     if x is not None:
-        x.inflight = 0
         x.kick()
     return n

@@ -1,7 +1,7 @@
 """What the reactor thread asks the I/O thread to do, and in which order it is sent.
 
 The scheduler (reactor thread) queues one small operation object per request
-event; the pump (I/O thread) batches them into pipelines:
+event; the I/O thread (io/cycle.py) batches them into pipelines:
 
 - an :class:`~streams_sched.frontier.records.Entry`: a new request for a site's
   frontier (dedupe + XADD), made on the one path of frontier/entries.py;
@@ -99,8 +99,8 @@ class AckGate:
 
     #: enqueues sent but not confirmed (or failed): they hold back every lease op
     unconfirmed: list[Entry] = field(default_factory=list)
-    #: lease ops waiting for the enqueues queued before them
-    held: list[LeaseOp] = field(default_factory=list)
+    #: lease ops behind the enqueues queued before them, waiting for their confirmation
+    behind: list[LeaseOp] = field(default_factory=list)
     #: dead letters of entries that could not be decoded: no enqueue to wait for
     own_dead: list[DeadLetter] = field(default_factory=list)
     #: primary -> enqueues it confirmed, not yet known to be on its replicas
@@ -110,7 +110,7 @@ class AckGate:
         """The enqueues and lease operations to send in this cycle."""
         after: list[LeaseOp] = []
         if not self.unconfirmed and not self.awaiting:
-            after, self.held = self.held, []
+            after, self.behind = self.behind, []
         after += self.own_dead
         self.own_dead = []
         enqueues = self.unconfirmed
@@ -119,8 +119,13 @@ class AckGate:
             if isinstance(op, Entry):
                 enqueues.append(op)
             else:
-                self.held.append(op)
+                self.behind.append(op)
         return enqueues, after
+
+    def dead_on_arrival(self, op: DeadLetter) -> None:
+        """A leased entry could not be decoded: dead-letter it in the next cycle (it
+        follows no enqueue of this worker)."""
+        self.own_dead.append(op)
 
     def enqueue_failed(self, chunk: list[Entry]) -> None:
         """Redis refused or did not answer these enqueues: send them again."""
@@ -142,21 +147,21 @@ class AckGate:
 
     def after_failed(self, group: list[LeaseOp]) -> None:
         """These lease operations were not done: send them again, first."""
-        self.held = group + self.held
+        self.behind = group + self.behind
 
     def not_sent(self, enqueues: list[Entry], after: list[LeaseOp]) -> None:
         """The whole cycle failed before any reply: everything planned goes back."""
         self.unconfirmed = enqueues + self.unconfirmed
-        self.held = after + self.held
+        self.behind = after + self.behind
 
     def __bool__(self) -> bool:
         """True while anything is waiting to be sent or confirmed."""
-        return bool(self.unconfirmed or self.held or self.own_dead or self.awaiting)
+        return bool(self.unconfirmed or self.behind or self.own_dead or self.awaiting)
 
     def __len__(self) -> int:
         waiting = sum(len(c) for c in self.awaiting.values())
-        return len(self.unconfirmed) + len(self.held) + len(self.own_dead) + waiting
+        return len(self.unconfirmed) + len(self.behind) + len(self.own_dead) + waiting
 
     def lease_ops(self) -> list[LeaseOp]:
         """Every lease operation not sent yet (to tell known leases from lost ones)."""
-        return [*self.held, *self.own_dead]
+        return [*self.behind, *self.own_dead]

@@ -14,7 +14,7 @@ I/O thread in :mod:`streams_sched.worker.io`.
 - ``enqueue_request`` fingerprints the request with ``crawler.request_fingerprinter``,
   makes its ``Entry`` on the one path every producer takes (frontier/entries.py: site,
   stream, msgpack payload) and queues it for the I/O thread
-  (pump.py) in the ``Exchange`` they share (exchange.py); it never touches
+  (io/cycle.py) in the ``Exchange`` they share (exchange.py); it never touches
   Redis. The I/O thread sends it through ``enqueue.lua``, which dedupes it
   (Bloom filter) and adds it to the site's stream for its band in one atomic
   step. A fingerprint this worker already sent is dropped locally.
@@ -66,10 +66,11 @@ from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.answers import Answers, RobotsAgent
 from streams_sched.worker.counters import Counters
 from streams_sched.worker.dedupe import LocalDedupe
+from streams_sched.worker.drain import work_left
 from streams_sched.worker.engine import EngineHooks, check_scrapy, tolerate_stop_before_start
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.handback import hand_back_in_progress, hand_back_unstarted
-from streams_sched.worker.io.pump import Pump, make_node_id
+from streams_sched.worker.io.cycle import IOThread, make_node_id
 from streams_sched.worker.opening import (
     announce,
     check_server,
@@ -133,8 +134,12 @@ class StreamsScheduler(BaseScheduler):
         limits: Limits = DEFAULT_LIMITS,
         dupefilter_debug: bool = False,
         robots: RobotsAgent | None = None,
+        io_thread: bool = True,
     ) -> None:
+        """``io_thread=False`` opens without starting the I/O thread: the caller runs its
+        cycles with ``io.run_cycle()`` (an in-process test harness, tests/harness.py)."""
         self.config = config
+        self._start_io_thread = io_thread
         self.fingerprinter = fingerprinter
         self.crawler = crawler
         self.limits = limits
@@ -146,7 +151,7 @@ class StreamsScheduler(BaseScheduler):
         self.frontier: Frontier | None = None
         self.codec: RequestCodec | None = None
         #: the I/O thread; the scheduler only starts and stops it
-        self._pump: Pump | None = None
+        self._io: IOThread | None = None
         self._hooks: EngineHooks | None = None
         self.turn = TurnBudget(self.HANDOUT_PER_TURN)
         self.ready = ReadyQueues()
@@ -188,6 +193,11 @@ class StreamsScheduler(BaseScheduler):
 
         attach_worker_metrics(crawler, scheduler)  # only when STREAMS_METRICS_PORT is set
         return scheduler
+
+    @property
+    def io(self) -> IOThread | None:
+        """The I/O thread, while open (for tests and tools that drive or inspect its cycles)."""
+        return self._io
 
     @property
     def _x(self) -> Exchange | None:
@@ -250,7 +260,7 @@ class StreamsScheduler(BaseScheduler):
         self.watchdog = Watchdog(x, max(cfg.lease_seconds, 3 * cfg.socket_timeout_seconds))
         # in the node record: lost if this worker dies
         x.local_count = lambda: self.local_held
-        self._pump = Pump(
+        self._io = IOThread(
             frontier,
             cfg,
             codec,
@@ -264,8 +274,9 @@ class StreamsScheduler(BaseScheduler):
         )
         if self.crawler is not None:
             self._hook_engine(self.crawler, x)
-        self._pump.refresh_policy()
-        self._pump.start()
+        self._io.refresh_policy()
+        if self._start_io_thread:
+            self._io.start()
         logger.info(
             "streams-sched %s opened: crawl=%s node=%s redis=%s dedupe=%s lease_s=%g"
             " max_deliveries=%d band_ratio=%s close_on_drain=%s",
@@ -292,17 +303,17 @@ class StreamsScheduler(BaseScheduler):
             crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
 
     def close(self, reason: str) -> None:
-        pump = self._pump
-        if pump is None:
+        io = self._io
+        if io is None:
             return
-        pump.begin_close()
-        unstarted = self._hand_back_unstarted() + hand_back_in_progress(self._leases, self.ready, self._put, self._x)
+        io.begin_close()
+        unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         self.ready.local_busy.clear()
         self.ready.held.clear()
         self.answers.clear()
-        flushed = pump.finish(timeout=30.0)
+        flushed = io.finish(timeout=30.0)
         self.counts.apply(self._x)
-        self._pump = None
+        self._io = None
         self._share(None)
         failure = self.unserializable.failure()
         if failure is not None:
@@ -321,10 +332,10 @@ class StreamsScheduler(BaseScheduler):
         """The spider is closing (SIGTERM, Ctrl-C, CLOSESPIDER_*): lease nothing more and
         hand back at once what was prefetched, so other workers get it without waiting
         for the lease to expire. Requests in progress may finish (see _shutdown_timed_out)."""
-        if self._pump is None:
+        if self._io is None:
             return
         self.answers.shutting_down = True
-        self._pump.stop_leasing()
+        self._io.stop_leasing()
         n = self._hand_back_unstarted()
         if n or self._leases:
             logger.info(
@@ -336,8 +347,14 @@ class StreamsScheduler(BaseScheduler):
     def _hand_back_unstarted(self) -> int:
         return hand_back_unstarted(self.ready, self._put, self.counts, self.spider)
 
-    def _shutdown_timed_out(self, in_progress: int) -> None:
+    def _hand_back_in_progress(self) -> int:
         n = hand_back_in_progress(self._leases, self.ready, self._put, self._x)
+        if self._x is not None:
+            self._x.inflight = 0
+        return n
+
+    def _shutdown_timed_out(self, in_progress: int) -> None:
+        n = self._hand_back_in_progress()
         self.counts.inc("streams/shutdown_handed_back", n)
         logger.warning(
             "streams-sched: %d requests still in progress after STREAMS_SHUTDOWN_TIMEOUT_SECONDS=%g;"
@@ -356,13 +373,8 @@ class StreamsScheduler(BaseScheduler):
             return False
         if self.watchdog is not None:
             self.watchdog.check()
-        if self.ready.count or x.arrivals or self._leases or self.ready.local_busy:
-            return True
-        if x.may_be_busy():
-            return True
-        if x.enqueues_done < self.counts.enqueued:
-            return True  # in the pipeline now: a local request's follow-ups may undo "drained"
-        return not x.drained
+        held_here = bool(self.ready.count or self._leases or self.ready.local_busy)
+        return work_left(x, held_here=held_here, enqueued=self.counts.enqueued)
 
     def enqueue_request(self, request: Request) -> bool:
         codec = self.codec
@@ -403,7 +415,8 @@ class StreamsScheduler(BaseScheduler):
             )
         except SerializationError as exc:
             return self._cannot_travel(request, exc, fp, url_key)
-        self._put(entry)  # a legacy_fp is checked by the I/O thread (frontier/batches.py)
+        if x is not None:
+            x.put(entry)  # a legacy_fp is checked by the I/O thread (frontier/batches.py)
         if fp:
             dedupe.seen.add(fp)
             if url_key is not None:
@@ -477,16 +490,17 @@ class StreamsScheduler(BaseScheduler):
             return
         ready.release_site(entry.site)
         x = self._x
+        if x is None:
+            return
         if marked:
-            self._put(Failed(entry, failed) if failed is not None else Release(entry))
+            x.put(Failed(entry, failed) if failed is not None else Release(entry))
         else:
-            self._put(Ack(entry))
+            x.put(Ack(entry))
             if self.ack_listeners:
                 latency = time.monotonic() - entry.leased_at
                 for listener in self.ack_listeners:
                     listener(entry, latency)
-        if x is not None:
-            x.inflight = len(self._leases)
+        x.inflight = len(self._leases)
 
     def extend_lease(self, request: Request) -> bool:
         """Give a long-running request a full lease again. False if it holds no lease."""

@@ -4,21 +4,20 @@
 - :class:`SiteHint` and :func:`plan_shards` decide which of the sites the shards'
   ready indexes named to lease from, and how many entries, given what this worker
   already holds: one call per shard;
-- :class:`DrainDetector` decides when the whole crawl is drained.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 # band_for is a naming rule (keys.py), re-exported: deciding starts with a band
 from streams_sched.frontier.keys import band_for
 
 __all__ = [
-    "DrainDetector", "LeasePlan", "ShardPlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_shards",
+    "LeasePlan", "ShardPlan", "SiteHint", "band_for", "empty_lease_backoff", "plan_shards",
 ]
 
 
@@ -227,36 +226,6 @@ class _LeasePass:
         if n_http == 0 and site_b == 0:
             return None
         return LeasePlan(site, cap, n_http, site_b)
-
-
-@dataclass
-class DrainDetector:
-    """Decides that a crawl is drained, from snapshots of every site.
-
-    A snapshot maps each shard (or site) to ``(empty, enqueued)``: whether it
-    holds no backlog, no pending lease and no delayed request, and its enqueue
-    counter. Reading many shards is not atomic (and cannot be on Redis Cluster),
-    so one empty-looking snapshot proves nothing: a worker may enqueue a child
-    in a shard already read and ack its parent in a shard read later. Two
-    consecutive snapshots that are both entirely empty, over the same sites,
-    with no enqueue in between, prove that every site was empty at every
-    moment between the end of the first and the start of the second: the crawl
-    was fully drained then, and work only comes from work (or from outside).
-    """
-
-    last: dict[str, tuple[bool, int]] | None = field(default=None)
-
-    def observe(self, snapshot: Mapping[str, tuple[bool, int]]) -> bool:
-        """Record a snapshot; return True when the crawl is proven drained."""
-        snap = dict(snapshot)
-        all_empty = all(empty for empty, _ in snap.values())
-        previous = self.last
-        self.last = snap if all_empty else None
-        return all_empty and previous is not None and previous == snap
-
-    def reset(self) -> None:
-        self.last = None
-
 
 
 #: how far behind the least served ready site, in requests per weight, a site coming back

@@ -2,7 +2,7 @@
 
 replicas.py decides (pure :class:`~streams_sched.connect.replicas.ReplicaBook`) and
 runs one barrier (:class:`~streams_sched.connect.replicas.ReplicaGuard`); this is the
-stage of each cycle that uses them. On one server, ``WAIT`` and ``INFO replication`` ride
+part of each cycle that uses them. On one server, ``WAIT`` and ``INFO replication`` ride
 the cycle's own pipeline right after its writes. On a cluster, each primary that
 confirmed enqueues in the cycle gets a SET + WAIT barrier of its own. A barrier that
 passes lets the acks behind those writes go out; one that holds keeps them; a primary
@@ -20,15 +20,15 @@ from streams_sched.connect.clients import refresh_topology
 from streams_sched.connect.replicas import ReplicaBook, ReplicaGuard, Verdict, parse_replication
 from streams_sched.frontier.client import Frontier
 from streams_sched.worker.exchange import Exchange
-from streams_sched.worker.io.sent import Enqueued, Sent, Waited
+from streams_sched.worker.io.sent import Enqueued, Waited
 from streams_sched.worker.ops import AckGate
 
-__all__ = ["ReplicaStage"]
+__all__ = ["ReplicaBarrier"]
 
 logger = logging.getLogger(__name__)
 
 
-class ReplicaStage:
+class ReplicaBarrier:
     """Holds the acks of each cycle until its confirmed enqueues are on a replica."""
 
     def __init__(self, frontier: Frontier, config: StreamsConfig, x: Exchange, gate: AckGate, node_id: str) -> None:
@@ -50,14 +50,14 @@ class ReplicaStage:
         #: the book's lost_bytes already counted in the stats
         self.lost_bytes = 0
 
-    def queue_inline(self, pipe: Any, sent: list[Sent], now: float) -> None:
-        """On one server: WAIT right after the cycle's writes covers them all."""
-        if self.cluster:
-            return
-        if self.guard.checks_writes("", now):
-            pipe.execute_command("WAIT", self.guard.book.required("") or 0, self.wait_ms)
-            pipe.info("replication")
-            sent += (Waited("wait"), Waited("info"))
+    def queue_inline(self, pipe: Any, now: float) -> tuple[Waited, ...]:
+        """On one server: WAIT right after the cycle's writes covers them all; return what
+        the commands queued were."""
+        if self.cluster or not self.guard.checks_writes("", now):
+            return ()
+        pipe.execute_command("WAIT", self.guard.book.required("") or 0, self.wait_ms)
+        pipe.info("replication")
+        return (Waited("wait"), Waited("info"))
 
     def run(self, now: float) -> None:
         """Hold the acks until this cycle's confirmed writes are on a replica of each
@@ -118,7 +118,7 @@ class ReplicaStage:
     def send_again(self, confirmed: list[Enqueued]) -> None:
         """This cycle's confirmed enqueues go out again next cycle."""
         for cmd in confirmed:
-            self.gate.unconfirmed += cmd.chunk
+            self.gate.enqueue_failed(cmd.chunk)
 
     def _resend(self, primary: str) -> None:
         """What ``primary`` confirmed may be gone: send it again (enqueue.lua registers

@@ -2,13 +2,13 @@
 
 :mod:`streams_sched.scrapy_redis.feed` says how nothing of the feed is lost; this only
 decides when to move the next batch, and what to do when Redis refuses the feed: say so
-once and stop moving it, while the crawl goes on.
+once and stop moving it, while the crawl goes on. The cycle (cycle.py) tells the sites
+that got work to lease from them and that the crawl is not drained.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
@@ -19,20 +19,18 @@ from streams_sched.worker.exchange import Exchange
 if TYPE_CHECKING:
     from streams_sched.scrapy_redis.feed import FeedMover
 
-__all__ = ["FeedStage"]
+__all__ = ["Feed"]
 
 logger = logging.getLogger(__name__)
 
 
-class FeedStage:
+class Feed:
     """When to move the next batch of the feed, if the worker has one."""
 
-    def __init__(self, feed: FeedMover | None, config: StreamsConfig, x: Exchange, poke: Callable[[str], None]) -> None:
+    def __init__(self, feed: FeedMover | None, config: StreamsConfig, x: Exchange) -> None:
         self.mover = feed
         self.poll_s = config.feed_poll_seconds
         self.exchange = x
-        #: a site got work: ask its shard at once
-        self.poke = poke
         self.next_move = 0.0
 
     def next_due(self) -> float | None:
@@ -64,18 +62,18 @@ class FeedStage:
         self.exchange.stats.append(("streams/feed_refused", 1))
         self.mover = None
 
-    def move(self, now: float) -> None:
+    def move(self, now: float) -> tuple[str, ...]:
         """Move one batch of the feed into the crawl when it is due; come back at once
-        while the batches are full."""
+        while the batches are full. Return the sites that got requests."""
         feed = self.mover
         if feed is None or now < self.next_move:
-            return
+            return ()
         self.next_move = now + self.poll_s
         try:
             result = feed.move()
         except ResponseError as exc:
             self._refused(exc)
-            return
+            return ()
         if result.read >= feed.batch or (result.length and not result.read):
             # more to move, or another worker holds the lock: look again soon
             self.next_move = now + (0.0 if result.read else 0.2)
@@ -85,10 +83,8 @@ class FeedStage:
         if result.added:
             stats.append(("streams/feed_added", result.added))
             stats.append(("streams/enqueued", result.added))
-            self.exchange.drained = False
-            for site in result.sites:
-                self.poke(site)
         if result.duplicates:
             stats.append(("streams/feed_duplicates", result.duplicates))
         if result.dead:
             stats.append(("streams/feed_dead_lettered", result.dead))
+        return tuple(result.sites) if result.added else ()

@@ -25,7 +25,7 @@ from streams_sched.frontier.records import LeasedEntry, LeaseReply
 from streams_sched.frontier.replies import parse_shard_lease
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.exchange import Exchange
-from streams_sched.worker.io.sent import Leased, Sent
+from streams_sched.worker.io.sent import Leased
 from streams_sched.worker.leasebook import LeaseBook
 from streams_sched.worker.ops import AckGate, DeadLetter
 from streams_sched.worker.selection import LeasePlan, ShardPlan, SiteHint, empty_lease_backoff, plan_shards
@@ -79,7 +79,7 @@ class Leasing:
         #: sites whose last lease reply gave requests and showed nothing else: no backlog,
         #: nothing delayed, no rate, weight 1, no browser cap. A hint would say no more than
         #: a site without one, so at one page per site none is made (bounded: _prune_hints)
-        self.drained: set[str] = set()
+        self.emptied: set[str] = set()
         shards = frontier.shards
         #: per shard, the ready sites it named to this worker (an ordered set), and when to
         #: ask it again while it names none
@@ -101,15 +101,15 @@ class Leasing:
         """When a shard should be asked next: now if one named sites."""
         return now if any(self.named) else min(self.shard_due)
 
-    def queue(self, pipe: Any, sent: list[Sent], now: float) -> bool:
+    def queue(self, pipe: Any, now: float) -> list[Leased]:
         """Queue lease calls, one per shard that named sites or is due to be asked;
-        True if any shard was asked."""
+        return what each call was (none: no shard was asked)."""
         book = self.book
         x = self.exchange
         ready = book.total - x.inflight
         room = self.capacity - book.total
         if room <= 0 or (ready > x.low_water and room < x.low_water):
-            return False
+            return []
         browser_room = max(0, self.browser_cap - book.browser)
         plans = plan_shards(
             now,
@@ -131,11 +131,12 @@ class Leasing:
         self._drop_unleasable(now, {p.shard for p in plans})
         tasks = ("h" if self.http else "") + ("b" if browser_room > 0 else "")
         suspects_ok = 1 if book.suspects == 0 else 0
+        calls = []
         for plan in plans:
             self._queue_shard(pipe, plan, tasks, suspects_ok)
             suspects_ok = 0
-            sent.append(Leased(plan))
-        return bool(plans)
+            calls.append(Leased(plan))
+        return calls
 
     def _queue_shard(self, pipe: Any, plan: ShardPlan, tasks: str, suspects_ok: int) -> None:
         named = self.named[plan.shard]
@@ -163,7 +164,7 @@ class Leasing:
 
     def finished(self, site: str) -> bool:
         """The site's last lease reply showed no backlog, no delayed request and no rate."""
-        if site in self.drained:
+        if site in self.emptied:
             return True
         hint = self.hints.get(site)
         return (
@@ -187,7 +188,7 @@ class Leasing:
         n = shard_of(site, len(self.named))
         self.shard_due[n] = 0.0
         self.shard_streak[n] = 0
-        self.drained.discard(site)
+        self.emptied.discard(site)
         hint = self.hints.get(site)
         if hint is not None:
             hint.backlog_http = hint.backlog_browser = -1
@@ -209,8 +210,8 @@ class Leasing:
         """Forget sites this worker holds nothing of and need not wait for: what it keeps
         follows the sites it holds, not the crawl."""
         held = self.book.by_site
-        if len(self.drained) > HINTS_PER_SLOT * self.capacity:
-            self.drained = {s for s in self.drained if s in held}
+        if len(self.emptied) > HINTS_PER_SLOT * self.capacity:
+            self.emptied = {s for s in self.emptied if s in held}
         if len(self.hints) <= HINTS_PER_SLOT * self.capacity:
             return
         self.hints = {s: h for s, h in self.hints.items() if s in held or h.not_before > now}
@@ -246,14 +247,14 @@ class Leasing:
         n = len(r.entries)
         weight = r.weight if r.weight > 0 else 1.0
         hint = self.hints.get(site)
-        if hint is None and n and _drained(plan, r, weight):
-            self.drained.add(site)
+        if hint is None and n and _emptied(plan, r, weight):
+            self.emptied.add(site)
         else:
             if hint is None:
                 if not n and r.wait_ms == 0 and not r.deferred:
                     return 0  # nothing held, nothing to wait for: nothing to remember
                 hint = self.hints[site] = SiteHint()
-            self.drained.discard(site)
+            self.emptied.discard(site)
             self._learn(hint, plan, r, weight, now)
         if weight != 1.0:
             self.weighted[site] = weight
@@ -304,7 +305,7 @@ class Leasing:
                 logger.error("dead-lettering entry %s of site %s: %s", e.id.decode(), e.site, exc)
                 if self.book.end(e):
                     self.on_suspect_done()
-                self.gate.own_dead.append(DeadLetter(e, str(exc)))
+                self.gate.dead_on_arrival(DeadLetter(e, str(exc)))
                 continue
             e.payload = None
             if e.stream >= BROWSER_FIRST_STREAM:
@@ -318,7 +319,7 @@ class Leasing:
         return arrived
 
 
-def _drained(plan: LeasePlan, r: LeaseReply, weight: float) -> bool:
+def _emptied(plan: LeasePlan, r: LeaseReply, weight: float) -> bool:
     """A reply with requests that says nothing else of the site: no http backlog (asked
     for), no browser backlog (if asked), nothing delayed, no rate, no browser cap, weight 1.
     A fresh hint from it would plan the site's next lease as no hint does, and only

@@ -16,7 +16,7 @@ from typing import Any
 from streams_sched.config import StreamsConfig
 from streams_sched.frontier.client import Frontier
 from streams_sched.worker.exchange import Exchange
-from streams_sched.worker.io.sent import HEARTBEAT, Heartbeat, Sent
+from streams_sched.worker.io.sent import HEARTBEAT, Heartbeat
 from streams_sched.worker.leasebook import LeaseBook
 
 __all__ = ["Presence"]
@@ -40,15 +40,16 @@ class Presence:
         self.browser_cap = browser_cap
         self.next_heartbeat = time.monotonic()
 
-    def queue(self, pipe: Any, sent: list[Sent], now: float) -> None:
+    def queue(self, pipe: Any, now: float) -> tuple[Heartbeat, ...]:
+        """Queue the heartbeat when it is due; return what its two commands were."""
         if now < self.next_heartbeat:
-            return
+            return ()
         self.next_heartbeat = now + self.heartbeat_s
         info = self.record("online")
         self.frontier.heartbeat(self.node_id, info, pipe)
         self.frontier.publish(self.event("heartbeat", info), pipe)
         # heartbeat.lua's reply is Redis TIME, read between now and the reply
-        sent += (Heartbeat(sent_at=time.monotonic()), HEARTBEAT)
+        return (Heartbeat(sent_at=time.monotonic()), HEARTBEAT)
 
     def record(self, state: str) -> dict[str, Any]:
         """The node record, but for its last_seen: heartbeat.lua sets that when Redis receives it."""

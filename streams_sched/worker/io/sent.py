@@ -1,8 +1,7 @@
-"""What each command of the I/O thread's pipeline was, to apply its reply (pump.py).
+"""What each command of the I/O thread's pipeline was, to apply its reply (cycle.py).
 
-The pump queues several commands per cycle in one pipeline and keeps one of
-these records per command, in order; ``Pump._handle`` zips them with the
-replies. Pure data, no Redis.
+A cycle queues several commands in one pipeline and keeps one of these records per
+command, in order; ``IOThread._apply`` zips them with the replies. Pure data, no Redis.
 """
 
 from __future__ import annotations
