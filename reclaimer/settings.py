@@ -7,15 +7,16 @@ import socket
 from dataclasses import dataclass, field
 
 from streams_sched.config import check_port, check_positive, validate_redis_url
+from streams_sched.config import default_of
 from streams_sched.errors import ConfigError
 from streams_sched.frontier.keys import validate_crawl_name
 
 __all__ = ["DEFAULT_LEASE_S", "DEFAULT_MAX_DELIVERIES", "ReclaimerSettings"]
 
 #: Lease time used when no worker of a crawl says its own (STREAMS_LEASE_SECONDS' default).
-DEFAULT_LEASE_S = 300.0
+DEFAULT_LEASE_S: float = default_of("lease_seconds")
 #: Delivery limit used when no worker says its own (STREAMS_MAX_DELIVERIES' default).
-DEFAULT_MAX_DELIVERIES = 5
+DEFAULT_MAX_DELIVERIES: int = default_of("max_deliveries")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from streams_sched.settings_parse import (
 
 __all__ = [
     "DEFAULT_FEED_KEY", "SETTINGS", "STRICT_RATIO", "URL_OPTIONS", "Lookup", "Setting", "StreamsConfig",
-    "check_port", "check_positive", "parse_band_ratio", "redact", "settings_markdown", "validate_node_id",
+    "check_port", "check_positive", "default_of", "parse_band_ratio", "redact", "settings_markdown", "validate_node_id",
     "validate_redis_url",
 ]
 
@@ -277,10 +277,17 @@ for _row in SETTINGS:
     _ROWS.setdefault(_row.field, _row)
 
 
+def default_of(name: str) -> Any:
+    """The default of StreamsConfig field ``name``, from its row of :data:`SETTINGS` (so a
+    daemon that falls back to a worker's default cannot drift from it)."""
+    row = _ROWS[name]
+    return row.default.fixed if isinstance(row.default, Lookup) else row.default
+
+
 def _field(name: str) -> Any:
     """The dataclass field ``name``, its default taken from its row of :data:`SETTINGS`."""
     row = _ROWS[name]
-    default = row.default.fixed if isinstance(row.default, Lookup) else row.default
+    default = default_of(name)
     metadata = {"setting": row.name}
     if default is REQUIRED:
         return field(metadata=metadata)

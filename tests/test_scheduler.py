@@ -160,7 +160,7 @@ def test_served_and_weights_follow_the_sites_held(sched: StreamsScheduler) -> No
     x = sched._x
     wait_for(lambda: sched.next_request() is None and not x.served and len(x.weights) <= 1, timeout=10,
              what="served and weights to let go of the sites done")
-    assert not sched.ready.held and len(sched.ready.fair) == 0
+    assert not sched.ready.busy and len(sched.ready.fair) == 0
 
 
 def pump_cycles(s: StreamsScheduler, n: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams_sched.politeness.retry_after import retry_after_seconds
+from streams_sched.politeness.retry_after import retry_after_s
 from streams_sched.worker.drain import DrainDetector
 from streams_sched.worker.seen import SeenCache
 from streams_sched.worker.selection import (
@@ -136,12 +136,12 @@ def test_drain_needs_two_identical_empty_snapshots() -> None:
 def test_retry_after_forms() -> None:
     """Retry-After in seconds or as an HTTP date; capped; junk ignored."""
     now = 1_000_000_000.0
-    assert retry_after_seconds(b"120", now, 3600) == 120
-    assert retry_after_seconds(b"99999", now, 3600) == 3600
-    assert retry_after_seconds(b"Sun, 09 Sep 2001 01:47:00 GMT", now, 3600) == 20
-    assert retry_after_seconds(b"soon", now, 3600) is None
-    assert retry_after_seconds(None, now, 3600) is None
-    assert retry_after_seconds(b"0", now, 3600) is None
+    assert retry_after_s(b"120", now, 3600) == 120
+    assert retry_after_s(b"99999", now, 3600) == 3600
+    assert retry_after_s(b"Sun, 09 Sep 2001 01:47:00 GMT", now, 3600) == 20
+    assert retry_after_s(b"soon", now, 3600) is None
+    assert retry_after_s(None, now, 3600) is None
+    assert retry_after_s(b"0", now, 3600) is None
 
 
 def test_seen_cache_is_bounded() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from email.utils import parsedate_to_datetime
 
-__all__ = ["retry_after_seconds"]
+__all__ = ["retry_after_s"]
 
 
-def retry_after_seconds(value: bytes | str | None, now: float, cap: float) -> float | None:
+def retry_after_s(value: bytes | str | None, now: float, cap: float) -> float | None:
     """Seconds to wait from ``now`` (epoch seconds), capped at ``cap``; None if absent or invalid.
 
     Accepts delta-seconds ("120") and HTTP dates ("Wed, 21 Oct 2026 07:28:00 GMT").

@@ -28,7 +28,7 @@ from streams_sched.politeness.adaptive import (
     is_timeout,
     robots_body_crawl_delay,
 )
-from streams_sched.politeness.retry_after import retry_after_seconds
+from streams_sched.politeness.retry_after import retry_after_s
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.ready import ReadyQueues
 from streams_sched.worker.renders import close_page, failure_text, is_render_failure
@@ -136,7 +136,7 @@ class Answers:
                     x.feedback.append((site, "ok", 1))
             return
         now = self.redis_now()
-        delay = retry_after_seconds(response.headers.get(b"Retry-After"), now, self.config.retry_after_max_seconds)
+        delay = retry_after_s(response.headers.get(b"Retry-After"), now, self.config.retry_after_max_seconds)
         if delay:
             # RetryMiddleware copies the meta into the retry request, which then waits
             # in the site's delay queue until Retry-After has passed. Redis time: whichever
@@ -212,7 +212,7 @@ class Answers:
         x = self.exchange
         if x is not None:
             x.renders += 1
-            x.render_seconds += seconds
+            x.render_s += seconds
         for listener in self.render_listeners:
             listener(request, seconds)
 

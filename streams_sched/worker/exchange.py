@@ -24,7 +24,7 @@ Written on the reactor thread, read by the I/O thread:
   (selection.returning_credit), so the worker's memory follows the sites it holds;
 - ``local_count``, ``started_locally`` (writer: ``StreamsScheduler``): requests kept by
   this worker because they cannot travel (unserializable.py);
-- ``renders``, ``render_seconds`` (writer: ``Answers``): browser downloads finished and
+- ``renders``, ``render_s`` (writer: ``Answers``): browser downloads finished and
   the seconds they spent in the downloader (for the node record);
 - ``wake`` (writer: ``StreamsScheduler``, at start): makes the engine ask for requests.
 
@@ -236,7 +236,7 @@ class Exchange:
     #: the crawl has started even if Redis never saw a request (a request kept locally)
     started_locally: bool = False
     renders: int = 0
-    render_seconds: float = 0.0
+    render_s: float = 0.0
     # -- I/O thread -> reactor
     arrivals: deque[tuple[Request, LeasedEntry]] = field(default_factory=deque)
     stats: deque[tuple[str, int]] = field(default_factory=deque)

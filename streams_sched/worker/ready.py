@@ -37,11 +37,11 @@ class ReadyQueues:
         self.fair = ReadySites()
         #: requests handed to the engine and not finished, per site (leased and local): with
         #: by_site, the sites whose served count and weight this worker keeps
-        self.held: dict[str, int] = {}
+        self.busy: dict[str, int] = {}
         #: slot keys of full downloader slots a request is leaving: parked sites behind
         #: them compete again once the slot has room
         self.recheck: set[Any] = set()
-        #: sites gone (nothing ready, nothing held) whose weight the Exchange still stores
+        #: sites gone (nothing ready, nothing busy) whose weight the Exchange still stores
         self.unweigh: set[str] = set()
         self.downloader: Any = None
         self.exchange: Exchange | None = None
@@ -108,7 +108,7 @@ class ReadyQueues:
     # -- out --------------------------------------------------------------------
 
     def pop(self, x: Exchange) -> tuple[Request, LeasedEntry | None, str] | None:
-        """The next request to hand out, counted as served and held; None while every
+        """The next request to hand out, counted as served and busy; None while every
         site with requests has a full downloader slot."""
         site = self._pick_site()
         if site is None:
@@ -117,8 +117,8 @@ class ReadyQueues:
         request, entry, _slot = queue.popleft()
         served = x.served
         n = served[site] = served.get(site, 0.0) + 1.0
-        held = self.held
-        held[site] = held.get(site, 0) + 1
+        busy = self.busy
+        busy[site] = busy.get(site, 0) + 1
         if queue:
             self.fair.update(site, n / x.weight(site), queue[0][2])
         else:
@@ -181,7 +181,7 @@ class ReadyQueues:
         self.recheck.clear()
         self.count = 0
         for site in sites:
-            if site not in self.held:
+            if site not in self.busy:
                 self._site_gone(site)
         return leases
 
@@ -189,12 +189,12 @@ class ReadyQueues:
 
     def release_site(self, site: str) -> None:
         """A request of ``site`` handed to the engine is finished (or handed back)."""
-        held = self.held
-        n = held.get(site, 0) - 1
+        busy = self.busy
+        n = busy.get(site, 0) - 1
         if n > 0:
-            held[site] = n
+            busy[site] = n
             return
-        held.pop(site, None)
+        busy.pop(site, None)
         if site not in self.by_site:
             self._site_gone(site)
 
@@ -209,7 +209,7 @@ class ReadyQueues:
             self.unweigh.add(site)
 
     def _is_gone(self, site: str) -> bool:
-        return site not in self.by_site and site not in self.held
+        return site not in self.by_site and site not in self.busy
 
     def reweigh(self, x: Exchange) -> None:
         """The I/O thread changed weights: re-rank the ready sites among them."""
@@ -221,7 +221,7 @@ class ReadyQueues:
             queue = ready.get(site)
             if queue is not None:
                 self.fair.update(site, served.get(site, 0.0) / x.weight(site), queue[0][2])
-            elif site not in self.held and x.weights.holds(site):
+            elif site not in self.busy and x.weights.holds(site):
                 self.unweigh.add(site)  # e.g. a lease reply without requests
 
     def forget_weights(self, x: Exchange) -> None:

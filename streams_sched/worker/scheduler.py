@@ -309,7 +309,7 @@ class StreamsScheduler(BaseScheduler):
         io.begin_close()
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         self.ready.local_busy.clear()
-        self.ready.held.clear()
+        self.ready.busy.clear()
         self.answers.clear()
         flushed = io.finish(timeout=30.0)
         self.counts.apply(self._x)

@@ -64,7 +64,7 @@ class Presence:
             "browser": self.book.browser,
             "browser_max": self.browser_cap,
             "renders": self.exchange.renders,
-            "render_s": round(self.exchange.render_seconds, 3),
+            "render_s": round(self.exchange.render_s, 3),
             "heartbeat_s": self.heartbeat_s,
         }
 
