@@ -101,7 +101,7 @@ class World:
     def __init__(self, downloader: bool = True) -> None:
         config = StreamsConfig(redis_url="redis://unused", crawl="fair")
         self.sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(8, 8))
-        self.x = self.sched._x = Exchange()
+        self.x = self.sched._x = self.sched.ready.exchange = self.sched.answers.exchange = Exchange()
         self.downloader = Downloader() if downloader else None
         self.sched.ready.downloader = self.downloader
         self.scan = Scan()
@@ -188,9 +188,9 @@ class World:
 
     def check_state(self) -> None:
         assert self.x.served == self.scan.served
-        kept = set(self.sched.ready.by_site) | set(self.sched.ready.held)
+        kept = set(self.sched.ready.by_site) | set(self.sched.ready.busy)
         assert set(self.sched.ready.by_site) == set(self.scan.ready)
-        assert dict(self.sched.ready.held) == dict(self.scan.held)
+        assert dict(self.sched.ready.busy) == dict(self.scan.held)
         for site in self.x.weights:
             assert self.x.weights.weight(site) == self.scan.weight(site)
         # weights of sites gone wait at most until the next pick (one, that the I/O thread
@@ -293,7 +293,7 @@ def test_served_and_weights_keep_only_the_sites_held() -> None:
     world.weigh("elsewhere.test", 1.0)  # the I/O thread looks at another site (stores nothing)
     assert world.sched.next_request() is None
     assert dict(world.x.served) == {} and len(world.x.weights) == 0
-    assert not world.sched.ready.held and not world.sched.ready.unweigh and len(world.sched.ready.fair) == 0
+    assert not world.sched.ready.busy and not world.sched.ready.unweigh and len(world.sched.ready.fair) == 0
 
 
 def test_a_weight_the_io_thread_just_read_is_not_forgotten() -> None:

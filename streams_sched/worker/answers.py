@@ -30,7 +30,6 @@ from streams_sched.politeness.adaptive import (
 )
 from streams_sched.politeness.retry_after import retry_after_s
 from streams_sched.worker.exchange import Exchange
-from streams_sched.worker.ready import ReadyQueues
 from streams_sched.worker.renders import close_page, failure_text, is_render_failure
 
 if TYPE_CHECKING:
@@ -68,15 +67,20 @@ class Answers:
     """The scheduler's handlers of Scrapy's download signals."""
 
     def __init__(
-        self, config: StreamsConfig, robots: RobotsAgent, leases: dict[Request, LeasedEntry], ready: ReadyQueues,
-        site_of: Callable[[Request, dict[str, Any]], str], inc: Callable[[str], None],
+        self, config: StreamsConfig, robots: RobotsAgent, *, lease_of: Callable[[Request], LeasedEntry | None],
+        slot_leaving: Callable[[Request], None], site_of: Callable[[Request, dict[str, Any]], str],
+        inc: Callable[[str], None],
     ) -> None:
+        """``lease_of``: the lease a request holds (the scheduler's); ``slot_leaving``: a
+        request leaves its downloader slot (the ready queues'); ``site_of``: a request's
+        site; ``inc``: count a crawl stat."""
         self.config = config
         self.robots = robots
-        self.leases = leases
-        self.ready = ready
+        self.lease_of = lease_of
+        self.slot_leaving = slot_leaving
         self.site_of = site_of
         self.inc = inc
+        #: the Exchange while the worker runs (:meth:`start`, :meth:`stop`)
         self.exchange: Exchange | None = None
         self.spider: Spider | None = None
         #: browser tasks whose download failed on this delivery -> what went wrong (their
@@ -108,13 +112,42 @@ class Answers:
         if self.robots.obey and robots_parsed is not None:
             connect(self.on_robots_parsed, robots_parsed)
 
-    def clear(self) -> None:
+    def start(self, spider: Spider, exchange: Exchange, redis_now: Callable[[], float]) -> None:
+        """The worker runs: answers go to ``exchange``, times are read on ``redis_now``."""
+        self.spider = spider
+        self.exchange = exchange
+        self.redis_now = redis_now
+
+    def begin_shutdown(self) -> None:
+        """The worker is closing: a failed render hands its lease back instead of failing it."""
+        self.shutting_down = True
+
+    def stop(self) -> None:
+        """The worker closed: forget what was in flight."""
+        self.exchange = None
         self.failed.clear()
         self.swallowed.clear()
         self.rendering.clear()
 
+    def take_swallowed(self, request: Request) -> bool:
+        """Whether ``request`` is a browser task given back to the engine only to end its
+        download (the scheduler takes it without sending it anywhere)."""
+        swallowed = self.swallowed
+        if swallowed and request in swallowed:
+            swallowed.discard(request)
+            return True
+        return False
+
+    def take_failure(self, request: Request) -> tuple[bool, str | None]:
+        """(whether ``request``'s delivery failed here, what went wrong: None to hand the
+        lease back instead)"""
+        failed = self.failed
+        if failed and request in failed:
+            return True, failed.pop(request)
+        return False, None
+
     def _site(self, request: Request) -> str | None:
-        entry = self.leases.get(request)
+        entry = self.lease_of(request)
         if entry is not None:
             return entry.site
         try:
@@ -125,7 +158,7 @@ class Answers:
     def on_response_downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         """Every answer goes to the site's shared politeness state (I/O thread -> feedback.lua);
         a 429 / 503 with Retry-After also delays the retry of this request."""
-        self.ready.slot_leaving(request)
+        self.slot_leaving(request)
         x = self.exchange
         if self.robots.from_body and is_robots_request(request):
             self._report_robots(request, robots_body_crawl_delay(response.body, self.robots.of(request)))
@@ -156,7 +189,7 @@ class Answers:
         task's failure ends its delivery (:meth:`_render_failed`). Returns the request to
         end the download with (the engine schedules it again), or None to let Scrapy's
         middlewares and the errback handle the error."""
-        self.ready.slot_leaving(request)
+        self.slot_leaving(request)
         x = self.exchange
         if x is None:
             return None
@@ -168,7 +201,7 @@ class Answers:
             elif is_timeout(exc) and self.config.adaptive:
                 x.feedback.append((site, "timeout", 1))
                 x.kick()
-        entry = self.leases.get(request)
+        entry = self.lease_of(request)
         if entry is not None and entry.stream >= BROWSER_FIRST_STREAM and is_render_failure(exc):
             return self._render_failed(request, entry, exc)
         return None

@@ -158,7 +158,12 @@ class StreamsScheduler(BaseScheduler):
         self._leases: dict[Request, LeasedEntry] = {}
         #: requests that cannot travel (see unserializable.py): kept in the ready queues with no lease
         self.unserializable = UnserializablePolicy(config.unserializable, config.crawl)
-        self.answers = Answers(config, robots or RobotsAgent(False), self._leases, self.ready, self._site_of, self.counts.inc)
+        self.answers = Answers(
+            config, robots or RobotsAgent(False), lease_of=self._leases.get, slot_leaving=self.ready.slot_leaving,
+            site_of=self._site_of, inc=self.counts.inc,
+        )
+        #: everything the scheduler and the I/O thread share (exchange.py), while open
+        self._x: Exchange | None = None
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
         self._fatal_reported = False
@@ -200,19 +205,6 @@ class StreamsScheduler(BaseScheduler):
         return self._io
 
     @property
-    def _x(self) -> Exchange | None:
-        """Everything the scheduler and the I/O thread share (exchange.py), while open;
-        the ready queues and the answers hold it too."""
-        return self.ready.exchange
-
-    @_x.setter
-    def _x(self, x: Exchange | None) -> None:
-        self._share(x)
-
-    def _share(self, x: Exchange | None) -> None:
-        self.ready.exchange = self.answers.exchange = x
-
-    @property
     def render_listeners(self) -> list[Callable[[Request, float], None]]:
         """Called on the reactor thread with (request, seconds in the downloader) for every
         browser task that leaves the downloader, rendered or not."""
@@ -225,7 +217,7 @@ class StreamsScheduler(BaseScheduler):
         """Connect and set the crawl up, then start the I/O thread. None once started; a
         Deferred that fires once started if Redis refuses writes for now (start_wait.py)."""
         cfg = self.config
-        self.spider = self.answers.spider = spider
+        self.spider = spider
         self.codec = codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
         client = connect_worker(cfg)
@@ -253,9 +245,8 @@ class StreamsScheduler(BaseScheduler):
         """The crawl is set up in Redis and the node announced: start the I/O thread."""
         cfg = self.config
         self.frontier = frontier
-        self.answers.redis_now = frontier.clock.estimate
-        x = Exchange()
-        self._share(x)
+        x = self._x = self.ready.exchange = Exchange()
+        self.answers.start(spider, x, frontier.clock.estimate)
         # longer than any cycle that is only slow: every command of it may take a socket timeout
         self.watchdog = Watchdog(x, max(cfg.lease_seconds, 3 * cfg.socket_timeout_seconds))
         # in the node record: lost if this worker dies
@@ -310,11 +301,11 @@ class StreamsScheduler(BaseScheduler):
         unstarted = self._hand_back_unstarted() + self._hand_back_in_progress()
         self.ready.local_busy.clear()
         self.ready.busy.clear()
-        self.answers.clear()
+        self.answers.stop()
         flushed = io.finish(timeout=30.0)
         self.counts.apply(self._x)
         self._io = None
-        self._share(None)
+        self._x = self.ready.exchange = None
         failure = self.unserializable.failure()
         if failure is not None:
             logger.error("%s", failure, extra={"spider": self.spider})
@@ -334,7 +325,7 @@ class StreamsScheduler(BaseScheduler):
         for the lease to expire. Requests in progress may finish (see _shutdown_timed_out)."""
         if self._io is None:
             return
-        self.answers.shutting_down = True
+        self.answers.begin_shutdown()
         self._io.stop_leasing()
         n = self._hand_back_unstarted()
         if n or self._leases:
@@ -380,11 +371,9 @@ class StreamsScheduler(BaseScheduler):
         codec = self.codec
         if codec is None:
             raise RuntimeError("StreamsScheduler.enqueue_request() called before open()")
-        swallowed = self.answers.swallowed
-        if swallowed and request in swallowed:
+        if self.answers.take_swallowed(request):
             # a browser task whose failed delivery ended its download: its lease ends in
             # request_done, and the frontier delivers it again
-            swallowed.discard(request)
             return True
         url_key = None
         x = self._x
@@ -480,9 +469,7 @@ class StreamsScheduler(BaseScheduler):
         if ready.fair.parked:
             ready.slot_leaving(request)
         entry = self._leases.pop(request, None)
-        failures = self.answers.failed
-        marked = bool(failures) and request in failures
-        failed = failures.pop(request) if marked else None
+        marked, failed = self.answers.take_failure(request)
         if entry is None:
             site = ready.local_busy.pop(request, None)
             if site is not None:
