@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 import scrapy
+from scrapy.http import HtmlResponse
 
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP
@@ -101,3 +102,80 @@ def test_a_lease_reply_is_applied_in_the_cycle_that_asked(worker: InProcessWorke
     worker.run_cycle()  # the enqueues, and a lease call behind them in the same pipeline
     result = worker.until(lambda: worker.exchange.arrivals and worker.io.leases.total, cycles=20, what="a lease")
     assert result == 3 and len(worker.exchange.arrivals) == 3
+
+
+def test_a_429_with_retry_after_pauses_its_site_for_every_worker_in_the_next_cycle(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """Retry-After routing: the answer delays the retry (meta not_before, Redis time) and the next cycle pauses the site in Redis, not waiting for the feedback interval."""
+    s = worker.scheduler
+    for i in range(2):
+        s.enqueue_request(scrapy.Request(f"http://slow.test/{i}"))
+    request = worker.next_request()
+    response = HtmlResponse(request.url, status=429, headers={"Retry-After": "30"}, request=request)
+    s.answers.on_response_downloaded(response, request, s.spider)
+    redis_now = worker.io.frontier.clock.now()
+    assert 29 <= request.meta["not_before"] - redis_now <= 31
+    worker.run_cycle()
+    policy = Frontier(r, crawl).site("slow.test").policy
+    until_ms = int(r.hget(policy, "a_until") or 0)
+    assert 29_000 <= until_ms - redis_now * 1000 <= 31_000
+
+
+@pytest.mark.targets("bitmap")  # ACL SETUSER on one server; the refusal path does not depend on the target
+def test_a_refused_heartbeat_does_not_hold_up_leases_or_acks(redis_url: str, dedupe: str, crawl: str, r: redis.Redis) -> None:
+    """A NOPERM refusal of one command (the heartbeat's PUBLISH) is noted once, and the cycle still enqueues, leases and acks."""
+    user = f"nopublish-{crawl}"
+    r.acl_setuser(user, enabled=True, passwords=[f"+{user}"], keys=["*"], channels=["*"], commands=["+@all"])
+    url = redis_url.replace("redis://", f"redis://{user}:{user}@", 1)
+    w = InProcessWorker(url, crawl, dedupe=dedupe)
+    # revoked after the start's rights probe passed: as when an operator tightens the ACL
+    r.acl_setuser(user, commands=["-publish", "-spublish"])
+    try:
+        s = w.scheduler
+        s.enqueue_request(scrapy.Request("http://a.test/1"))
+        request = w.next_request()
+        s.request_done(request)
+        w.settle()
+        refused = [what for what, _ in w.io.trouble.refusals.counts]
+        assert refused == ["heartbeat"], refused
+        assert Frontier(r, crawl).status("a.test").is_empty
+    finally:
+        w.close()
+        r.acl_deluser(user)
+
+
+@pytest.mark.targets("bitmap", "redisbloom")  # wraps a plain client's pipeline
+def test_a_lost_pipeline_reply_loses_nothing_and_leaves_no_orphan_lease(worker: InProcessWorker, r: redis.Redis, crawl: str) -> None:
+    """Redis runs a cycle whose reply is lost: the enqueues are sent again (dedupe drops them) and the leases it granted are handed back, so each request is crawled once."""
+    s = worker.scheduler
+    for i in range(3):
+        s.enqueue_request(scrapy.Request(f"http://lost.test/{i}"))
+    client = worker.io.frontier.client
+    real_pipeline = client.pipeline
+
+    def losing_pipeline(*args: object, **kwargs: object) -> object:
+        pipe = real_pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        def execute_then_lose(*a: object, **k: object) -> object:
+            execute(*a, **k)  # Redis ran every command
+            raise redis.ConnectionError("reply lost")
+
+        pipe.execute = execute_then_lose
+        return pipe
+
+    client.pipeline = losing_pipeline
+    worker.run_cycle()  # enqueued and leased in Redis; the worker saw neither
+    client.pipeline = real_pipeline
+    assert len(worker.io.gate.unconfirmed) == 3 and worker.io.leases.total == 0
+    urls = set()
+    for _ in range(3):
+        request = worker.next_request()
+        urls.add(request.url)
+        s.request_done(request)
+    worker.settle()
+    assert urls == {f"http://lost.test/{i}" for i in range(3)}
+    status = Frontier(r, crawl).status("lost.test")
+    assert (status.backlog, status.pending) == (0, 0)
+    assert (status.stats.get("enqueued"), status.stats.get("acked")) == (3, 3), status.stats
