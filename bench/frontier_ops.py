@@ -23,8 +23,8 @@ import msgpack
 import redis
 
 from streams_sched.frontier.client import Frontier
-from streams_sched.frontier.records import BloomParams, Entry
-from streams_sched.frontier.replies import parse_lease
+from streams_sched.frontier.records import BloomParams, Entry, ShardLease
+from streams_sched.frontier.scripts import Call, ack, enqueue, lease
 
 __all__ = ["run_frontier_ops"]
 
@@ -61,7 +61,7 @@ def _enqueue_all(f: Frontier, sites: list[str], fps: list[bytes], per_site_batch
         for i, site in enumerate(sites):
             items = [Entry(fp, 1, 0, payload) for fp in chunk[i :: len(sites)]]
             if items:
-                f.enqueue(site, items, pipe)
+                enqueue.call(f, [(site, items)]).queue(pipe)
         pipe.execute()
 
 
@@ -78,19 +78,25 @@ def streams_lease_ack(client: redis.Redis, n: int, per_site_batch: int) -> float
     while True:
         pipe = client.pipeline(transaction=False)
         for site, entries in acks.items():
-            f.ack(site, entries, pipe)
-        for site in sites:
-            f.lease(site, "bench", per_site_batch, weights, max_suspects=0, pipe=pipe)
+            ack.call(f, [(site, entries, None)]).queue(pipe)
+        leases = [_lease_one(f, site, "bench", per_site_batch, weights) for site in sites]
+        for call in leases:
+            call.queue(pipe)
         replies = pipe.execute()[len(acks) :]
         acks = {}
-        for site, reply in zip(sites, replies, strict=True):
-            r = parse_lease(site, reply)
-            if r.entries:
+        for site, call, reply in zip(sites, leases, replies, strict=True):
+            r = call.parse(reply).sites[0]
+            if r is not None and r.entries:
                 acks[site] = [(e.stream, e.id) for e in r.entries]
                 done += len(r.entries)
         if not acks:
             break
     return done / (time.perf_counter() - t)
+
+
+def _lease_one(f: Frontier, site: str, consumer: str, n: int, weights: tuple[int, int, int]) -> Call[ShardLease]:
+    """A lease.lua call for up to ``n`` http entries of one site."""
+    return lease.call(f, f.site(site).shard or 0, consumer, [(site, n, n, 0)], weights, max_suspects=0)
 
 
 def scrapy_redis_enqueue(client: redis.Redis, n: int) -> float:

@@ -35,7 +35,7 @@ from streams_sched.connect.clients import connect, is_cluster_client
 from streams_sched.frontier.bloom import crawl_bloom
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.replies import parse_lease
+from streams_sched.frontier.scripts import ack, enqueue, lease
 from streams_sched.testing import RedisServer, find_redisbloom
 from streams_sched.wire.codec import RequestCodec
 from tests.redis_tools import LocalCluster
@@ -79,7 +79,7 @@ def seed(url: str, crawl: str) -> None:
     f.register_sites(sites, pipe)
     for site in sites:
         items = [Entry(fp(f"{site}/seed{j}"), 1, 0, payload(f"http://{site}/seed{j}")) for j in range(SEED_PER_SITE)]
-        f.enqueue(site, items, pipe)
+        enqueue.call(f, [(site, items)]).queue(pipe)
     pipe.execute()
 
 
@@ -107,16 +107,21 @@ def client_loop(url: str, crawl: str, n: int, seconds: float, out: Any) -> None:
                 dups = known[site][-50:] or [fp(new)]
                 links += [Entry(rng.choice(dups), 1, 0, b"dup") for _ in range(2)]
                 known[site].append(fp(new))
-            f.enqueue(site, links, pipe)
-            f.ack(site, [(e.stream, e.id) for e in entries], pipe)
+            enqueue.call(f, [(site, links)]).queue(pipe)
+            ack.call(f, [(site, [(e.stream, e.id) for e in entries], None)]).queue(pipe)
         asked = rng.sample(sites, SITES_PER_CYCLE)
-        for site in asked:
-            f.lease(site, consumer, PER_SITE, (8, 3, 1), pipe=pipe)
+        leases = [
+            lease.call(f, f.site(site).shard or 0, consumer, [(site, PER_SITE, PER_SITE, 0)], (8, 3, 1))
+            for site in asked
+        ]
+        for call in leases:
+            call.queue(pipe)
         replies = pipe.execute()
         pages += len(held)
         held = []
-        for site, reply in zip(asked, replies[-SITES_PER_CYCLE:], strict=True):
-            held += parse_lease(site, reply).entries
+        for call, reply in zip(leases, replies[-SITES_PER_CYCLE:], strict=True):
+            part = call.parse(reply).sites[0]
+            held += part.entries if part is not None else []
         cycles += 1
     out.put({"pages": pages, "cycles": cycles, "seconds": time.monotonic() - start})
 

@@ -42,16 +42,18 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import structlog
 from redis.exceptions import NoScriptError
 
-from streams_sched.frontier.client import NO_MASK, Frontier
+from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.indexes import due_delays, ready_sites, server_ms
 from streams_sched.frontier.keys import health_key
-from streams_sched.frontier.replies import parse_claim
+from streams_sched.frontier.scripts import Call, claim, promote
+from streams_sched.frontier.scripts.claim import NO_MASK, ClaimReply
 from streams_sched.service.daemon import (
     TRANSIENT,
     MetricsServer,
@@ -67,6 +69,8 @@ from .metrics import ReclaimerMetrics
 from .prune import prune as prune_consumers
 from .results import CrawlPass, PassResult
 from .settings import DEFAULT_LEASE_S, DEFAULT_MAX_DELIVERIES, ReclaimerSettings
+
+R = TypeVar("R")
 
 __all__ = ["Reclaimer"]
 
@@ -241,42 +245,45 @@ class Reclaimer:
         """Requeue the expired leases of these sites (again while a call fills its batch)."""
         s = self.settings
 
-        def queue(site: str, pipe: Any) -> None:
-            f.claim(site, s.consumer, lease_ms, s.batch, max_deliveries, "requeue", NO_MASK, pipe=pipe)
+        def build(site: str) -> Call[ClaimReply]:
+            return claim.call(f, site, s.consumer, lease_ms, s.batch, max_deliveries, "requeue", NO_MASK)
 
-        def done(site: str, reply: Any) -> bool:
-            taken, dead, _ = parse_claim(site, reply)
-            out.requeued += taken
-            out.dead_lettered += dead
-            if taken or dead:
+        def done(site: str, reply: ClaimReply) -> bool:
+            out.requeued += reply.taken
+            out.dead_lettered += reply.dead
+            if reply.taken or reply.dead:
                 log.info(
-                    "reclaimed", crawl=f.crawl, site=site, requeued=taken, dead_lettered=dead,
+                    "reclaimed", crawl=f.crawl, site=site, requeued=reply.taken, dead_lettered=reply.dead,
                     lease_s=lease_ms / 1000, max_deliveries=max_deliveries,
                 )
-            return taken + dead >= s.batch
+            return reply.taken + reply.dead >= s.batch
 
-        self._calls(f, sites, queue, done)
+        self._calls(f, sites, build, done)
 
     def _promote(self, f: Frontier, sites: list[str], out: CrawlPass) -> None:
         """Move the due delayed requests of these sites into their streams."""
         s = self.settings
 
-        def done(site: str, reply: Any) -> bool:
-            out.promoted += int(reply)
-            return int(reply) >= s.batch
+        def done(site: str, moved: int) -> bool:
+            out.promoted += moved
+            return moved >= s.batch
 
-        self._calls(f, sites, lambda site, pipe: f.promote(site, s.batch, pipe=pipe), done)
+        self._calls(f, sites, lambda site: promote.call(f, site, s.batch), done)
 
-    def _calls(self, f: Frontier, sites: list[str], queue: Any, done: Any) -> None:
-        """One script call per site in one pipeline; again for the sites whose call filled
-        its batch (``done`` says so), at most ``max_calls_per_site`` times."""
+    def _calls(
+        self, f: Frontier, sites: list[str], build: Callable[[str], Call[R]], done: Callable[[str, R], bool]
+    ) -> None:
+        """One script call per site (``build`` makes it) in one pipeline; again for the sites
+        whose call filled its batch (``done`` says so, from the parsed reply), at most
+        ``max_calls_per_site`` times."""
         todo = sites
         calls = 0
         reloaded = False
         while todo and calls < self.settings.max_calls_per_site:
             pipe = f.client.pipeline(transaction=False)
-            for site in todo:
-                queue(site, pipe)
+            built = [build(site) for site in todo]
+            for call in built:
+                call.queue(pipe)
             replies = pipe.execute(raise_on_error=False)
             if any(isinstance(r, NoScriptError) for r in replies) and not reloaded:
                 f.load_scripts()
@@ -285,8 +292,11 @@ class Reclaimer:
             for reply in replies:
                 if isinstance(reply, Exception):
                     raise reply
-            todo = [site for site, reply in zip(todo, replies, strict=True) if done(site, reply)]
+            todo = [
+                site for site, call, reply in zip(todo, built, replies, strict=True) if done(site, call.parse(reply))
+            ]
             calls += 1
+
 
 def _server_time(client: Any) -> float:
     sec, usec = client.time()

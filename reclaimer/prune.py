@@ -19,6 +19,7 @@ from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.indexes import ready_sites
 from streams_sched.frontier.keys import GROUP, STREAMS
 from streams_sched.frontier.replies import text
+from streams_sched.frontier.scripts import prune as prune_script
 from streams_sched.service.liveness import DEFAULT_HEARTBEAT_S, NodeState
 
 from .logic import nodes_to_forget, prune_candidates
@@ -104,20 +105,23 @@ def _consumers(f: Frontier, chunk: list[str]) -> list[Rows]:
 def _remove(f: Frontier, plans: list[tuple[str, list[tuple[int, str]]]], out: CrawlPass) -> None:
     """prune.lua for each (site, consumers) in one round trip."""
     pipe = f.client.pipeline(transaction=False)
-    for site, victims in plans:
-        f.prune(site, victims, pipe=pipe)
-    for (site, victims), reply in zip(plans, pipe.execute(raise_on_error=False), strict=True):
+    calls = [prune_script.call(f, site, victims) for site, victims in plans]
+    for call in calls:
+        call.queue(pipe)
+    for (site, victims), call, reply in zip(plans, calls, pipe.execute(raise_on_error=False), strict=True):
         if isinstance(reply, NoScriptError):
             f.load_scripts()
-            reply = f.prune(site, victims)
+            removed = call.run()
         elif isinstance(reply, Exception):
             raise reply
-        if int(reply):
+        else:
+            removed = call.parse(reply)
+        if removed:
             log.info(
-                "consumers_removed", crawl=f.crawl, site=site, removed=int(reply),
+                "consumers_removed", crawl=f.crawl, site=site, removed=removed,
                 consumers=sorted({name for _, name in victims}),
             )
-        out.consumers_removed += int(reply)
+        out.consumers_removed += removed
 
 
 def _per_shard(f: Frontier, sites: Any) -> list[list[str]]:

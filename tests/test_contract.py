@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from streams_sched.frontier import keys, script_keys
+from streams_sched.frontier import keys
 from streams_sched.frontier.client import NO_MASK
 from streams_sched.frontier.keys import BANDS, SITE_TASK, STREAMS, CrawlKeys, ShardKeys, SiteKeys
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.scripts import SCRIPT_NAMES, read_lua
+from streams_sched.frontier.scripts import SCRIPT_NAMES, TABLE, read_lua
 
 from helpers import frontier, queued
 
@@ -116,15 +116,16 @@ def test_keys_builder_mirrors_the_script_header(name: str) -> None:
     assert rows, f"{name}.lua has no KEYS header"
     multi = any(group for _, _, _, group in rows)
     crawl_level = all(role in crawl_roles(CrawlKeys("c")) for _, _, role, _ in rows)
+    builder = TABLE[name].keys
     if name == "enqueue":
-        built = script_keys.enqueue(shard, list(zip(sites, filters, strict=True)))
+        built = builder(shard, list(zip(sites, filters, strict=True)))
     elif crawl_level:
-        built = script_keys.BUILDERS[name](CrawlKeys("c"))
+        built = builder(CrawlKeys("c"))
     elif multi:
-        built = script_keys.BUILDERS[name](shard, sites)
+        built = builder(shard, sites)
     else:
         sites, filters = sites[:1], filters[:1]
-        built = script_keys.BUILDERS[name](sites[0])
+        built = builder(sites[0])
     expected: list[str] = []
     for first, last, role, group in rows:
         assert first == len(expected) + 1, f"{name}.lua: KEYS[{first}] does not follow KEYS[{len(expected)}]"
@@ -168,29 +169,40 @@ def test_stream_codes_in_script_headers(name: str) -> None:
         assert (int(first), int(last)) == (keys.stream_code(SITE_TASK), keys.stream_code(SITE_TASK + len(BANDS) - 1))
 
 
-FRONTIER_SCRIPT_CALLERS = {
-    "streams_sched/frontier/client.py",
-    "streams_sched/frontier/reads.py",
-    "streams_sched/frontier/scripts/__init__.py",
-    "streams_sched/frontier/seeding/packing.py",
-    "streams_sched/frontier/seeding/send.py",
-}
+#: where a script may be registered, or called other than through a module's Call
+SCRIPT_HOME = "streams_sched/frontier/scripts/"
+#: seeding/ packs enqueue.lua calls as Redis protocol itself, keys and ARGV head from
+#: scripts/enqueue.py, on the one path where redis-py's packing costs more than the call
+#: (a million seeds)
+PACKED_CALLERS = {"streams_sched/frontier/seeding/packing.py", "streams_sched/frontier/seeding/send.py"}
 
 
-def test_only_frontier_calls_scripts() -> None:
-    """Scripts run only through Frontier: no other module calls or registers one."""
-    pattern = re.compile(r"scripts\.call\(|\.scripts\.(?!load\(\))\w+|register_script|execute_command\(\s*\"EVALSHA")
+def test_scripts_run_only_through_their_modules() -> None:
+    """No module outside scripts/ registers a script or sends EVALSHA itself: every call is
+    a Call a script's module builds (the Seeder's packed calls aside)."""
+    pattern = re.compile(r"register_script|\.evalsha|execute_command\(\s*\"EVALSHA|\.scripts\[")
     offenders = []
     for folder in ("streams_sched", "reclaimer", "monitor"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            # seeding/ packs enqueue.lua calls as Redis protocol itself, keys from script_keys,
-            # on the one path where redis-py's packing costs more than the call (a million seeds)
-            if path.relative_to(ROOT).as_posix() in FRONTIER_SCRIPT_CALLERS:
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(SCRIPT_HOME) or rel in PACKED_CALLERS:
                 continue
             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 if pattern.search(line):
-                    offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+                    offenders.append(f"{rel}:{n}: {line.strip()}")
     assert offenders == []
+
+
+def test_every_script_has_a_module_and_a_table_line() -> None:
+    """Each lua/*.lua script has its module in scripts/ and its line in TABLE, and the
+    other way round; each module has its KEYS builder, ARGV builder, parser and call."""
+    lua = {p.stem for p in (ROOT / "streams_sched/frontier/lua").glob("*.lua")}
+    modules = {p.stem for p in (ROOT / SCRIPT_HOME).glob("*.py") if not p.stem.startswith("_")}
+    assert lua == modules == set(TABLE)
+    for name, module in TABLE.items():
+        assert module.__name__.rsplit(".", 1)[1] == name
+        for part in ("keys", "args", "parse", "call"):
+            assert callable(getattr(module, part, None)), f"scripts/{name}.py has no {part}()"
 
 
 @pytest.mark.cluster
@@ -218,6 +230,7 @@ def test_default_policy_fields_are_lease_argv_order() -> None:
     import redis
 
     from streams_sched.frontier.client import DEFAULT_POLICY_FIELDS, Frontier
+    from streams_sched.frontier.scripts import lease
     from streams_sched.politeness.policy import POLICY_FIELDS
 
     assert set(DEFAULT_POLICY_FIELDS) <= set(POLICY_FIELDS)
@@ -234,7 +247,7 @@ def test_default_policy_fields_are_lease_argv_order() -> None:
     f = Frontier(redis.Redis(), "c", shards=4)  # (registering scripts needs no server)
     f.default_policy = tuple(f"<{name}>" for name in DEFAULT_POLICY_FIELDS)
     pipe = Recorder()
-    f.lease_shard(0, "n1", [("s.test", 1, 1, 0)], (1, 1, 1), pipe=pipe)
+    lease.call(f, 0, "n1", [("s.test", 1, 1, 0)], (1, 1, 1)).queue(pipe)  # type: ignore[arg-type]
     n_keys = int(pipe.command[2])  # EVALSHA sha numkeys keys... args...
     argv = pipe.command[3 + n_keys :]
     assert list(argv[first - 1 : last]) == list(f.default_policy)

@@ -30,10 +30,10 @@ def out(i: int | str, stream: int = 1, delay_ms: int = 0, dedupe: bool = True) -
 def test_enqueue_adds_each_fingerprint_once(redis_url: str, dedupe: str, crawl: str) -> None:
     """A fingerprint seen before is dropped, within a batch and across batches."""
     f = frontier(redis_url, crawl, dedupe)
-    added, dups, delayed, flags = f.enqueue("a.test", [out(1), out(2), out(1)])
-    assert (added, dups, delayed, flags) == (2, 1, 0, b"110")
-    added, dups, _, flags = f.enqueue("a.test", [out(2), out(3)])
-    assert (added, dups, flags) == (1, 1, b"01")
+    reply = f.enqueue("a.test", [out(1), out(2), out(1)])
+    assert (reply.added, reply.duplicates, reply.delayed, reply.flags) == (2, 1, 0, b"110")
+    reply = f.enqueue("a.test", [out(2), out(3)])
+    assert (reply.added, reply.duplicates, reply.flags) == (1, 1, b"01")
     assert f.status("a.test").backlog == 3  # (a small site's requests may wait in its shard's inbox)
 
 
@@ -45,27 +45,23 @@ def test_dont_filter_skips_dedupe(redis_url: str, dedupe: str, crawl: str) -> No
 
 def test_sites_dedupe_independently(redis_url: str, dedupe: str, crawl: str) -> None:
     """Each site has its own seen filter, also beside another site of its shard in one call."""
-    from streams_sched.frontier.replies import parse_enqueue
-
     f = frontier(redis_url, crawl, dedupe)
     assert f.enqueue("a.test", [out(1)])[0] == 1
     assert f.enqueue("b.test", [out(1)])[0] == 1
     assert f.site("a.test").shard == f.site("s.test").shard  # one enqueue.lua call serves both
     parts = f.enqueue_shard([("a.test", [out(2), out(1)]), ("s.test", [out(2), out(1)])])
-    assert [parse_enqueue(p)[:2] for p in parts] == [(1, 1), (2, 0)]
+    assert [(p.added, p.duplicates) for p in parts] == [(1, 1), (2, 0)]
 
 
 def test_a_site_that_comes_twice_in_one_call_is_deduped_and_queued_across_its_parts(
     redis_url: str, dedupe: str, crawl: str
 ) -> None:
     """A new site split over two parts of one call: the second part sees the first's fingerprints and queue."""
-    from streams_sched.frontier.replies import parse_enqueue
-
     f = frontier(redis_url, crawl, dedupe)
     first = [out(i) for i in range(10)]
     second = [out(i) for i in range(5, 15)]  # 5 repeats, and past the inbox's room
     parts = f.enqueue_shard([("a.test", first), ("s.test", [out(1)]), ("a.test", second)])
-    assert [parse_enqueue(p)[:2] for p in parts] == [(10, 0), (1, 0), (5, 5)]
+    assert [(p.added, p.duplicates) for p in parts] == [(10, 0), (1, 0), (5, 5)]
     assert sorted(queued(f, "a.test", "http")) == sorted(f"payload-{i}".encode() for i in range(15))
     assert f.enqueue("a.test", [out(i) for i in range(16)])[:2] == (1, 15)
     assert set(f.sites()) == {"a.test", "s.test"}
@@ -81,7 +77,7 @@ def test_a_policy_set_before_a_site_has_work_applies_to_its_first_requests(
     f = frontier(redis_url, crawl, dedupe)
     set_policy(f, "p.test", {"task_type": "browser", "max_pages": 2})
     reply = f.enqueue("p.test", [Entry(fp(i), stream_for(None, 1), 0, b"p%d" % i) for i in range(3)])
-    assert reply[0] == 2 and reply[3] == b"11c"
+    assert reply.added == 2 and reply.flags == b"11c" and reply.over_cap == 1
     assert queued(f, "p.test", "browser") == [b"p0", b"p1"] and queued(f, "p.test", "http") == []
 
 
@@ -329,9 +325,9 @@ def test_failed_deliveries_go_back_counted_then_to_dead_letters_with_the_reason(
     for n in range(3):
         [e] = f.lease("a.test", f"w{n}", 1, (1, 1, 1), max_browser=1, max_suspects=1).entries
         assert (e.stream, e.deliveries, e.payload) == (browser, n, b"payload-page")
-        assert f.fail("a.test", "someone-else", 3, [(e.stream, e.id, "not theirs")]) == [0, 0]
-        assert f.fail("a.test", f"w{n}", 3, [(e.stream, e.id, "TimeoutError: Page.goto: Timeout 1000ms exceeded.")]) == (
-            [1, 0] if n < 2 else [0, 1])
+        assert f.fail("a.test", "someone-else", 3, [(e.stream, e.id, "not theirs")]) == (0, 0)
+        reply = f.fail("a.test", f"w{n}", 3, [(e.stream, e.id, "TimeoutError: Page.goto: Timeout 1000ms exceeded.")])
+        assert (reply.requeued, reply.dead) == ((1, 0) if n < 2 else (0, 1))
     st = f.status("a.test")
     assert (st.backlog, st.pending, st.dead_letters) == (0, 0, 1)
     [letter] = f.dead_letters("a.test")

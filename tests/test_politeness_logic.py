@@ -14,6 +14,7 @@ import pytest
 from streams_sched.connect.clients import connect
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.records import Entry
+from streams_sched.frontier.scripts.feedback import FeedbackReply
 from streams_sched.frontier.sitekey import site_keyer
 from streams_sched.politeness.adaptive import (
     EffectiveRate,
@@ -59,18 +60,17 @@ def state(f: Frontier) -> dict[str, str]:
 
 
 def feedback(f: Frontier, ok: int = 0, throttled: int = 0, timeouts: int = 0, retry_ms: int = 0,
-             robots: str = "", params: tuple[Any, ...] = PARAMS) -> list[Any]:
-    reply: list[Any] = f.feedback(SITE, (ok, throttled, timeouts, retry_ms), robots, params)
-    return reply
+             robots: str = "", params: tuple[Any, ...] = PARAMS) -> FeedbackReply:
+    return f.feedback(SITE, (ok, throttled, timeouts, retry_ms), robots, params)
 
 
 def test_congestion_cuts_the_rate_once_per_cooldown_and_never_below_the_floor(f: Frontier) -> None:
     """A 429 multiplies the effective rate by the decrease factor; more 429s within the
     cooldown do not cut again; after it they do, down to the floor and no further."""
     set_policy(f, SITE, {"rate": 10})
-    assert feedback(f, throttled=1)[3] == 1
+    assert feedback(f, throttled=1).cut
     assert float(state(f)["a_rate"]) == pytest.approx(7.0)
-    assert feedback(f, throttled=3)[3] == 0  # answers to requests sent before the cut
+    assert not feedback(f, throttled=3).cut  # answers to requests sent before the cut
     assert float(state(f)["a_rate"]) == pytest.approx(7.0)
     f.client.hset(f.site(SITE).policy, "a_cut", now_ms(f) - 1500)
     feedback(f, timeouts=1)
@@ -127,8 +127,7 @@ def test_retry_after_pauses_the_site_for_every_worker(f: Frontier) -> None:
     and tells the worker how long to wait."""
     f.enqueue(SITE, [Entry(b"", 1, 0, b"payload")])
     f.politeness = "a"
-    reply = feedback(f, throttled=1, retry_ms=3000)
-    until = int(reply[1])
+    until = feedback(f, throttled=1, retry_ms=3000).paused_until_ms
     assert 2500 <= until - now_ms(f) <= 3000
     lease = f.lease(SITE, "c1", 5, (8, 3, 1))
     assert lease.entries == [] and 2000 <= lease.wait_ms <= 3000
@@ -176,10 +175,10 @@ def test_page_cap_drops_and_counts_and_a_live_change_applies(f: Frontier) -> Non
     set_policy(f, SITE, {"max_pages": 3})
     out = [Entry(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5)]
     reply = f.enqueue(SITE, [*out, Entry(b"", 1, 0, b"retry")])
-    assert reply[0] == 4 and reply[3] == b"111cc1"
+    assert reply.added == 4 and reply.flags == b"111cc1" and reply.over_cap == 2
     set_policy(f, SITE, {"max_pages": 6})
     reply = f.enqueue(SITE, [Entry(hashlib.sha1(b"%d" % i).digest(), 1, 0, b"p") for i in range(5, 10)])
-    assert reply[0] == 3 and reply[3] == b"111cc"
+    assert reply.added == 3 and reply.flags == b"111cc"
     stats = f.client.hgetall(f.site(SITE).stats)
     assert stats[b"pages"] == b"6" and stats[b"over_cap"] == b"4"
 
@@ -402,8 +401,8 @@ def test_late_429s_do_not_cut_below_what_the_site_served(f: Frontier) -> None:
     now = now_ms(f)
     put(f, {"a_rate": "14", "a_cut": now - 5000, "o_ts": now, "o_n": 0, "o_ok": 0,
                                 "o_rate": "30", "o_okrate": "20"})
-    assert feedback(f, throttled=2)[3] == 0
+    assert not feedback(f, throttled=2).cut
     assert float(state(f)["a_rate"]) == pytest.approx(14.0)
     put(f, {"o_okrate": "14"})  # the site now serves only what it is sent
-    assert feedback(f, throttled=1)[3] == 1
+    assert feedback(f, throttled=1).cut
     assert float(state(f)["a_rate"]) == pytest.approx(9.8)

@@ -82,7 +82,7 @@ def test_monitor_rules_are_read_only(plain_redis_url: str, crawl: str) -> None:
         for write in (
             lambda: ro.xadd(f.site("a.test").stream("http", "high"), {"r": "x"}),
             lambda: ro.hset(CrawlKeys(crawl).nodes, "n", "x"),
-            lambda: ro.evalsha(f.scripts.ack.sha, 0),
+            lambda: ro.evalsha(f.scripts["ack"].sha, 0),
             lambda: ro.script_load("return 1"),
         ):
             with pytest.raises(redis.exceptions.NoPermissionError):

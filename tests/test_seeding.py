@@ -25,7 +25,7 @@ from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import entry_for, facts_agree, url_facts
 from streams_sched.frontier.keys import STREAMS, shard_of
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.replies import parse_enqueue
+from streams_sched.frontier.scripts import enqueue
 from streams_sched.frontier.seeding.send import SeedKeys
 from streams_sched.frontier.seeding.wire import Wire
 from streams_sched.politeness.policy import set_policy
@@ -106,7 +106,7 @@ def test_seed_fingerprints_like_the_worker(plain_redis_url: str, crawl: str) -> 
     client = connect(plain_redis_url)
     f = Frontier(client, crawl, crawl_bloom(client, crawl))
     worker_fp = RequestFingerprinter().fingerprint(Request("http://a.test/p?a=1&b=2"))
-    added, dups, _, _ = f.enqueue("a.test", [Entry(worker_fp, 1, 0, b"x")])
+    added, dups, *_ = f.enqueue("a.test", [Entry(worker_fp, 1, 0, b"x")])
     assert (added, dups) == (0, 1)
 
 
@@ -290,14 +290,14 @@ def test_custom_fingerprinter_turns_the_plain_url_path_off(plain_redis_url: str,
 
 
 def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Entry]]], seed: bool) -> bytes:
-    """What redis-py sends for Frontier.enqueue_shard of these sites."""
+    """What redis-py sends for the enqueue.lua call of these sites."""
 
     class Capture:
         def execute_command(self, *args: Any) -> None:
             self.args = args
 
     pipe = Capture()
-    frontier.enqueue_shard(sites, pipe, seed=seed)
+    (enqueue.seed_call if seed else enqueue.call)(frontier, sites).queue(pipe)  # type: ignore[operator]
     return bytes(hiredis.pack_command(pipe.args))
 
 
@@ -329,10 +329,10 @@ def test_seed_keys_leave_a_site_that_needs_more_untouched(plain_redis_url: str, 
     f.enqueue("old.test", [Entry(b"f" * 16, DEFAULT, 0, b"old")])
     before = client.hgetall(f.site("old.test").stats)
     many = [Entry(b"%016d" % i, DEFAULT, 0, b"b%d" % i) for i in range(9)]
-    parts = f.enqueue_shard([("old.test", [Entry(b"g" * 16, DEFAULT, 0, b"again")]), (big, many),
-                             (new, [Entry(b"h" * 16, DEFAULT, 0, b"new")])], seed=True)
-    assert parts[:2] == [[], []]
-    assert parse_enqueue(parts[2])[:3] == (1, 0, 0)
+    parts = enqueue.seed_call(f, [("old.test", [Entry(b"g" * 16, DEFAULT, 0, b"again")]), (big, many),
+                                  (new, [Entry(b"h" * 16, DEFAULT, 0, b"new")])]).run()
+    assert parts[:2] == [None, None]
+    assert parts[2] is not None and parts[2][:3] == (1, 0, 0)
     assert client.hgetall(f.site("old.test").stats) == before
     assert _entries(client, crawl, "old.test", "http") == [b"old"] and _entries(client, crawl, big, "http") == []
     assert not client.sismember(f.site(big).index.sites, big)

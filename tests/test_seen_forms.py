@@ -80,7 +80,7 @@ def test_conversion_in_one_batch_bigger_than_the_set(redis_url: str, dedupe: str
     """One batch that alone overflows the exact set converts at once and drops in-batch repeats."""
     f = frontier(redis_url, crawl, dedupe, capacity=4000)
     names = [f"v{i}" for i in range(EXACT_MAX + 200)]
-    added, dups, _, _ = f.enqueue("one.test", batch(names + names[:10]))
+    added, dups, *_ = f.enqueue("one.test", batch(names + names[:10]))
     assert dups >= 10 and added + dups == len(names) + 10
     assert form(f, "one.test")[1] == "8"
     assert f.enqueue("one.test", batch(names))[1] == len(names)

@@ -12,7 +12,6 @@ import pytest
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP, STREAMS, TASK_TYPES, stream_for
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.replies import parse_shard_lease
 from streams_sched.politeness.policy import pause_site, resume_site, set_policy
 
 from helpers import frontier, inbox_of, wait_for
@@ -51,7 +50,7 @@ def ready_score(f: Frontier, site: str, task: str = "http") -> float | None:
 
 def named(f: Frontier, shard: int, tasks: str = "hb") -> list[str]:
     """The ready sites one lease call of ``shard`` names (it leases nothing)."""
-    return parse_shard_lease([], f.lease_shard(shard, "w", [], WEIGHTS, name=8, tasks=tasks)).named
+    return f.lease_shard(shard, "w", [], WEIGHTS, name=8, tasks=tasks).named
 
 
 def test_one_url_to_a_fresh_site_waits_in_the_inbox_until_the_ninth(redis_url: str, dedupe: str, crawl: str) -> None:
@@ -136,7 +135,7 @@ def test_one_lease_call_serves_several_sites_within_its_budget(redis_url: str, d
     shard = f.site(a).shard
     assert shard is not None
     plans = [(a, 2, 2, 0), (b, 5, 5, 0), (c, 5, 5, 0)]
-    reply = parse_shard_lease([a, b, c], f.lease_shard(shard, "w1", plans, WEIGHTS, name=8, budget=5))
+    reply = f.lease_shard(shard, "w1", plans, WEIGHTS, name=8, budget=5)
     got = [None if r is None else len(r.entries) for r in reply.sites]
     assert got == [2, 3, None]  # a's max, then what the budget left for b; c untouched
     assert [f.status(s).pending for s in (a, b, c)] == [2, 3, 0]
@@ -193,8 +192,7 @@ def test_a_paused_site_is_not_named_until_it_is_resumed(redis_url: str, dedupe: 
     assert shard is not None
 
     def lease() -> Any:
-        reply = f.lease_shard(shard, "w1", [("a.test", 5, 5, 0)], WEIGHTS, name=8, paused_wait_ms=300)
-        return parse_shard_lease(["a.test"], reply)
+        return f.lease_shard(shard, "w1", [("a.test", 5, 5, 0)], WEIGHTS, name=8, paused_wait_ms=300)
 
     for _ in range(2):
         looked = redis_ms(f)
@@ -281,14 +279,14 @@ def test_new_sites_move_into_the_ready_index_as_lease_calls_name_them(redis_url:
     for s in sites:
         f.enqueue(s, [out(s)])
     assert f.client.llen(ix.freshes[0]) == 200 and f.client.zcard(ix.ready("http")) == 0
-    first = parse_shard_lease([], f.lease_shard(shard, "w1", [], WEIGHTS, name=8, spread=0))
+    first = f.lease_shard(shard, "w1", [], WEIGHTS, name=8, spread=0)
     assert set(first.named) <= set(sites[:64])
     assert f.client.zcard(ix.ready("http")) == 64 and f.client.llen(ix.freshes[0]) == 136
     served: list[str] = []
     names = first.named
     for _ in range(100):
         plans = [(s, 1, 1, 0) for s in names]
-        reply = parse_shard_lease(names, f.lease_shard(shard, "w1", plans, WEIGHTS, name=8, spread=0))
+        reply = f.lease_shard(shard, "w1", plans, WEIGHTS, name=8, spread=0)
         for s, r in zip(names, reply.sites, strict=True):
             assert r is not None
             served += [s] * len(r.entries)
@@ -318,9 +316,9 @@ def test_new_sites_are_served_while_busy_sites_fill_the_oldest_places(redis_url:
     assert f.client.zcard(ix.ready("http")) == 72 and f.client.llen(ix.freshes[0]) == 8
     named_new: set[str] = set()
     for _ in range(40):
-        reply = parse_shard_lease([], f.lease_shard(shard, "w1", [], WEIGHTS, name=8, spread=0))
+        reply = f.lease_shard(shard, "w1", [], WEIGHTS, name=8, spread=0)
         plans = [(s, 1, 1, 0) for s in reply.named]
-        leased = parse_shard_lease(reply.named, f.lease_shard(shard, "w1", plans, WEIGHTS, name=0))
+        leased = f.lease_shard(shard, "w1", plans, WEIGHTS, name=0)
         for s, r in zip(reply.named, leased.sites, strict=True):
             assert r is not None
             f.ack(s, [(e.stream, e.id) for e in r.entries])

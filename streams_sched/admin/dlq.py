@@ -101,9 +101,9 @@ def iter_letters(frontier: Frontier, site: str, batch: int = 500) -> Iterator[De
     key = frontier.site(site).dlq
     start = "-"
     while True:
-        rows = frontier.client.xrange(key, start, "+", count=batch)
+        rows = frontier.client.xrange(key, start, "+", count=batch) or []
         for entry_id, fields in rows:
-            yield parse_letter(site, entry_id, fields)
+            yield parse_letter(site, entry_id, fields or {})
         if len(rows) < batch:
             return
         start = "(" + text(rows[-1][0])

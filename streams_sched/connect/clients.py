@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 import redis
@@ -29,6 +29,15 @@ from streams_sched.connect.sentinel import sentinel_master
 from streams_sched.connect.server_checks import server_name
 from streams_sched.connect.urls import cluster_nodes, has_cluster_flag, is_sentinel_url, redact, validate_redis_url
 from streams_sched.connect.waiting import Waiter
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline as PlainPipeline
+    from redis.cluster import ClusterPipeline
+
+#: A client :func:`connect` builds: a plain (or Sentinel-managed) Redis, or a Redis Cluster.
+RedisClient: TypeAlias = "redis.Redis | redis.RedisCluster"
+#: A pipeline of either kind of client (``client.pipeline(transaction=False)``).
+Pipeline: TypeAlias = "PlainPipeline | ClusterPipeline"
 
 #: Errors that mean "Redis is not answering right now" (also a cluster mid-failover or
 #: resharding, or sentinels that know no master yet): retry with back-off instead of failing.
@@ -46,6 +55,8 @@ TRANSIENT: tuple[type[BaseException], ...] = (
 
 __all__ = [
     "TRANSIENT",
+    "Pipeline",
+    "RedisClient",
     "connect",
     "connect_ready",
     "describe_nodes",

@@ -1,10 +1,10 @@
 """The frontier in Redis: key names, the Lua scripts, and thin I/O for them.
 
-It owns every key name (:mod:`.keys`), the server-side scripts in ``lua/`` and the KEYS
-each is called with (:mod:`.scripts`, :mod:`.script_keys`), the client with one method
-per script or command (:mod:`.client`) with the daemons' and the CLI's reads and
-clean-up (:mod:`.reads`), what the calls take and give (:mod:`.records`), reading
-replies (:mod:`.replies`), the dedupe back-end (:mod:`.bloom`), the
+It owns every key name (:mod:`.keys`), the server-side scripts in ``lua/`` with one
+module each for their KEYS, ARGV and typed reply (:mod:`.scripts`), the client with one
+method per script or command (:mod:`.client`) with the daemons' and the CLI's reads and
+clean-up (:mod:`.reads`), what the calls take and give (:mod:`.records`), reply values
+as text (:mod:`.replies`), the dedupe back-end (:mod:`.bloom`), the
 daemons' read-only index scans (:mod:`.indexes`), what a site is (:mod:`.sitekey`), the
 one path from a request to a queue entry (:mod:`.entries`), entries into enqueue.lua
 calls (:mod:`.batches`) and the producer side, :class:`Seeder` (:mod:`.seeding`).

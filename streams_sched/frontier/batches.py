@@ -21,23 +21,24 @@ have no worker yet); the feed registers its dead-letter site.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
+from streams_sched.connect.clients import Pipeline, RedisClient
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import shard_of
 from streams_sched.frontier.records import Entry
+from streams_sched.frontier.scripts import enqueue
 from streams_sched.scrapy_redis.legacy import legacy_seen
 
-__all__ = ["CALL_LIMIT", "Call", "drop_legacy_seen", "enqueue_calls", "queue_enqueues"]
+__all__ = ["CALL_LIMIT", "CallParts", "drop_legacy_seen", "enqueue_calls", "queue_enqueues"]
 
 #: Entries per enqueue.lua call of a worker or the feed: a call blocks Redis while it runs.
 CALL_LIMIT = 256
 
-#: One enqueue.lua call: (site, its entries) of sites of one shard, in call order.
-Call = list[tuple[str, list[Entry]]]
+#: The parts of one enqueue.lua call: (site, its entries) of sites of one shard, in call order.
+CallParts = list[tuple[str, list[Entry]]]
 
 
-def drop_legacy_seen(client: Any, legacy: str | None, entries: list[Entry]) -> tuple[list[Entry], list[Entry]]:
+def drop_legacy_seen(client: RedisClient, legacy: str | None, entries: list[Entry]) -> tuple[list[Entry], list[Entry]]:
     """(to enqueue, dropped): the entries scrapy-redis's migrated dupefilter ``legacy`` (a SET
     key; None: the crawl has none) holds the ``legacy_fp`` of are dropped. The ones checked
     and kept lose their ``legacy_fp``: an entry sent again is not looked up again."""
@@ -58,7 +59,7 @@ def drop_legacy_seen(client: Any, legacy: str | None, entries: list[Entry]) -> t
     return [e for e in entries if id(e) not in gone], dropped
 
 
-def enqueue_calls(entries: Iterable[Entry], shards: int, limit: int | None = CALL_LIMIT) -> list[Call]:
+def enqueue_calls(entries: Iterable[Entry], shards: int, limit: int | None = CALL_LIMIT) -> list[CallParts]:
     """``entries`` as enqueue.lua calls: by shard, each with the sites of that shard (in the
     order they first appear, their entries in order), split so that no call has more
     than ``limit`` entries (None: one call per shard)."""
@@ -66,12 +67,12 @@ def enqueue_calls(entries: Iterable[Entry], shards: int, limit: int | None = CAL
     for e in entries:
         site = e.site
         by_shard.setdefault(shard_of(site, shards), {}).setdefault(site, []).append(e)
-    calls: list[Call] = []
+    calls: list[CallParts] = []
     for by_site in by_shard.values():
         if limit is None:
             calls.append(list(by_site.items()))
             continue
-        parts: Call = []
+        parts: CallParts = []
         size = 0
         for site, items in by_site.items():
             for i in range(0, len(items), limit):
@@ -86,10 +87,13 @@ def enqueue_calls(entries: Iterable[Entry], shards: int, limit: int | None = CAL
     return calls
 
 
-def queue_enqueues(frontier: Frontier, pipe: Any, entries: Iterable[Entry], limit: int = CALL_LIMIT) -> list[Call]:
+def queue_enqueues(
+    frontier: Frontier, pipe: Pipeline, entries: Iterable[Entry], limit: int = CALL_LIMIT
+) -> list[CallParts]:
     """Queue ``entries`` on ``pipe`` as enqueue.lua calls (:func:`enqueue_calls`); returns
-    the calls in order, one reply each (one part per site: read with ``parse_enqueue``)."""
+    the calls' parts in order, one reply each (one part per site: read it with
+    ``scripts.enqueue.parse_site``)."""
     calls = enqueue_calls(entries, frontier.shards, limit)
     for parts in calls:
-        frontier.enqueue_shard(parts, pipe)
+        enqueue.call(frontier, parts).queue(pipe)
     return calls

@@ -7,8 +7,8 @@ writer, so every worker, daemon and Seeder of the crawl dedupes alike.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from streams_sched.connect.clients import RedisClient
 from streams_sched.errors import DedupeBackendError
 from streams_sched.frontier.keys import CrawlKeys
 from streams_sched.frontier.records import BloomParams
@@ -19,7 +19,7 @@ __all__ = ["crawl_bloom", "detect_dedupe", "server_has_bloom"]
 logger = logging.getLogger(__name__)
 
 
-def detect_dedupe(client: Any, crawl: str, wanted: str) -> str:
+def detect_dedupe(client: RedisClient, crawl: str, wanted: str) -> str:
     """Decide the dedupe back-end ('bf' or 'bitmap') for a crawl, once per crawl.
 
     ``wanted`` is the STREAMS_DEDUPE setting: 'auto', 'redisbloom' or 'bitmap'.
@@ -51,10 +51,10 @@ def detect_dedupe(client: Any, crawl: str, wanted: str) -> str:
     return choice
 
 
-def server_has_bloom(client: Any, probe_key: str = "ss:bfprobe") -> bool:
+def server_has_bloom(client: RedisClient, probe_key: str = "ss:bfprobe") -> bool:
     """True if the server answers RedisBloom commands (BF.EXISTS on a missing key)."""
     try:
-        client.execute_command("BF.EXISTS", probe_key, "x")
+        client.execute_command("BF.EXISTS", probe_key, "x")  # type: ignore[no-untyped-call]
         return True
     except Exception as exc:  # unknown command
         text = str(exc).lower()
@@ -65,7 +65,7 @@ def server_has_bloom(client: Any, probe_key: str = "ss:bfprobe") -> bool:
 
 
 def crawl_bloom(
-    client: Any,
+    client: RedisClient,
     crawl: str,
     wanted: str = "auto",
     error_rate: float | None = None,

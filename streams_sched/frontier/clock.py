@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from streams_sched.connect.clients import RedisClient
+
 __all__ = ["DEFAULT_MAX_AGE_S", "RedisClock", "time_reply_s"]
 
 #: :meth:`RedisClock.now` reads TIME again once its last reading is this old
@@ -40,7 +42,7 @@ class RedisClock:
     """
 
     def __init__(
-        self, client: Any, max_age_s: float = DEFAULT_MAX_AGE_S, monotonic: Callable[[], float] = time.monotonic,
+        self, client: RedisClient, max_age_s: float = DEFAULT_MAX_AGE_S, monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.max_age_s = max_age_s

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams_sched.connect.clients import RedisClient
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import TASK_TYPES
 from streams_sched.frontier.reads import COUNTS_PER_SHARD, fold_shard_counts, queue_shard_counts
@@ -23,7 +24,7 @@ from streams_sched.frontier.replies import text
 __all__ = ["IndexedSites", "ShardSizes", "due_delays", "indexed_sites", "ready_sites", "server_ms", "shard_sizes"]
 
 
-def server_ms(client: Any) -> int:
+def server_ms(client: RedisClient) -> int:
     """Redis TIME in ms (the clock the scripts score the indexes with)."""
     sec, usec = client.time()
     return int(sec) * 1000 + int(usec) // 1000

@@ -14,15 +14,16 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 
-from streams_sched.connect.clients import TRANSIENT, refresh_topology
-from streams_sched.frontier import script_keys
+from streams_sched.connect.clients import TRANSIENT, Pipeline, RedisClient, refresh_topology
 from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.keys import CrawlKeys, ShardKeys, SiteKeys
 from streams_sched.frontier.records import BloomParams, SiteStatus
-from streams_sched.frontier.replies import parse_status, text
-from streams_sched.frontier.scripts import Scripts
+from streams_sched.frontier.replies import text
+from streams_sched.frontier.scripts import Call, Scripts
+from streams_sched.frontier.scripts import status as status_script
 
 __all__ = ["COUNTS_PER_SHARD", "CrawlReads", "fold_shard_counts", "queue_shard_counts"]
 
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 COUNTS_PER_SHARD = 6
 
 
-def queue_shard_counts(pipe: Any, shard: ShardKeys) -> None:
+def queue_shard_counts(pipe: Pipeline, shard: ShardKeys) -> None:
     """Queue the reads of one shard's :func:`fold_shard_counts` on ``pipe``."""
     for ready in shard.readies:
         pipe.zcard(ready)
@@ -56,6 +57,14 @@ def _chunked(items: Sequence[Any], n: int) -> Iterable[list[Any]]:
         yield list(items[i : i + n])
 
 
+def _status_pipeline(client: RedisClient, calls: dict[str, Call[SiteStatus]]) -> dict[str, Any]:
+    """The replies of status calls (EVALSHA_RO), by site, sent in one plain pipeline."""
+    pipe = client.pipeline(transaction=False)
+    for call in calls.values():
+        call.queue(pipe)
+    return dict(zip(calls, pipe.execute(raise_on_error=False), strict=True))
+
+
 def _is_moved(exc: Exception) -> bool:
     """A cluster redirection: the slot moved (resharding) since the client read the map."""
     text = str(exc)
@@ -65,7 +74,7 @@ def _is_moved(exc: Exception) -> bool:
 class CrawlReads:
     """Reads and clean-up of a crawl (a part of Frontier)."""
 
-    client: Any
+    client: RedisClient
     crawl: str
     keys: CrawlKeys
     group: str
@@ -73,12 +82,18 @@ class CrawlReads:
     cluster: bool
     bloom: BloomParams
     clock: RedisClock
+    default_task: str
+    default_policy: tuple[str, ...]
+    politeness: str
 
     @property
     def shards(self) -> int:
         raise NotImplementedError
 
     def site(self, site: str) -> SiteKeys:
+        raise NotImplementedError
+
+    def shard(self, n: int) -> ShardKeys:
         raise NotImplementedError
 
     def shard_keys(self) -> list[ShardKeys]:
@@ -88,7 +103,7 @@ class CrawlReads:
         raise NotImplementedError
 
     @staticmethod
-    def crawls(client: Any) -> list[str]:
+    def crawls(client: RedisClient) -> list[str]:
         return sorted(
             c.decode() if isinstance(c, bytes) else c for c in client.smembers(CrawlKeys.registry())
         )
@@ -128,35 +143,33 @@ class CrawlReads:
             keys += k.seen_bucket(bucket)
         return keys
 
-    def status(self, site: str, client: Any = None) -> SiteStatus:
+    def status(self, site: str, client: RedisClient | None = None) -> SiteStatus:
         """Read-only snapshot of a site (works for a read-only ACL user)."""
-        k = self.site(site)
-        reply = self.scripts.status_ro(
-            client or self.client, script_keys.status(k), [self.group, site]
-        )
-        return parse_status(site, reply)
+        return status_script.call(self, site).run(client)
 
     def status_many(self, sites: Sequence[str]) -> list[SiteStatus]:
         """Snapshots of many sites in one round trip (EVALSHA_RO in a pipeline; on a
         cluster, one pipeline per node). Works for a read-only ACL user."""
         if not sites:
             return []
+        calls = {s: status_script.call(self, s) for s in sites}
         replies: dict[str, Any] = {}
         if self.cluster:
             # redis-py's cluster pipeline routes EVALSHA_RO with a COMMAND GETKEYS round
             # trip per call: send each node its own sites in a plain pipeline instead.
             by_node: dict[str, tuple[Any, list[str]]] = {}
+            assert isinstance(self.client, RedisCluster)
             for s in sites:
-                node = self.client.get_node_from_key(self.site(s).tag)
+                node = self.client.get_node_from_key(self.site(s).tag)  # type: ignore[no-untyped-call]
                 by_node.setdefault(node.name, (node.redis_connection, []))[1].append(s)
             for connection, node_sites in by_node.values():
                 try:
-                    replies.update(self._status_pipeline(connection, node_sites))
+                    replies.update(_status_pipeline(connection, {s: calls[s] for s in node_sites}))
                 except TRANSIENT:
                     refresh_topology(self.client)  # so the caller's retry asks the node's successor
                     raise
         else:
-            replies = self._status_pipeline(self.client, sites)
+            replies = _status_pipeline(self.client, calls)
         out = []
         for s in sites:
             reply = replies[s]
@@ -165,7 +178,7 @@ class CrawlReads:
             elif isinstance(reply, Exception):
                 raise reply
             else:
-                out.append(parse_status(s, reply))
+                out.append(calls[s].parse(reply))
         return out
 
     def shard_counts(self) -> list[tuple[int, int, int, int]]:
@@ -200,24 +213,16 @@ class CrawlReads:
             pipe.zrange(shard.leased, 0, per_shard - 1)
         return [text(s) for part in pipe.execute() for s in part]
 
-    def _status_pipeline(self, client: Any, sites: Sequence[str]) -> dict[str, Any]:
-        sha = self.scripts._status.sha
-        pipe = client.pipeline(transaction=False)
-        for s in sites:
-            keys = script_keys.status(self.site(s))
-            pipe.execute_command("EVALSHA_RO", sha, len(keys), *keys, self.group, s)
-        return dict(zip(sites, pipe.execute(raise_on_error=False), strict=True))
-
     def dead_letters(self, site: str, count: int = 100, start: str = "-") -> list[dict[str, Any]]:
         out = []
-        for entry_id, fields in self.client.xrange(self.site(site).dlq, start, "+", count=count):
-            d = {(k.decode() if isinstance(k, bytes) else k): v for k, v in fields.items()}
-            d["dlq_id"] = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        for entry_id, fields in self.client.xrange(self.site(site).dlq, start, "+", count=count) or []:
+            d: dict[str, Any] = {text(k): v for k, v in (fields or {}).items()}
+            d["dlq_id"] = text(entry_id)
             d["site"] = site
             out.append(d)
         return out
 
-    def purge_site(self, site: str, pipe: Any = None) -> Any:
+    def purge_site(self, site: str, pipe: Pipeline | None = None) -> Any:
         """Delete every key of a site (one DEL: all keys share the site's hash slot).
         Revisit buckets older than the window expire on their own."""
         k = self.site(site)

@@ -40,7 +40,7 @@ from streams_sched.frontier.batches import drop_legacy_seen, queue_enqueues
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.entries import entry_for
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.replies import parse_enqueue
+from streams_sched.frontier.scripts import enqueue
 from streams_sched.scrapy_redis.legacy import legacy_key
 from streams_sched.wire.codec import RequestCodec
 
@@ -141,7 +141,9 @@ class FeedMover:
         if kind not in FEED_KINDS:
             raise ValueError(f"feed kind {kind!r} is not one of {FEED_KINDS}")
         self.frontier = frontier
-        self.client = frontier.client
+        #: redis-py types the feed's reads as text and LREM's value as str; the feed's
+        #: entries are raw bytes
+        self.client: Any = frontier.client
         self.key = key
         self.codec = codec
         self.fingerprinter = fingerprinter
@@ -233,10 +235,9 @@ class FeedMover:
             self._queue_dead(pipe, dead)
         replies = pipe.execute()  # raises: nothing is removed from the feed
         for reply in replies[offset : offset + len(calls)]:
-            for part in reply:
-                added, dups, _, _ = parse_enqueue(part)
-                result.added += added
-                result.duplicates += dups
+            for site_reply in enqueue.parse(reply):
+                result.added += site_reply.added
+                result.duplicates += site_reply.duplicates
         result.dead = len(dead)
         result.sites = frozenset(site for parts in calls for site, _ in parts)
         if dead:

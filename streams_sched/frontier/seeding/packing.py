@@ -1,5 +1,5 @@
 """A batch of seeds as enqueue.lua calls packed in the Redis protocol, byte for byte what
-redis-py sends for :meth:`Frontier.enqueue_shard` (tests/test_seeding.py checks it).
+redis-py sends for ``scripts.enqueue.call`` (tests/test_seeding.py checks it).
 
 The calls come from frontier/batches.py (``enqueue_calls``, the grouping every producer
 uses); only the packing is the Seeder's own: a million sites' keys cost less as one
@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams_sched.frontier import script_keys
-from streams_sched.frontier.batches import Call
+from streams_sched.frontier.batches import CallParts
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import ShardKeys, SiteKeys, shard_of, stream_code
 from streams_sched.frontier.records import Entry
+from streams_sched.frontier.scripts import enqueue
+from streams_sched.frontier.scripts._call import Arg
 from streams_sched.frontier.seeding.wire import bulk
 
 __all__ = ["Batch", "Packed", "Packer"]
@@ -28,7 +29,7 @@ class Packed:
 
     __slots__ = ("shard", "parts", "command", "node", "seed", "reply")
 
-    def __init__(self, shard: int, parts: Call, command: bytes, node: str, seed: bool = False) -> None:
+    def __init__(self, shard: int, parts: CallParts, command: bytes, node: str, seed: bool = False) -> None:
         self.shard = shard
         self.parts = parts
         self.command = command
@@ -68,7 +69,7 @@ class Packer:
             probe = SiteKeys(self.crawl, "\x00", shard)
             if not probe.base.endswith("\x00"):  # pragma: no cover - keys.py puts the site last
                 raise AssertionError(f"site keys of {probe!r} do not end with the site")
-            keys = script_keys.enqueue(ShardKeys(self.crawl, shard), [])
+            keys = enqueue.keys(ShardKeys(self.crawl, shard), [])
             part = (keys[0], len(keys), b"".join(bulk(k.encode()) for k in keys), probe.base[:-1].encode())
             self._shard_parts[shard] = part
         return part
@@ -76,8 +77,8 @@ class Packer:
     def site_layout(self, now: float, seed: bool = False) -> tuple[list[bytes], list[bytes]]:
         """The suffixes of the keys enqueue.lua takes per site (after the site's key prefix;
         the same for every site at Redis time ``now``: revisit buckets change with it), and the
-        call's ARGV head, as :meth:`Frontier.enqueue_shard` builds them (with ``seed``: its
-        'seed' keys), as bytes."""
+        call's ARGV head (with ``seed``: its 'seed' keys), as bytes, from the enqueue
+        script's own builders (scripts/enqueue.py)."""
         f, b = self.frontier, self.frontier.bloom
         k = SiteKeys(self.crawl, "\x00", 0)
         if b.revisit_seconds:
@@ -86,17 +87,14 @@ class Packer:
                 filters += k.seen_bucket(bucket)
         else:
             filters = [k.seen, k.seen_meta]
-        keys = script_keys.enqueue(k.index, [(k, filters)], seed)[len(script_keys.enqueue(k.index, [])):]
+        keys = enqueue.keys(k.index, [(k, filters)], seed)[len(enqueue.keys(k.index, [])):]
         if not all(key.startswith(k.base) for key in keys):  # pragma: no cover - keys.py puts the site last
             raise AssertionError("enqueue.lua's site keys do not all start with the site's key prefix")
         suffixes = [key[len(k.base):].encode() for key in keys]
-        ttl = b.bucket_ttl if b.revisit_seconds else 0
-        # numbers as redis-py sends them (repr)
-        head = [f.group, b.mode, repr(b.error_rate), repr(b.capacity), repr(b.expansion), repr(ttl),
-                f.default_task, repr(len(filters) // 2), "seed" if seed else "all"]
-        return suffixes, [str(v).encode() for v in head]
+        head = enqueue.head_args(f.group, b, f.default_task, len(filters) // 2, seed)
+        return suffixes, [_encoded(v) for v in head]
 
-    def pack(self, calls: list[Call], node_of: Callable[[str], str], seed: bool = False) -> list[Packed]:
+    def pack(self, calls: list[CallParts], node_of: Callable[[str], str], seed: bool = False) -> list[Packed]:
         """Each call (the sites of one shard) packed as one EVALSHA, for the primary
         ``node_of`` names for the shard's first key (with ``seed``: enqueue.lua's 'seed'
         keys)."""
@@ -104,7 +102,7 @@ class Packer:
             return []
         suffixes, head = self.site_layout(self.frontier.clock.now() if self.frontier.bloom.revisit_seconds else 0.0, seed)
         head_resp = b"".join(bulk(v) for v in head)
-        start = bulk(b"EVALSHA") + bulk(self.frontier.scripts.enqueue.sha.encode())
+        start = bulk(b"EVALSHA") + bulk(self.frontier.scripts["enqueue"].sha.encode())
         templates: dict[int, bytes] = {}  # by key prefix length: the RESP of a site's keys
         codes: dict[tuple[int, int], bytes] = {}  # (stream, delay) -> their RESP
         n_sfx = len(suffixes)
@@ -132,6 +130,17 @@ class Packer:
             command = b"".join([b"*%d\r\n" % (3 + nkeys + nargs), start, bulk(b"%d" % nkeys), *keys, *args])
             out.append(Packed(shard, parts, command, node_of(first_key), seed))
         return out
+
+
+def _encoded(value: Arg) -> bytes:
+    """An argument as redis-py encodes it: numbers as their repr, text as UTF-8."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, (int, float)):
+        return repr(value).encode()
+    return bytes(value)
 
 
 def _pack_entries(items: list[Entry], codes: dict[tuple[int, int], bytes], args: list[bytes]) -> None:

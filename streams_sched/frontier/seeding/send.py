@@ -19,10 +19,10 @@ from redis.exceptions import NoScriptError, ResponseError
 from streams_sched.connect.clients import TRANSIENT, refresh_topology
 from streams_sched.connect.replicas import Verdict
 from streams_sched.errors import RedisUnavailable
-from streams_sched.frontier.batches import Call, drop_legacy_seen, enqueue_calls
+from streams_sched.frontier.batches import CallParts, drop_legacy_seen, enqueue_calls
 from streams_sched.frontier.keys import CrawlKeys, ShardKeys
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.replies import parse_enqueue
+from streams_sched.frontier.scripts import Call, enqueue
 from streams_sched.frontier.seeding.packing import Batch, Packed, Packer
 from streams_sched.frontier.seeding.wire import Wire, bulk, is_moved, unpack
 
@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from streams_sched.frontier.seeding.seeder import Seeder
 
 __all__ = ["SeedKeys", "SeedResult", "Sender"]
+
+
+def _as_sent(reply: Any) -> Any:
+    """A packed call's reply stays as Redis sent it, like those read off the wire."""
+    return reply
 
 
 class SeedKeys:
@@ -153,7 +158,7 @@ class Sender:
         They go on links of their own, not on the run's: the next batch may be on its way
         there already. So a site sent again can land after that next batch's part of it;
         dedupe is not affected."""
-        again: Call = []
+        again: CallParts = []
         seeded = 0
         for call in batch.calls:
             if call.seed:
@@ -184,8 +189,7 @@ class Sender:
         command = unpack(call.command)
         nkeys = int(command[2])
         keys, args = [k.decode() for k in command[3 : 3 + nkeys]], command[3 + nkeys :]
-        f = self.seeder.frontier
-        return f.scripts.call(f.scripts.enqueue, keys, args)
+        return Call(self.seeder.frontier.scripts["enqueue"], keys, list(args), _as_sent).run()
 
     def finish(self, wire: Wire, batch: Batch) -> SeedResult:
         """Read a batch's replies, wait until a replica has it, and say what was added."""
@@ -197,11 +201,11 @@ class Sender:
         one = ord("1")
         for call in batch.calls:
             for (_site, items), part in zip(call.parts, call.reply, strict=True):
-                flags = part[3]  # a site's part: {added, duplicates, delayed, flags, over_cap}
+                flags = enqueue.flags_of(part)
                 if len(items) == 1 and len(flags) == 1:  # most sites of a broad seeding
                     (added if flags == b"1" else dups).append(items[0].url)
                     continue
-                for e, flag in zip(items, parse_enqueue(part)[3], strict=True):
+                for e, flag in zip(items, flags, strict=True):
                     (added if flag == one else dups).append(e.url)
         return result
 

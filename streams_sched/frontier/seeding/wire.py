@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import hiredis
+from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
-from streams_sched.connect.clients import is_cluster_client
+from streams_sched.connect.clients import RedisClient
 
 __all__ = ["Link", "Wire", "bulk", "is_moved", "unpack"]
 
@@ -49,19 +50,20 @@ class Link:
 class Wire:
     """The links of one seeding run: a connection per primary that takes calls of this run."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self.client = client
-        self.cluster = is_cluster_client(client)
         self.links: dict[str, Link] = {}
 
     def node_of(self, key: str) -> str:
-        return str(self.client.get_node_from_key(key).name) if self.cluster else ""
+        if isinstance(self.client, RedisCluster):
+            return str(self.client.get_node_from_key(key).name)  # type: ignore[no-untyped-call]
+        return ""
 
     def link(self, node: str) -> Link:
         link = self.links.get(node)
         if link is None:
-            if self.cluster:
-                target = self.client.get_node(node_name=node)
+            if isinstance(self.client, RedisCluster):
+                target = self.client.get_node(node_name=node)  # type: ignore[no-untyped-call]
                 pool = self.client.get_redis_connection(target).connection_pool
             else:
                 pool = self.client.connection_pool

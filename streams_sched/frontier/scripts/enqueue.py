@@ -1,0 +1,108 @@
+"""enqueue.lua: dedupe and add requests of several sites of one shard in one call.
+
+The worker's I/O thread, the scrapy-redis feed and the Seeder all build their calls
+here; the Seeder packs the same KEYS and ARGV as Redis protocol itself
+(seeding/packing.py) from :func:`keys`, :func:`head_args` and :func:`site_args`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_code
+from streams_sched.frontier.records import BloomParams, Entry
+from streams_sched.frontier.scripts._call import Arg, Call, Context
+
+__all__ = ["EnqueueReply", "args", "call", "head_args", "keys", "parse", "parse_seed", "parse_site", "seed_call",
+           "site_args"]
+
+
+class EnqueueReply(NamedTuple):
+    """One site's part of the reply."""
+
+    added: int
+    duplicates: int
+    delayed: int
+    #: one byte per request, in order: ``1`` added, ``0`` a duplicate, ``c`` dropped over
+    #: the site's page cap (``over_cap`` counts those)
+    flags: bytes
+    over_cap: int = 0
+
+
+def keys(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], seed: bool = False) -> list[str]:
+    """The shard's ready indexes, inbox, stats, site registry and lists of new sites, then per
+    site: delayed, stats, policy, streams, then its Bloom filter pairs (current first). With
+    ``seed`` (enqueue.lua's 'seed' keys) a site has only its stats and its filter pairs."""
+    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes]
+    for k, filters in sites:
+        out += (k.stats, *filters) if seed else (k.delayed, k.stats, k.policy, *k.streams, *filters)
+    return out
+
+
+def head_args(group: str, bloom: BloomParams, default_task: str, filter_pairs: int, seed: bool) -> list[Arg]:
+    """ARGV[1..9]: the group, the dedupe back-end and its sizing, the revisit TTL, the
+    crawl's default task type, the filter pairs per site, and which keys each site has."""
+    ttl = bloom.bucket_ttl if bloom.revisit_seconds else 0
+    return [group, bloom.mode, bloom.error_rate, bloom.capacity, bloom.expansion, ttl, default_task, filter_pairs,
+            "seed" if seed else "all"]
+
+
+def site_args(site: str, items: Sequence[Entry]) -> list[Arg]:
+    """One site's ARGV: its name, the number of requests, then fingerprint, stream code,
+    delay and payload of each. ``Entry.stream`` is an index into STREAMS, or
+    ``SITE_TASK + band`` for the task type from the site's policy."""
+    out: list[Arg] = [site, len(items)]
+    for it in items:
+        out += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
+    return out
+
+
+def args(
+    group: str, bloom: BloomParams, default_task: str, filter_pairs: int,
+    sites: Sequence[tuple[str, Sequence[Entry]]], seed: bool = False,
+) -> list[Arg]:
+    out = head_args(group, bloom, default_task, filter_pairs, seed)
+    for site, items in sites:
+        out += site_args(site, items)
+    return out
+
+
+def parse_site(part: Sequence[Any]) -> EnqueueReply:
+    """One site's part of the reply."""
+    return EnqueueReply(int(part[0]), int(part[1]), int(part[2]), flags_of(part), int(part[4]) if len(part) > 4 else 0)
+
+
+def flags_of(part: Sequence[Any]) -> bytes:
+    """Only the flags of one site's part (the Seeder reads nothing else, a million times)."""
+    return bytes(part[3])
+
+
+def parse(reply: Sequence[Any]) -> list[EnqueueReply]:
+    """A part per site, in call order."""
+    return [parse_site(part) for part in reply]
+
+
+def parse_seed(reply: Sequence[Any]) -> list[EnqueueReply | None]:
+    """The reply of a call with 'seed' keys: None for each site it left untouched (send
+    those again with all their keys)."""
+    return [parse_site(part) if part else None for part in reply]
+
+
+def call(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]]) -> Call[list[EnqueueReply]]:
+    """Dedupe and add the requests of several sites of ONE shard: (site, its entries) each
+    (an entry's own ``site`` is not read)."""
+    return Call(f.scripts["enqueue"], *_keys_args(f, sites, False), parse)
+
+
+def seed_call(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]]) -> Call[list[EnqueueReply | None]]:
+    """:func:`call` with 'seed' keys: a new site's keys only (the others get None)."""
+    return Call(f.scripts["enqueue"], *_keys_args(f, sites, True), parse_seed)
+
+
+def _keys_args(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]], seed: bool) -> tuple[list[str], list[Arg]]:
+    # the revisit buckets of Redis time now, so every writer puts a fingerprint in the same one
+    now = f.clock.now() if f.bloom.revisit_seconds else 0.0
+    keyed = [(f.site(site), f.filters(site, now)) for site, _ in sites]
+    built = keys(keyed[0][0].index, keyed, seed)
+    return built, args(f.group, f.bloom, f.default_task, len(keyed[0][1]) // 2, sites, seed)

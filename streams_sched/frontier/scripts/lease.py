@@ -1,0 +1,122 @@
+"""lease.lua: lease requests of several sites of one shard for one consumer, and name the
+shard's next ready sites, in one call."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from streams_sched.connect.server_checks import text
+from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_of_code
+from streams_sched.frontier.records import LeasedEntry, LeaseReply, ShardLease
+from streams_sched.frontier.scripts._call import Arg, Call, Context
+
+__all__ = ["DEFAULT_POLICY_FIELDS", "args", "call", "keys", "leased_entries", "parse", "parse_site"]
+
+#: ARGV[8..12]: the crawl's default policy ("*"), kept in the crawl meta hash as
+#: ``default_<field>`` (policy.set_policy writes them).
+DEFAULT_POLICY_FIELDS: tuple[str, ...] = ("rate", "burst", "paused", "weight", "max_browser")
+
+#: values of a site's part before its entries
+_HEAD = 10
+
+
+def keys(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
+    """The shard's ready indexes, leased index, inbox and lists of new sites, then per site:
+    delayed, dlq, stats, policy, streams."""
+    out = [*shard.readies, shard.leased, shard.inbox, *shard.freshes]
+    for k in sites:
+        out += (k.delayed, k.dlq, k.stats, k.policy, *k.streams)
+    return out
+
+
+def args(
+    group: str,
+    consumer: str,
+    weights: Sequence[int],
+    plans: Sequence[tuple[str, int, int, int]],
+    *,
+    defaults: Sequence[str],
+    politeness: str,
+    name: int = 0,
+    spread: int = 0,
+    tasks: str = "hb",
+    paused_wait_ms: int = 1000,
+    promote_limit: int = 100,
+    max_suspects: int = 1,
+    budget: int | None = None,
+) -> list[Arg]:
+    """``plans`` = (site, total, max http, max browser) each; ``defaults`` the crawl's
+    policy in :data:`DEFAULT_POLICY_FIELDS` order; ``budget`` (default: the plans' sum)
+    the most entries the call leases in all. See lease.lua's header for the rest."""
+    if budget is None:
+        budget = sum(p[1] for p in plans)
+    out: list[Arg] = [group, consumer, *weights, promote_limit, max_suspects, *defaults, politeness, name, spread,
+                      tasks, paused_wait_ms, budget]
+    for site, total, max_http, max_browser in plans:
+        out += (site, total, max_http, max_browser)
+    return out
+
+
+def leased_entries(site: str, flat: Sequence[Any], start: int, claimed: bool = False) -> list[LeasedEntry]:
+    """The entries of a reply from ``start`` on: stream code, id, payload, prior deliveries
+    each. An entry with prior deliveries (or any ``claimed`` one) is a suspect."""
+    out = []
+    for i in range(start, len(flat), 4):
+        d = int(flat[i + 3])
+        out.append(LeasedEntry(site, stream_of_code(int(flat[i])), flat[i + 1], flat[i + 2] or None, d, claimed or d > 0))
+    return out
+
+
+def parse_site(site: str, part: Sequence[Any]) -> LeaseReply:
+    """One site's part of the reply."""
+    head = [int(v) for v in part[:7]]
+    r = LeaseReply(head[0], head[1], head[2], head[3], head[4], head[5], head[6])
+    try:
+        r.weight = float(part[7]) if part[7] else 1.0
+    except ValueError:
+        r.weight = 1.0
+    r.max_browser = int(part[8])
+    r.rate = float(part[9] or 0)
+    r.entries = leased_entries(site, part, _HEAD)
+    return r
+
+
+def parse(sites: Sequence[str], reply: Sequence[Any]) -> ShardLease:
+    """The reply of a call for ``sites`` (in plan order)."""
+    n = len(sites)
+    return ShardLease(
+        [parse_site(site, part) if part else None for site, part in zip(sites, reply[:n], strict=True)],
+        [text(v) for v in reply[n]],
+        int(reply[n + 1]),
+    )
+
+
+def call(
+    f: Context,
+    shard: int,
+    consumer: str,
+    plans: Sequence[tuple[str, int, int, int]],
+    weights: Sequence[int],
+    *,
+    name: int = 0,
+    spread: int = 0,
+    tasks: str = "hb",
+    paused_wait_ms: int = 1000,
+    promote_limit: int = 100,
+    max_suspects: int = 1,
+    budget: int | None = None,
+) -> Call[ShardLease]:
+    """Lease from several sites of ONE shard: ``plans`` = (site, total, max http, max
+    browser) each; and name up to ``name`` of the shard's ready sites per task type in
+    ``tasks`` ('h', 'b'), from a place that ``spread`` (a random number) picks among the
+    oldest ones; lease no more than ``budget`` entries in all (default: the plans' sum)."""
+    built = args(
+        f.group, consumer, weights, plans, defaults=f.default_policy, politeness=f.politeness, name=name,
+        spread=spread, tasks=tasks, paused_wait_ms=paused_wait_ms, promote_limit=promote_limit,
+        max_suspects=max_suspects, budget=budget,
+    )
+    sites = [p[0] for p in plans]
+    return Call(f.scripts["lease"], keys(f.shard(shard), [f.site(s) for s in sites]), built,
+                functools.partial(parse, sites))
