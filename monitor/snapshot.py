@@ -307,6 +307,7 @@ def read_crawl(
     skips the seen-filter sizes."""
     book = book if book is not None else SiteBook()
     now_s, nodes, meta = _read_head(frontier)
+    frontier.use_crawl_defaults(meta)  # status.lua counts the crawl's defaults in the sites' rates
     sizes = ShardSizes()
     for part in shard_sizes(frontier):
         sizes.add(part)

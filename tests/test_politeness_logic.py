@@ -131,7 +131,7 @@ def test_retry_after_pauses_the_site_for_every_worker(f: Frontier) -> None:
     assert 2500 <= until - now_ms(f) <= 3000
     lease = f.lease(SITE, "c1", 5, (8, 3, 1))
     assert lease.entries == [] and 2000 <= lease.wait_ms <= 3000
-    assert effective_rate(state(f), now_ms(f)).reason == "retry-after"
+    assert f.status(SITE).rate.reason == "retry-after"
     f.politeness = ""  # STREAMS_ADAPTIVE=False: the pause is not applied
     assert len(f.lease(SITE, "c1", 5, (8, 3, 1)).entries) == 1
 
@@ -163,7 +163,7 @@ def test_robots_delay_is_the_rate_and_an_unknown_robots_gets_one_probe(f: Fronti
     second = f.lease(SITE, "c2", 5, (8, 3, 1))
     assert len(first.entries) == 1 and second.entries == [] and second.wait_ms > 0
     feedback(f, robots="0.5")
-    assert effective_rate(state(f), now_ms(f)) == EffectiveRate(2.0, "robots")
+    assert f.status(SITE).rate == EffectiveRate(2.0, "robots")
     assert f.lease(SITE, "c2", 5, (8, 3, 1)).rate == 2.0
     set_policy(f, SITE, {"rate": 7})  # the policy's rate wins over robots.txt
     assert f.lease(SITE, "c2", 5, (8, 3, 1)).rate == 7.0
@@ -183,17 +183,50 @@ def test_page_cap_drops_and_counts_and_a_live_change_applies(f: Frontier) -> Non
     assert stats[b"pages"] == b"6" and stats[b"over_cap"] == b"4"
 
 
-def test_effective_rate_names_the_reason() -> None:
-    """effective_rate mirrors lease.lua: pause, Retry-After, back-off, robots, policy, unlimited."""
-    assert effective_rate({}, 0) == EffectiveRate(0.0, "unlimited")
-    assert effective_rate({}, 0, default_rate=3) == EffectiveRate(3.0, "policy")
-    assert effective_rate({"rate": "5", "robots_delay": "2"}, 0) == EffectiveRate(5.0, "policy")
-    assert effective_rate({"robots_delay": "2"}, 0) == EffectiveRate(0.5, "robots")
-    assert effective_rate({"rate": "5", "a_rate": "2"}, 0) == EffectiveRate(2.0, "backoff")
-    assert effective_rate({"rate": "5", "a_rate": "9"}, 0) == EffectiveRate(5.0, "policy")
-    assert effective_rate({"a_rate": "2", "a_until": "5000"}, 1000) == EffectiveRate(2.0, "retry-after", 5000)
-    assert effective_rate({"a_rate": "2", "a_until": "500"}, 1000).reason == "backoff"
-    assert effective_rate({"paused": "1", "rate": "5"}, 0).reason == "paused"
+#: (policy fields, the crawl's default rate, its default pause, the rate in force); an
+#: ``a_until`` of "+5000" / "-500" is that many ms from Redis time now
+RATE_CASES: list[tuple[dict[str, str], str, bool, EffectiveRate]] = [
+    ({}, "", False, EffectiveRate(0.0, "unlimited")),
+    ({}, "3", False, EffectiveRate(3.0, "policy")),
+    ({"rate": "0.0"}, "3", False, EffectiveRate(0.0, "unlimited")),  # the site's own 0: no limit
+    ({"rate": "5", "robots_delay": "2"}, "", False, EffectiveRate(5.0, "policy")),
+    ({"robots_delay": "2"}, "", False, EffectiveRate(0.5, "robots")),
+    ({"robots_delay": "2"}, "4", False, EffectiveRate(4.0, "policy")),
+    ({"rate": "5", "a_rate": "2"}, "", False, EffectiveRate(2.0, "backoff")),
+    ({"rate": "5", "a_rate": "9"}, "", False, EffectiveRate(5.0, "policy")),
+    ({"a_rate": "2"}, "", False, EffectiveRate(2.0, "backoff")),
+    ({"a_rate": "2", "a_until": "+5000"}, "", False, EffectiveRate(2.0, "retry-after", 5000)),
+    ({"a_rate": "2", "a_until": "-500"}, "", False, EffectiveRate(2.0, "backoff")),
+    ({"paused": "1", "rate": "5"}, "", False, EffectiveRate(0.0, "paused")),
+    ({"rate": "5"}, "", True, EffectiveRate(0.0, "paused")),
+    ({"paused": "0", "rate": "5"}, "", True, EffectiveRate(5.0, "policy")),
+]
+
+
+@pytest.mark.parametrize("fields, default_rate, default_paused, expected", RATE_CASES)
+def test_status_reports_the_rate_lua_computes_and_the_python_copy_agrees(
+    f: Frontier, fields: dict[str, str], default_rate: str, default_paused: bool, expected: EffectiveRate
+) -> None:
+    """status.lua reports the rate lua/lib/rate.lua computes (pause, Retry-After, back-off,
+    robots, policy, unlimited), lease.lua leases at it, and politeness.adaptive's copy for
+    code without a status read agrees."""
+    now = now_ms(f)
+    until = fields.get("a_until", "")
+    if until:
+        fields = {**fields, "a_until": str(now + int(until))}
+    f.enqueue(SITE, [Entry(b"", 1, 0, b"p")])
+    if fields:
+        f.client.hset(f.site(SITE).policy, mapping=fields)
+    f.use_crawl_defaults({"default_rate": default_rate, "default_paused": "1" if default_paused else ""})
+    f.politeness = "ar"
+    st = f.status(SITE)
+    until_in = st.rate.paused_until_ms - now if st.rate.paused_until_ms else 0
+    assert (st.rate.reason, st.rate.rate) == (expected.reason, pytest.approx(expected.rate))
+    assert until_in == expected.paused_until_ms or 0 <= expected.paused_until_ms - until_in < 1000
+    python = effective_rate(state(f), st.now_ms, default_rate=float(default_rate or 0), default_paused=default_paused)
+    assert python == EffectiveRate(pytest.approx(st.rate.rate), st.rate.reason, st.rate.paused_until_ms)
+    if expected.reason not in ("paused", "retry-after"):
+        assert f.lease(SITE, "c1", 1, (8, 3, 1)).rate == pytest.approx(expected.rate)
 
 
 def test_feedback_batch_sums_per_site_and_reports_congestion_at_once() -> None:

@@ -22,7 +22,6 @@ from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.indexes import ShardSizes, indexed_sites, shard_sizes
 from streams_sched.frontier.keys import BANDS
 from streams_sched.frontier.records import SiteStatus
-from streams_sched.politeness.adaptive import effective_rate
 from streams_sched.politeness.rates import ack_rate_per_s
 
 __all__ = ["DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "read_report", "sort_rows",
@@ -32,8 +31,9 @@ __all__ = ["DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "read_report"
 DEFAULT_TOP = 1000
 
 
-def status_rows(statuses: list[SiteStatus], default_rate: float = 0.0) -> list[dict[str, Any]]:
-    """One row per site: backlog by band, leases, delayed, dead letters, counters, rate and limit."""
+def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
+    """One row per site: backlog by band, leases, delayed, dead letters, counters, rate and
+    limit (the effective rate status.lua computed)."""
     rows = []
     for st in statuses:
         row: dict[str, Any] = {"site": st.site}
@@ -49,7 +49,7 @@ def status_rows(statuses: list[SiteStatus], default_rate: float = 0.0) -> list[d
         row["acked"] = st.stats.get("acked", 0)
         row["rate_per_s"] = round(ack_rate_per_s(st.stats, st.now_ms), 3)
         row["paused"] = st.policy.get("paused") == "1"
-        eff = effective_rate(st.policy, st.now_ms, default_rate=default_rate)
+        eff = st.rate
         row["limit_per_s"] = round(eff.rate, 3)
         row["limit_reason"] = eff.reason
         row["paused_until_ms"] = eff.paused_until_ms
@@ -159,17 +159,10 @@ class Report:
         return self.complete and not any(r["backlog"] or r["pending"] or r["delayed"] for r in self.rows)
 
 
-def _default_rate(frontier: Frontier) -> float:
-    try:
-        return float(frontier.client.hget(frontier.keys.meta, "default_rate") or 0)
-    except ValueError:
-        return 0.0
-
-
-def _rows_of(frontier: Frontier, sites: list[str], default_rate: float) -> list[dict[str, Any]]:
+def _rows_of(frontier: Frontier, sites: list[str]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for i in range(0, len(sites), 500):
-        rows += status_rows(frontier.status_many(sites[i : i + 500]), default_rate)
+        rows += status_rows(frontier.status_many(sites[i : i + 500]))
     return rows
 
 
@@ -179,10 +172,10 @@ def read_report(frontier: Frontier, top: int = DEFAULT_TOP, all_sites: bool = Fa
     sizes = ShardSizes()
     for part in shard_sizes(frontier):
         sizes.add(part)
-    rate = _default_rate(frontier)
+    frontier.use_crawl_defaults(frontier.crawl_meta())  # the sites' rates count the crawl's defaults in
     if all_sites:
-        return Report(_rows_of(frontier, frontier.sites(), rate), sizes, True, True)
+        return Report(_rows_of(frontier, frontier.sites()), sizes, True, True)
     indexed = indexed_sites(frontier, top)
     named = indexed.sites
-    rows = _rows_of(frontier, named[:top], rate)
+    rows = _rows_of(frontier, named[:top])
     return Report(rows, sizes, complete=not indexed.truncated and len(named) <= top)

@@ -3,7 +3,8 @@
 Plain records, no I/O: :class:`Entry` is a request on its way into a stream (the one
 form every producer builds, frontier/entries.py), :class:`LeasedEntry` a request a
 worker holds, :class:`LeaseReply` and :class:`ShardLease` what lease.lua answers,
-:class:`SiteStatus` a site's read-only snapshot, :class:`BloomParams` the crawl's dedupe
+:class:`SiteStatus` a site's read-only snapshot with its :class:`EffectiveRate`,
+:class:`BloomParams` the crawl's dedupe
 back-end and sizing.
 """
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["BloomParams", "Entry", "LeaseReply", "LeasedEntry", "Outgoing", "ShardLease", "SiteStatus", "StreamStatus"]
+__all__ = ["BloomParams", "EffectiveRate", "Entry", "LeaseReply", "LeasedEntry", "Outgoing", "ShardLease", "SiteStatus",
+           "StreamStatus"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,18 @@ class StreamStatus:
     oldest_pending_ms: int
 
 
+@dataclass(frozen=True)
+class EffectiveRate:
+    """A site's rate now and why, as status.lua reads it (lua/lib/rate.lua): ``reason`` is
+    one of ``paused`` (operator; rate 0), ``retry-after`` (paused until ``paused_until_ms``),
+    ``backoff`` (AIMD), ``robots`` (Crawl-delay), ``policy`` (the policy's or crawl default's
+    rate), ``unlimited`` (rate 0)."""
+
+    rate: float
+    reason: str
+    paused_until_ms: int = 0
+
+
 @dataclass(slots=True)
 class SiteStatus:
     site: str
@@ -121,6 +135,7 @@ class SiteStatus:
     dead_letters: int
     stats: dict[str, int]
     policy: dict[str, str]
+    rate: EffectiveRate = EffectiveRate(0.0, "unlimited")
 
     @property
     def backlog(self) -> int:

@@ -8,8 +8,9 @@ commands decide without Redis:
 - :class:`FeedbackBatch` sums the answers of each site between two reports, so
   a worker sends one ``feedback.lua`` call per site per interval, and one at
   once after a 429 / 503 / timeout or a robots.txt;
-- :func:`effective_rate` says what rate a site runs at and why, from its policy
-  hash (the same rules as ``lease.lua``), for ``streams-sched status`` and the monitor;
+- :func:`effective_rate` says what rate a site runs at and why from its policy hash,
+  for code that has no status read (a status read carries the rate Redis computed,
+  ``SiteStatus.rate``);
 - :func:`crawl_delay_of` reads the Crawl-delay out of any of Scrapy's robots.txt parsers;
 - :func:`decode_obs` and :func:`encode_obs` read and write a site's observed answer
   window, the one string feedback.lua keeps in its ``window`` key (``SiteKeys.obs``).
@@ -20,8 +21,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Container, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from streams_sched.frontier.records import EffectiveRate
 
 __all__ = [
     "THROTTLE_STATUSES",
@@ -146,17 +148,6 @@ class FeedbackBatch:
             yield site, (acc[0], acc[1], acc[2], acc[3]), acc[4]
 
 
-@dataclass(frozen=True)
-class EffectiveRate:
-    """A site's rate now and why: ``reason`` is one of ``paused`` (operator), ``retry-after``
-    (paused until ``paused_until_ms``), ``backoff`` (AIMD), ``robots`` (Crawl-delay),
-    ``policy`` (the policy's or crawl default's rate), ``unlimited``."""
-
-    rate: float
-    reason: str
-    paused_until_ms: int = 0
-
-
 def _num(value: Any) -> float | None:
     if value is None or value == "":
         return None
@@ -171,16 +162,21 @@ def effective_rate(
     now_ms: int,
     *,
     default_rate: float = 0.0,
+    default_paused: bool = False,
     adaptive: bool = True,
     robots: bool = True,
 ) -> EffectiveRate:
-    """The rate ``lease.lua`` applies to a site with this policy hash at Redis time ``now_ms``."""
-    if policy.get("paused") == "1":
+    """The rate of a site with this policy hash at Redis time ``now_ms``, for code that
+    holds a policy but no status: a status read carries the rate Redis computed
+    (``SiteStatus.rate``, lua/lib/rate.lua), the one home of the rule. This copy is kept
+    for the monitor until it reads ``SiteStatus.rate``; tests/test_politeness_logic.py
+    checks that both agree on a table of cases."""
+    if policy.get("paused", "1" if default_paused else "0") == "1":
         return EffectiveRate(0.0, "paused")
     rate = _num(policy.get("rate"))
-    reason = "policy"
-    if rate is None or rate <= 0:
-        rate, reason = default_rate, "policy" if default_rate > 0 else "unlimited"
+    if rate is None:
+        rate = default_rate
+    reason = "policy" if rate > 0 else "unlimited"
     delay = _num(policy.get("robots_delay"))
     if robots and rate <= 0 and delay is not None and delay > 0:
         rate, reason = 1 / delay, "robots"

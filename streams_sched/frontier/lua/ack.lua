@@ -3,7 +3,7 @@
 -- empty with nothing pending is deleted with its group (enqueue recreates it), and a
 -- site left with nothing pending leaves the shard's leased index.
 --
--- include: codes, time, streams, answers
+-- include: codes, time, rate, streams, answers
 --
 -- KEYS[1]      leased    ZSET of the shard's sites with leased entries
 -- KEYS[2..]    per site, 9 keys:

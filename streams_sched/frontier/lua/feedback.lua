@@ -18,7 +18,7 @@
 --     site without one a_rate is dropped after `forget` ms without congestion (unlimited again);
 --   * a Retry-After pauses the site until now + its delay (a_until), for every worker.
 --
--- include: answers, time
+-- include: time, rate, answers
 --
 -- KEYS[1]  policy  HASH of the site's policy and shared state:
 --                  a_rate, a_cut, a_inc, a_until (ms), robots_delay (s)

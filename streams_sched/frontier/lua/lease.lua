@@ -17,7 +17,7 @@
 -- due, and never fewer than a quarter of ARGV[14], so new sites go on being served while
 -- sites with a long backlog fill the oldest places.
 --
--- include: codes, time, streams, delayed, inbox, index
+-- include: codes, time, rate, streams, delayed, inbox, index
 --
 -- KEYS[1]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
@@ -42,11 +42,10 @@
 -- ARGV[8..12]  the crawl's defaults for fields the site's policy does not set:
 --              rate, burst, paused ('1'/'0'), weight, max_browser ('' = none)
 -- ARGV[13]     politeness flags: 'a' adaptive back-off on (STREAMS_ADAPTIVE), 'r' robots.txt
---              obeyed (ROBOTSTXT_OBEY); '' neither. The effective rate is the policy rate,
---              else 1 / robots Crawl-delay, lowered by the adaptive rate (a_rate); a
---              Retry-After pause (a_until, ms) holds the site (see feedback.lua). With 'r' and no
---              policy rate, a site whose robots.txt nobody has read yet gets one probe request
---              (robots_probe) every 10 s until a worker reports its Crawl-delay.
+--              obeyed (ROBOTSTXT_OBEY); '' neither. They decide the site's effective rate
+--              (lib/rate.lua). With 'r' and no policy rate, a site whose robots.txt nobody
+--              has read yet gets one probe request (robots_probe) every 10 s until a worker
+--              reports its Crawl-delay.
 -- ARGV[14]     ready sites to name per task type (0: none)
 -- ARGV[15]     a random whole number (where the named run starts)
 -- ARGV[16]     task types this worker leases: 'h' http, 'b' browser, 'hb' both
@@ -92,51 +91,38 @@ local function lease_site(k, site, total, max_http, max_browser)
     delayed = redis.call('ZCARD', K[1])
   end
 
-  local pol = redis.call('HMGET', K[4], 'paused', 'rate', 'burst', 'tokens', 'tokens_ts', 'weight', 'max_browser',
-    'robots_delay', 'a_rate', 'a_until', 'robots_probe')
-  local paused = pol[1] or ARGV[10]
-  local rate = tonumber(pol[2]) or tonumber(ARGV[8]) or 0
-  local burst_setting = tonumber(pol[3]) or tonumber(ARGV[9])
-  local site_weight = pol[6] or ARGV[11]
-  local max_browser = tonumber(pol[7]) or tonumber(ARGV[12]) or -1
+  local p = policy_fields(K[4], { 'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe' })
+  local site_weight = p.weight or ARGV[11]
+  local max_browser = tonumber(p.max_browser) or tonumber(ARGV[12]) or -1
+  -- politeness: the policy or robots.txt rate, the adaptive back-off, a Retry-After pause
+  -- (lib/rate.lua); an operator's pause
+  local flags = ARGV[13] or ''
+  local rate, burst_setting, why, held_until, base = effective_rate(p, ARGV[8], ARGV[9], ARGV[10], flags, now)
   local wait_ms = 0
   local budget = total
   local tokens, burst
-  -- politeness: robots Crawl-delay, adaptive back-off, Retry-After pause
-  local flags = ARGV[13] or ''
-  local adaptive, robots_obey = string.find(flags, 'a', 1, true), string.find(flags, 'r', 1, true)
   local probe = false
-  local paused_until = adaptive and tonumber(pol[10]) or 0
-  if rate <= 0 and robots_obey then
-    local delay = tonumber(pol[8])
-    if delay and delay > 0 then
-      rate = 1 / delay
-      burst_setting = 1
-    elseif delay == nil then
-      local last = tonumber(pol[11])
-      if last and clock() - last < 10000 then
-        paused_until = math.max(paused_until, now + 200)
-      else
-        probe = true
-        budget = math.min(budget, 1)
-      end
+  if base <= 0 and tonumber(p.robots_delay) == nil and string.find(flags, 'r', 1, true) then
+    -- nobody has read the site's robots.txt yet: one probe request every 10 s until a
+    -- worker reports its Crawl-delay
+    local last = tonumber(p.robots_probe)
+    if last and clock() - last < 10000 then
+      held_until = math.max(held_until, now + 200)
+    else
+      probe = true
+      budget = math.min(budget, 1)
     end
   end
-  local a_rate = adaptive and tonumber(pol[9])
-  if a_rate and (rate <= 0 or a_rate < rate) then
-    rate = a_rate
-    burst_setting = math.max(1, a_rate / 10)
-  end
-  if paused ~= '1' and paused_until > 0 and paused_until > clock() then
-    budget = 0
-    wait_ms = paused_until - now
-  elseif paused == '1' then
+  if why == 'paused' then
     budget = 0
     wait_ms = -1
+  elseif held_until > clock() then
+    budget = 0
+    wait_ms = held_until - now
   elseif rate > 0 then
     burst = math.max(burst_setting or rate, 1)
-    tokens = tonumber(pol[4])
-    local ts = tonumber(pol[5])
+    tokens = tonumber(p.tokens)
+    local ts = tonumber(p.tokens_ts)
     if tokens == nil or ts == nil then
       tokens = burst
     else

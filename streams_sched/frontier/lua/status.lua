@@ -1,7 +1,7 @@
 -- status.lua: a snapshot of ONE site, read in one atomic call. Read-only: it is
 -- run with EVALSHA_RO / EVAL_RO, so a read-only ACL user (the monitor) can run it.
 --
--- include: codes, time, streams, inbox
+-- include: codes, time, rate, streams, inbox
 --
 -- KEYS[1]      delayed   ZSET of waiting requests
 -- KEYS[2]      dlq       dead-letter stream
@@ -11,9 +11,16 @@
 -- KEYS[11]     inbox     HASH of the shard's small sites' queued requests (lib/index.lua)
 -- ARGV[1]      consumer group
 -- ARGV[2]      the site's name (its field in the inbox)
+-- ARGV[3..7]   the crawl's defaults for fields the site's policy does not set, as lease.lua's
+--              ARGV[8..12]: rate, burst, paused ('1'/'0'), weight, max_browser ('' = none)
 -- Returns {now_ms, then per stream: backlog, pending, idle ms of the oldest pending
 --          entry (-1 none), then delayed, next due ms (-1 none), dead letters,
---          stats as a flat field/value list, policy as a flat field/value list}
+--          stats as a flat field/value list, policy as a flat field/value list, then the
+--          site's effective rate (lib/rate.lua; string, '0' unlimited or paused), why,
+--          and until when a Retry-After pauses it (ms, 0 none)}
+--
+-- The rate is the one workers that back off and obey robots.txt apply: a site's back-off,
+-- Retry-After and Crawl-delay are written only by workers that do.
 
 local group = ARGV[1]
 local reply = { now_ms() }
@@ -62,5 +69,17 @@ if not counted and #list > 0 then
   end
 end
 reply[#reply + 1] = stats
-reply[#reply + 1] = redis.call('HGETALL', KEYS[4])
+local policy = redis.call('HGETALL', KEYS[4])
+reply[#reply + 1] = policy
+local p = {}
+for i = 1, #policy, 2 do
+  p[policy[i]] = policy[i + 1]
+end
+local rate, _, why, until_ms = effective_rate(p, ARGV[3], ARGV[4], ARGV[5], 'ar', reply[1])
+if why == 'paused' then
+  rate, until_ms = 0, 0
+end
+reply[#reply + 1] = tostring(rate)
+reply[#reply + 1] = why
+reply[#reply + 1] = until_ms
 return reply

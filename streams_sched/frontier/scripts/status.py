@@ -8,7 +8,7 @@ from typing import Any
 
 from streams_sched.connect.server_checks import text
 from streams_sched.frontier.keys import STREAMS, SiteKeys
-from streams_sched.frontier.records import SiteStatus, StreamStatus
+from streams_sched.frontier.records import EffectiveRate, SiteStatus, StreamStatus
 from streams_sched.frontier.scripts._call import Arg, Call, Context
 
 __all__ = ["args", "call", "keys", "parse"]
@@ -19,8 +19,9 @@ def keys(k: SiteKeys) -> list[str]:
     return [k.delayed, k.dlq, k.stats, k.policy, *k.streams, k.index.inbox]
 
 
-def args(group: str, site: str) -> list[Arg]:
-    return [group, site]
+def args(group: str, site: str, defaults: Sequence[str]) -> list[Arg]:
+    """``defaults``: the crawl's default policy (lease.DEFAULT_POLICY_FIELDS), for the rate."""
+    return [group, site, *defaults]
 
 
 def _fields(flat: Sequence[Any]) -> dict[str, str]:
@@ -51,10 +52,12 @@ def parse(site: str, reply: Sequence[Any]) -> SiteStatus:
         dead_letters=int(reply[tail + 2]),
         stats=stats,
         policy=_fields(reply[tail + 4]),
+        rate=EffectiveRate(float(reply[tail + 5]), text(reply[tail + 6]), int(reply[tail + 7])),
     )
 
 
 def call(f: Context, site: str) -> Call[SiteStatus]:
-    """Read-only: run with EVALSHA_RO, or EVAL_RO when the server does not have it."""
-    return Call(f.scripts["status"], keys(f.site(site)), args(f.group, site), functools.partial(parse, site),
-                read_only=True)
+    """Read-only: run with EVALSHA_RO, or EVAL_RO when the server does not have it. The
+    site's rate counts in the crawl's defaults the frontier holds (``use_crawl_defaults``)."""
+    return Call(f.scripts["status"], keys(f.site(site)), args(f.group, site, f.default_policy),
+                functools.partial(parse, site), read_only=True)

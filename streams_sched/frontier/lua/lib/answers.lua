@@ -2,7 +2,7 @@
 -- healthy answers that ride along with their acks): the counters, the observed answer
 -- window and the AIMD back-off of the site's rate; and the stats counters a script
 -- collects and writes once at its end.
--- needs: (nothing)
+-- needs: rate
 
 -- Stats counters to add: field -> increment. A script collects them and writes
 -- them at its end, so several counters cost one write, not a HINCRBY each.
@@ -32,22 +32,18 @@ local function report_answers(policy, counts, obs, A, now)
   local floor, forget = tonumber(A[9]), tonumber(A[10])
 
   local OBS_TTL_MS = 3000
-  local p = redis.call('HMGET', policy, 'rate', 'robots_delay', 'a_rate', 'a_cut', 'a_inc', 'a_until')
+  local p = policy_fields(policy, { 'a_cut', 'a_inc' })
   local o = {}
   local raw = redis.call('GET', obs)
   if raw then
     o = { string.match(raw, '^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)$') }
   end
-  local robots = tonumber(p[2])
   if A[5] ~= '' then
-    robots = tonumber(A[5])
+    p.robots_delay = A[5]
     redis.call('HSET', policy, 'robots_delay', A[5])
   end
-  -- the rate without back-off: the policy's, else 1 / Crawl-delay, else 0 (unlimited)
-  local base = tonumber(p[1]) or tonumber(A[11]) or 0
-  if base <= 0 and robots and robots > 0 then
-    base = 1 / robots
-  end
+  -- the rate without back-off (a Crawl-delay is recorded only where robots.txt is obeyed)
+  local base = base_rate(p.rate, A[11], p.robots_delay, true)
 
   -- observed answer rate: answers counted over windows of at least one second
   local n = ok + thr + tmo
@@ -72,8 +68,8 @@ local function report_answers(policy, counts, obs, A, now)
     tally(counts, 'timeouts', tmo)
   end
 
-  local a_rate = tonumber(p[3])
-  local a_until = tonumber(p[6]) or 0
+  local a_rate = tonumber(p.a_rate)
+  local a_until = tonumber(p.a_until) or 0
   local cut = 0
   if adaptive then
     if retry_ms > 0 and now + retry_ms > a_until then
@@ -81,7 +77,7 @@ local function report_answers(policy, counts, obs, A, now)
       redis.call('HSET', policy, 'a_until', a_until)
       tally(counts, 'retry_after_pauses', 1)
     end
-    local a_cut = tonumber(p[4])
+    local a_cut = tonumber(p.a_cut)
     if thr + tmo > 0 then
       local cooldown = 1000
       if a_rate then
@@ -117,7 +113,7 @@ local function report_answers(policy, counts, obs, A, now)
         end
       end
     elseif a_rate and ok > 0 then
-      local since = now - (tonumber(p[5]) or now)
+      local since = now - (tonumber(p.a_inc) or now)
       if since >= 200 then
         if o_rate >= 0.8 * a_rate then
           a_rate = a_rate + increase * since / 1000
