@@ -40,7 +40,7 @@ DOCS = ROOT / "docs"
 LANGUAGES = {"python", "sh", "console", "text", "ini", "yaml", "json"}
 LOCAL_REDIS = "redis://localhost:6379/0"
 #: the repository's own top-level directories: a token starting with one is a path that must exist
-REPO_DIRS = ("scripts/", "bench/", "compose/", "tests/", "docs/", ".ci/", "streams_sched/", "reclaimer/", "monitor/")
+REPO_DIRS = ("scripts/", "bench/", "compose/", "deploy/", "tests/", "docs/", ".ci/", "streams_sched/", "reclaimer/", "monitor/")
 
 
 @dataclass(frozen=True)
@@ -405,6 +405,7 @@ def test_the_exit_code_page_names_every_exit_code() -> None:
         assert f"| `{code}` | {meaning} |" in page
 
 
+@pytest.mark.e2e
 def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     """sphinx-build -W --keep-going builds the whole site: no broken reference, no page outside a toctree."""
     try:
