@@ -184,6 +184,30 @@ def test_lease_reads_bands_in_ratio_and_never_starves_low(redis_url: str, dedupe
     assert counts == [50, 30, 20]
 
 
+def test_band_rotation_alone_serves_each_band_its_share_and_skips_empty_ones(redis_url: str, crawl: str) -> None:
+    """lib/bands.lua's band_takes: 5:3:2 over ten takes gives each band its share, in a
+    smooth order; a band without backlog is skipped, its share going to the others."""
+    from streams_sched.frontier.scripts import read_lua
+
+    f = frontier(redis_url, crawl)
+    body = """
+    local cur, out = { 0, 0, 0 }, {}
+    for _ = 1, 10 do
+      local take = band_takes(cur, { 5, 3, 2 }, { 100, tonumber(ARGV[1]), 100 }, 1)
+      for b = 1, 3 do
+        if take[b] > 0 then out[#out + 1] = b end
+      end
+    end
+    return { out, band_takes({ 0, 0, 0 }, { 5, 3, 2 }, { 100, tonumber(ARGV[1]), 100 }, 10) }
+    """
+    script = read_lua("lib/codes.lua") + read_lua("lib/bands.lua") + body
+    order, takes = f.client.eval(script, 0, 100)
+    assert takes == [5, 3, 2] and sorted(order) == [1] * 5 + [2] * 3 + [3] * 2
+    assert order[:3] == [1, 2, 3]  # smooth: low is served within the first round, not after high's five
+    order, takes = f.client.eval(script, 0, 0)
+    assert takes == [7, 0, 3] and 2 not in order
+
+
 def test_lease_strict_weights_serve_high_first(redis_url: str, dedupe: str, crawl: str) -> None:
     """Huge weight ratios behave like strict priority: high, then default, then low."""
     from streams_sched.config import STRICT_RATIO

@@ -3,7 +3,7 @@
 -- For each site: moves its inbox requests and its due delayed requests into its
 -- streams, takes a token per request from the site's global token bucket (time from
 -- Redis, shared by all workers), then reads each priority band in proportion to the
--- band weights (smooth weighted round robin, state kept in stats, so low never starves),
+-- band weights (lib/bands.lua: low never starves),
 -- and puts the site back in the shard's indexes as it is left (lib/index.lua: reindex).
 -- Entries that failed before (requeued after a lease expired) are handed out one at a
 -- time over the whole call (ARGV[7]), so a poison request cannot take innocent ones
@@ -17,7 +17,7 @@
 -- due, and never fewer than a quarter of ARGV[14], so new sites go on being served while
 -- sites with a long backlog fill the oldest places.
 --
--- include: codes, time, rate, streams, delayed, inbox, index
+-- include: codes, time, rate, streams, delayed, inbox, index, bands
 --
 -- KEYS[1]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[2]      ready:browser  ZSET of the shard's sites with browser work
@@ -141,7 +141,7 @@ local function lease_site(k, site, total, max_http, max_browser)
     known = false -- delayed requests left: read the streams as they are
   end
   for t = 1, 2 do
-    for b = 1, 3 do
+    for b = 1, BANDS do
       -- both task types, even one this worker does not lease: the indexes need them
       local n, p = 0, 0
       if known then
@@ -159,49 +159,8 @@ local function lease_site(k, site, total, max_http, max_browser)
     local bl = per_band[t]
     local n = math.min(want[t], budget - leased)
     if n > 0 and backlog[t] > 0 then
-      local state_field = 'swrr' .. t
-      local cur = { 0, 0, 0 }
-      -- with one band backlogged the rotation state cannot change: not read, not written
-      local bands = 0
-      for b = 1, 3 do
-        if bl[b] > 0 then
-          bands = bands + 1
-        end
-      end
-      local saved = bands > 1 and redis.call('HGET', K[3], state_field)
-      if saved then
-        local i = 1
-        for v in string.gmatch(saved, '[^,]+') do
-          cur[i] = tonumber(v) or 0
-          i = i + 1
-        end
-      end
-      local take = { 0, 0, 0 }
-      for _ = 1, n do
-        local total, best = 0, nil
-        for b = 1, 3 do
-          if bl[b] - take[b] > 0 then
-            cur[b] = cur[b] + weights[b]
-            total = total + weights[b]
-            if best == nil or cur[b] > cur[best] then
-              best = b
-            end
-          end
-        end
-        if best == nil then
-          break
-        end
-        cur[best] = cur[best] - total
-        take[best] = take[best] + 1
-      end
-      if bands < 2 then
-        -- unchanged (see above)
-      elseif cur[1] == 0 and cur[2] == 0 and cur[3] == 0 then
-        redis.call('HDEL', K[3], state_field) -- absent = all zero: a drained site keeps no state
-      else
-        redis.call('HSET', K[3], state_field, table.concat(cur, ','))
-      end
-      for b = 1, 3 do
+      local take = rotate_bands(K[3], t, weights, bl, n)
+      for b = 1, BANDS do
         if take[b] > 0 then
           local s = stream_of(t, b)
           local res = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', take[b],
