@@ -39,6 +39,9 @@ PROG = "streams-monitor"
 @click.option("--connect-timeout", type=float, default=5.0, show_default=True, help="Seconds to wait for Redis at start.")
 @click.option("--allow-eviction", is_flag=True, envvar="STREAMS_ALLOW_EVICTION", help="Start even on a Redis whose maxmemory-policy is allkeys-* (it evicts queued requests silently; env STREAMS_ALLOW_EVICTION).")
 @click.option("--state-file", default=None, help="Keep the alert state in this file, so a restart neither repeats nor loses an alert.")
+@click.option("--worker-rate", type=float, default=0.0, show_default=True, help="Requests/s one worker does, for streams_sched_workers_wanted (0: measured from the workers' heartbeats).")
+@click.option("--scale-horizon-seconds", type=float, default=60.0, show_default=True, help="An unlimited site's backlog asks for the rate that crawls it in this long.")
+@click.option("--max-workers", type=int, default=0, show_default=True, help="Cap of streams_sched_workers_wanted (0: none).")
 @click.option("--burst", is_flag=True, help="Read once, send due alerts, print the metrics on stdout and exit.")
 @click.option("--log-format", type=click.Choice(["json", "console"]), default="json", show_default=True)
 @click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG.")
@@ -62,6 +65,9 @@ def main(
     connect_timeout: float,
     allow_eviction: bool,
     state_file: str | None,
+    worker_rate: float,
+    scale_horizon_seconds: float,
+    max_workers: int,
     burst: bool,
     log_format: str,
     verbose: bool,
@@ -91,6 +97,9 @@ def main(
             allow_eviction=allow_eviction,
             burst=burst,
             state_file=state_file,
+            worker_rate=worker_rate,
+            scale_horizon_s=scale_horizon_seconds,
+            max_workers=max_workers,
         )
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ from streams_sched.service.liveness import ALIVE, DEAD, NodeState, node_states
 from .alerts import FIRING, AlertRules, Debouncer
 from .events import EventListener
 from .exporter import FrontierCollector, SiteLabeller
+from .scaling import Scaling, WorkerRates, crawl_demand, workers_wanted
 from .settings import MonitorSettings
 from .snapshot import CrawlSnapshot, SiteBook, read_crawl
 from .state import AlertState
@@ -63,6 +65,8 @@ class View:
     error: str | None = None
     #: memory, maxmemory, policy and evictions of every Redis master (none without +info)
     servers: list[ServerMemory] = field(default_factory=list)
+    #: per crawl: what its sites allow and have work for, one worker's rate, workers wanted
+    scaling: dict[str, Scaling] = field(default_factory=dict)
 
 
 class Monitor:
@@ -93,6 +97,8 @@ class Monitor:
         self._view = View(ok=False, error="not read yet")
         self._frontiers: dict[str, Frontier] = {}
         self._books: dict[str, SiteBook] = {}
+        #: per crawl, one worker's rate as the heartbeats measure it
+        self._rates: dict[str, WorkerRates] = {}
         #: (what, crawl) said once and turned off: "seen" (the seen estimate is refused),
         #: ("info", "") (INFO is refused)
         self._said: set[tuple[str, str]] = set()
@@ -166,8 +172,17 @@ class Monitor:
             states = {snap.crawl: self._states(snap, now) for snap in snaps}
             for snap in snaps:
                 self.labeller.update(snap)
-            self._view = View(True, snaps, states, now - started, started, servers=servers)
+            scaling = {snap.crawl: self._scaling(snap, states[snap.crawl]) for snap in snaps}
+            self._view = View(True, snaps, states, now - started, started, servers=servers, scaling=scaling)
             return self._view
+
+    def _scaling(self, snap: CrawlSnapshot, states: Mapping[str, NodeState]) -> Scaling:
+        s = self.settings
+        rates = self._rates.setdefault(snap.crawl, WorkerRates())
+        rates.observe(snap.nodes, [n for n, st in states.items() if st.state == ALIVE])
+        demand = crawl_demand(snap, horizon_s=s.scale_horizon_s)
+        rate = rates.rate(s.worker_rate)
+        return Scaling(demand, rate, workers_wanted(demand, rate, s.max_workers))
 
     def view(self, max_age_s: float) -> View:
         """The last read if younger than ``max_age_s``, else a new one (never raises)."""

@@ -32,6 +32,7 @@ from streams_sched.frontier.keys import BANDS
 from streams_sched.politeness.adaptive import effective_rate
 from streams_sched.service.liveness import ALIVE, DEAD, NodeState
 
+from .scaling import Scaling
 from .snapshot import CrawlSnapshot
 
 __all__ = ["FAMILIES", "OTHER", "SERVER_FAMILIES", "SiteLabeller", "build_families", "build_server_families", "metric_names"]
@@ -70,6 +71,9 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Seconds a live worker's browser tasks spent in its downloader (over streams_sched_node_renders: the mean render time).",
     ),
     "streams_sched_sites": ("gauge", ("crawl", "state"), "Registered sites by state: active or paused."),
+    "streams_sched_workers_wanted": ("gauge", ("crawl",), "Workers the crawl can use now: what its sites allow and have work for, over one worker's rate; at least 1 while a request is leased, 0 when nothing is ready or leased. The autoscaling signal (monitor/scaling.py)."),
+    "streams_sched_demand_requests_per_second": ("gauge", ("crawl",), "Requests/s the crawl's sites allow and have http work for now (rates, pauses and backlogs; unlimited sites spread over --scale-horizon-seconds)."),
+    "streams_sched_worker_rate_requests_per_second": ("gauge", ("crawl",), "One worker's requests/s, as workers_wanted divides by it: --worker-rate, or measured from the heartbeats."),
     "streams_sched_sites_unlabelled": ("gauge", ("crawl",), "Sites summed into site=\"_other\" (over --max-sites)."),
     "streams_sched_indexed_sites": (
         "gauge", ("crawl", "index"),
@@ -153,14 +157,21 @@ def build_families(
     snaps: Sequence[CrawlSnapshot],
     states: Mapping[str, Mapping[str, NodeState]],
     labeller: SiteLabeller,
+    scaling: Mapping[str, Scaling] | None = None,
 ) -> list[Metric]:
-    """The frontier's metric families for these snapshots (``states``: crawl -> node -> state)."""
+    """The frontier's metric families for these snapshots (``states``: crawl -> node -> state;
+    ``scaling``: crawl -> its scaling signal, where read)."""
     skip = {"streams_sched_redis_up", "streams_sched_monitor_read_seconds", *SERVER_FAMILIES}
     fam = {name: _family(name) for name in FAMILIES if name not in skip}
     for snap in snaps:
         _add_site_rows(fam, snap, _site_rows(fam, snap, labeller))
         _add_crawl(fam, snap, labeller)
         _add_nodes(fam, snap.crawl, states.get(snap.crawl, {}))
+        sig = (scaling or {}).get(snap.crawl)
+        if sig is not None:
+            fam["streams_sched_workers_wanted"].add_metric([snap.crawl], sig.workers_wanted)
+            fam["streams_sched_demand_requests_per_second"].add_metric([snap.crawl], sig.demand.requests_per_s)
+            fam["streams_sched_worker_rate_requests_per_second"].add_metric([snap.crawl], sig.worker_rate)
     return list(fam.values())
 
 
@@ -283,7 +294,7 @@ class FrontierCollector:
         took.add_metric([], view.read_s)
         yield took
         if view.ok:
-            yield from build_families(view.snaps, view.states, self.monitor.labeller)
+            yield from build_families(view.snaps, view.states, self.monitor.labeller, view.scaling)
             yield from build_server_families(view.servers)
 
 

@@ -21,9 +21,8 @@ WEBHOOK_FORMATS = ("text", "json")
 class MonitorSettings:
     """What the monitor exports and when it alerts. Units are in the names."""
 
-    # Over 20 fields on purpose: one field per command-line option or environment
-    # variable, so the options, their defaults and their checks are read in one table
-    # (tests/test_layout.py lists it among the exceptions).
+    # One field per command-line option or environment variable, so the options, their
+    # defaults and their checks are read in one table.
 
     #: --redis-url / REDIS_URL (a read-only ACL user is enough).
     redis_url: str = field(default_factory=lambda: os.environ.get("REDIS_URL", "redis://localhost:6379/0"))
@@ -73,11 +72,25 @@ class MonitorSettings:
     burst: bool = False
     #: --state-file: keep the alert state here across restarts (None = in memory only).
     state_file: str | None = None
+    #: --worker-rate: requests/s one worker does, for streams_sched_workers_wanted (0 =
+    #: measured from the workers' heartbeats; monitor/scaling.py).
+    worker_rate: float = 0.0
+    #: --scale-horizon-seconds: an unlimited site's backlog asks for the rate that takes
+    #: this long to crawl it (and a limited site's, no more than that).
+    scale_horizon_s: float = 60.0
+    #: --max-workers: cap of streams_sched_workers_wanted (0 = none).
+    max_workers: int = 0
 
     def __post_init__(self) -> None:
         validate_redis_url(self.redis_url, "--redis-url")
         for crawl in self.crawls:
             validate_crawl_name(crawl, "--prefix")
+        if self.worker_rate < 0:
+            raise ConfigError("--worker-rate", self.worker_rate, "must be 0 (measured) or more")
+        if self.scale_horizon_s <= 0:
+            raise ConfigError("--scale-horizon-seconds", self.scale_horizon_s, "must be more than 0")
+        if self.max_workers < 0:
+            raise ConfigError("--max-workers", self.max_workers, "must be 0 (no cap) or more")
         check_port("--metrics-port", self.metrics_port)
         if self.webhook_url is not None:
             parts = urlparse(self.webhook_url)

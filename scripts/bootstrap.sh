@@ -118,12 +118,16 @@ if [ "${TEST_TOOLS:-0}" = 1 ] || [ -n "${CI:-}" ]; then
   install_chromium
 fi
 
-# Tools some tests call (scripts/test.sh sets TEST_TOOLS=1): promtool (from Debian's
-# prometheus package, extracted into the venv) and systemd-analyze (Debian's systemd
+# Tools some tests call (scripts/test.sh sets TEST_TOOLS=1): promtool and the prometheus
+# server (from Debian's prometheus package, extracted into the venv: the scaling signal's
+# PromQL is evaluated by a real Prometheus) and systemd-analyze (Debian's systemd
 # package). Best effort: without them those tests skip locally and fail under CI=1.
 if [ "${TEST_TOOLS:-0}" = 1 ]; then
   if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$VENV/bin/promtool" ]; then
     apt_download_tool prometheus /usr/bin/promtool || log "promtool unavailable: the alert-rule test will skip (fail under CI=1)"
+  fi
+  if ! command -v prometheus >/dev/null 2>&1 && [ ! -x "$VENV/bin/prometheus" ]; then
+    apt_download_tool prometheus /usr/bin/prometheus || log "prometheus unavailable: the scaling-signal test will skip (fail under CI=1)"
   fi
   if ! command -v systemd-analyze >/dev/null 2>&1; then
     if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

@@ -171,7 +171,11 @@ class IOThread(threading.Thread):
         )
         self.drain = DrainCheck(frontier, config, x)
         self.feed = Feed(feed, config, x)
-        self.presence = Presence(frontier, config, x, self.leases, node_id, node_info or {}, self.leasing.browser_cap)
+        #: requests this worker acked (in its heartbeat: the monitor measures a worker's rate by it)
+        self.acked = 0
+        self.presence = Presence(
+            frontier, config, x, self.leases, node_id, node_info or {}, self.leasing.browser_cap, acked=lambda: self.acked,
+        )
         self.next_policy = time.monotonic()
 
     # -- called from the reactor thread ------------------------------------
@@ -515,6 +519,7 @@ class IOThread(threading.Thread):
         stats = self.exchange.stats
         if cmd.kind is Ack:
             n = sum(int(v) for v in reply)
+            self.acked += n
         elif cmd.kind is Failed:
             n = int(reply[0])
             if int(reply[1]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from streams_sched.config import StreamsConfig
@@ -29,7 +30,7 @@ class Presence:
 
     def __init__(
         self, frontier: Frontier, config: StreamsConfig, x: Exchange, book: LeaseBook, node_id: str,
-        node_info: dict[str, Any], browser_cap: int,
+        node_info: dict[str, Any], browser_cap: int, *, acked: Callable[[], int] = lambda: 0,
     ) -> None:
         self.frontier = frontier
         self.heartbeat_s = config.heartbeat_seconds
@@ -38,6 +39,8 @@ class Presence:
         self.node_id = node_id
         self.node_info = node_info
         self.browser_cap = browser_cap
+        #: the acks this worker has sent so far
+        self.acked = acked
         self.next_heartbeat = time.monotonic()
 
     def queue(self, pipe: Any, now: float) -> tuple[Heartbeat, ...]:
@@ -66,6 +69,7 @@ class Presence:
             "renders": self.exchange.renders,
             "render_s": round(self.exchange.render_s, 3),
             "heartbeat_s": self.heartbeat_s,
+            "acked": self.acked(),
         }
 
     def event(self, name: str, info: dict[str, Any]) -> dict[str, Any]:
