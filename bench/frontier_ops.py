@@ -25,6 +25,7 @@ import redis
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.records import BloomParams, Entry, ShardLease
 from streams_sched.frontier.scripts import Call, ack, enqueue, lease
+from streams_sched.frontier.scripts.lease import LeaseOptions
 
 __all__ = ["run_frontier_ops"]
 
@@ -96,7 +97,7 @@ def streams_lease_ack(client: redis.Redis, n: int, per_site_batch: int) -> float
 
 def _lease_one(f: Frontier, site: str, consumer: str, n: int, weights: tuple[int, int, int]) -> Call[ShardLease]:
     """A lease.lua call for up to ``n`` http entries of one site."""
-    return lease.call(f, f.site(site).shard or 0, consumer, [(site, n, n, 0)], weights, max_suspects=0)
+    return lease.call(f, f.site(site).shard or 0, consumer, [(site, n, n, 0)], weights, LeaseOptions(max_suspects=0))
 
 
 def scrapy_redis_enqueue(client: redis.Redis, n: int) -> float:

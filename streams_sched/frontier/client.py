@@ -40,7 +40,7 @@ from streams_sched.frontier.scripts.enqueue import EnqueueReply
 from streams_sched.frontier.scripts.fail import FailReply
 from streams_sched.frontier.scripts.feedback import FeedbackReply
 from streams_sched.frontier.scripts.heartbeat import RedisTime
-from streams_sched.frontier.scripts.lease import DEFAULT_POLICY_FIELDS
+from streams_sched.frontier.scripts.lease import DEFAULT_POLICY_FIELDS, LeaseOptions
 from streams_sched.frontier.scripts.reindex import ReindexReply
 from streams_sched.frontier.scripts.requeue_dead import RequeueDeadReply
 
@@ -220,26 +220,22 @@ class Frontier(CrawlReads):
         if total < 1:
             raise ValueError(f"a lease takes at least one entry, not {total}")
         max_http = total if max_http is None else max_http
-        reply = lua.lease.call(
-            self, self.site(site).shard or 0, consumer, [(site, total, max_http, max_browser)], weights,
-            promote_limit=promote_limit, max_suspects=max_suspects,
-        ).run()
-        part = reply.sites[0]
+        options = LeaseOptions(promote_limit=promote_limit, max_suspects=max_suspects)
+        plan = (site, total, max_http, max_browser)
+        part = lua.lease.call(self, self.site(site).shard or 0, consumer, [plan], weights, options).run().sites[0]
         assert part is not None  # lease.lua looks at a site the call's budget reaches
         return part
 
     @overload
     def lease_shard(
         self, shard: int, consumer: str, plans: Sequence[tuple[str, int, int, int]], weights: Sequence[int], *,
-        name: int = ..., spread: int = ..., tasks: str = ..., paused_wait_ms: int = ..., promote_limit: int = ...,
-        max_suspects: int = ..., budget: int | None = ..., pipe: None = None,
+        pipe: None = None, **options: Any,
     ) -> ShardLease: ...
 
     @overload
     def lease_shard(
         self, shard: int, consumer: str, plans: Sequence[tuple[str, int, int, int]], weights: Sequence[int], *,
-        name: int = ..., spread: int = ..., tasks: str = ..., paused_wait_ms: int = ..., promote_limit: int = ...,
-        max_suspects: int = ..., budget: int | None = ..., pipe: Pipeline,
+        pipe: Pipeline, **options: Any,
     ) -> None: ...
 
     def lease_shard(
@@ -249,23 +245,15 @@ class Frontier(CrawlReads):
         plans: Sequence[tuple[str, int, int, int]],
         weights: Sequence[int],
         *,
-        name: int = 0,
-        spread: int = 0,
-        tasks: str = "hb",
-        paused_wait_ms: int = 1000,
-        promote_limit: int = 100,
-        max_suspects: int = 1,
-        budget: int | None = None,
         pipe: Pipeline | None = None,
+        **options: Any,
     ) -> ShardLease | None:
-        """Lease from several sites of ONE shard (see :func:`scripts.lease.call`). ``pipe`` is
-        kept for the I/O thread until it moves to ``scripts.lease.call(frontier, ...)``
-        (``.queue(pipe)``, then ``.parse(reply)``)."""
-        built = lua.lease.call(
-            self, shard, consumer, plans, weights, name=name, spread=spread, tasks=tasks,
-            paused_wait_ms=paused_wait_ms, promote_limit=promote_limit, max_suspects=max_suspects, budget=budget,
-        )
-        return _run_or_queue(built, pipe)
+        """Lease from several sites of ONE shard; ``options`` are the fields of
+        :class:`~streams_sched.frontier.scripts.lease.LeaseOptions` (name, spread, tasks,
+        paused_wait_ms, promote_limit, max_suspects, budget). Kept for the I/O thread until
+        it moves to ``scripts.lease.call(frontier, ..., LeaseOptions(...))`` (``.queue(pipe)``,
+        then ``.parse(reply)``)."""
+        return _run_or_queue(lua.lease.call(self, shard, consumer, plans, weights, LeaseOptions(**options)), pipe)
 
     @overload
     def feedback(

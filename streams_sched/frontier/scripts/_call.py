@@ -73,29 +73,14 @@ class Call(Generic[R]):
 class Context(Protocol):
     """What a script's module reads of the frontier to build a call."""
 
-    @property
-    def group(self) -> str: ...
-
-    @property
-    def scripts(self) -> Scripts: ...
-
-    @property
-    def keys(self) -> CrawlKeys: ...
-
-    @property
-    def bloom(self) -> BloomParams: ...
-
-    @property
-    def clock(self) -> RedisClock: ...
-
-    @property
-    def default_task(self) -> str: ...
-
-    @property
-    def default_policy(self) -> tuple[str, ...]: ...
-
-    @property
-    def politeness(self) -> str: ...
+    group: str
+    scripts: Scripts
+    keys: CrawlKeys
+    bloom: BloomParams
+    clock: RedisClock
+    default_task: str
+    default_policy: tuple[str, ...]
+    politeness: str
 
     def site(self, site: str) -> SiteKeys: ...
 

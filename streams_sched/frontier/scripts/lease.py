@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from streams_sched.connect.server_checks import text
@@ -12,7 +13,7 @@ from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_of_code
 from streams_sched.frontier.records import LeasedEntry, LeaseReply, ShardLease
 from streams_sched.frontier.scripts._call import Arg, Call, Context
 
-__all__ = ["DEFAULT_POLICY_FIELDS", "args", "call", "keys", "leased_entries", "parse", "parse_site"]
+__all__ = ["DEFAULT_POLICY_FIELDS", "LeaseOptions", "args", "call", "keys", "leased_entries", "parse", "parse_site"]
 
 #: ARGV[8..12]: the crawl's default policy ("*"), kept in the crawl meta hash as
 #: ``default_<field>`` (policy.set_policy writes them).
@@ -31,29 +32,42 @@ def keys(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseOptions:
+    """How a lease call leases and which ready sites it names (lease.lua's ARGV)."""
+
+    #: ready sites of the shard to name per task type, for the next call (0: none)
+    name: int = 0
+    #: a random number: where among the oldest ready sites the named run starts
+    spread: int = 0
+    #: the task types the worker leases: 'h' http, 'b' browser
+    tasks: str = "hb"
+    #: ms a paused site waits before it is looked at again
+    paused_wait_ms: int = 1000
+    #: most due delayed requests to promote per site
+    promote_limit: int = 100
+    #: most entries that failed a delivery before to hand out in the call
+    max_suspects: int = 1
+    #: most entries the call leases in all (None: the plans' sum)
+    budget: int | None = None
+
+
 def args(
     group: str,
     consumer: str,
     weights: Sequence[int],
     plans: Sequence[tuple[str, int, int, int]],
-    *,
     defaults: Sequence[str],
     politeness: str,
-    name: int = 0,
-    spread: int = 0,
-    tasks: str = "hb",
-    paused_wait_ms: int = 1000,
-    promote_limit: int = 100,
-    max_suspects: int = 1,
-    budget: int | None = None,
+    options: LeaseOptions,
 ) -> list[Arg]:
     """``plans`` = (site, total, max http, max browser) each; ``defaults`` the crawl's
-    policy in :data:`DEFAULT_POLICY_FIELDS` order; ``budget`` (default: the plans' sum)
-    the most entries the call leases in all. See lease.lua's header for the rest."""
-    if budget is None:
-        budget = sum(p[1] for p in plans)
-    out: list[Arg] = [group, consumer, *weights, promote_limit, max_suspects, *defaults, politeness, name, spread,
-                      tasks, paused_wait_ms, budget]
+    policy in :data:`DEFAULT_POLICY_FIELDS` order; ``politeness`` the flags ('a' adaptive
+    back-off, 'r' robots.txt obeyed). See lease.lua's header for the rest."""
+    o = options
+    budget = sum(p[1] for p in plans) if o.budget is None else o.budget
+    out: list[Arg] = [group, consumer, *weights, o.promote_limit, o.max_suspects, *defaults, politeness, o.name,
+                      o.spread, o.tasks, o.paused_wait_ms, budget]
     for site, total, max_http, max_browser in plans:
         out += (site, total, max_http, max_browser)
     return out
@@ -99,24 +113,12 @@ def call(
     consumer: str,
     plans: Sequence[tuple[str, int, int, int]],
     weights: Sequence[int],
-    *,
-    name: int = 0,
-    spread: int = 0,
-    tasks: str = "hb",
-    paused_wait_ms: int = 1000,
-    promote_limit: int = 100,
-    max_suspects: int = 1,
-    budget: int | None = None,
+    options: LeaseOptions = LeaseOptions(),
 ) -> Call[ShardLease]:
     """Lease from several sites of ONE shard: ``plans`` = (site, total, max http, max
-    browser) each; and name up to ``name`` of the shard's ready sites per task type in
-    ``tasks`` ('h', 'b'), from a place that ``spread`` (a random number) picks among the
-    oldest ones; lease no more than ``budget`` entries in all (default: the plans' sum)."""
-    built = args(
-        f.group, consumer, weights, plans, defaults=f.default_policy, politeness=f.politeness, name=name,
-        spread=spread, tasks=tasks, paused_wait_ms=paused_wait_ms, promote_limit=promote_limit,
-        max_suspects=max_suspects, budget=budget,
-    )
+    browser) each, reading the bands in ``weights``; ``options`` says how many entries in
+    all and which of the shard's ready sites to name for the next call."""
+    built = args(f.group, consumer, weights, plans, f.default_policy, f.politeness, options)
     sites = [p[0] for p in plans]
     return Call(f.scripts["lease"], keys(f.shard(shard), [f.site(s) for s in sites]), built,
                 functools.partial(parse, sites))
