@@ -2,7 +2,8 @@
 
 The worker's I/O thread, the scrapy-redis feed and the Seeder all build their calls
 here; the Seeder packs the same KEYS and ARGV as Redis protocol itself
-(seeding/packing.py) from :func:`keys`, :func:`head_args` and :func:`site_args`.
+(seeding/packing.py), from :func:`keys` and :func:`head_args`, with its own packing of
+each site's part (tests/test_seeding.py checks it byte for byte against :func:`call`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_code
 from streams_sched.frontier.records import BloomParams, Entry
 from streams_sched.frontier.scripts._call import Arg, Call, Context
 
-__all__ = ["EnqueueReply", "args", "call", "head_args", "keys", "parse", "parse_seed", "parse_site", "seed_call",
-           "site_args"]
+__all__ = ["EnqueueReply", "args", "call", "flags_of", "head_args", "keys", "parse", "parse_seed", "parse_site",
+           "seed_call"]
 
 
 class EnqueueReply(NamedTuple):
@@ -48,23 +49,18 @@ def head_args(group: str, bloom: BloomParams, default_task: str, filter_pairs: i
             "seed" if seed else "all"]
 
 
-def site_args(site: str, items: Sequence[Entry]) -> list[Arg]:
-    """One site's ARGV: its name, the number of requests, then fingerprint, stream code,
-    delay and payload of each. ``Entry.stream`` is an index into STREAMS, or
-    ``SITE_TASK + band`` for the task type from the site's policy."""
-    out: list[Arg] = [site, len(items)]
-    for it in items:
-        out += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
-    return out
-
-
 def args(
     group: str, bloom: BloomParams, default_task: str, filter_pairs: int,
     sites: Sequence[tuple[str, Sequence[Entry]]], seed: bool = False,
 ) -> list[Arg]:
+    """:func:`head_args`, then per site: its name, the number of requests, then
+    fingerprint, stream code, delay and payload of each. ``Entry.stream`` is an index into
+    STREAMS, or ``SITE_TASK + band`` for the task type from the site's policy."""
     out = head_args(group, bloom, default_task, filter_pairs, seed)
     for site, items in sites:
-        out += site_args(site, items)
+        out += (site, len(items))
+        for it in items:
+            out += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
     return out
 
 
@@ -92,17 +88,19 @@ def parse_seed(reply: Sequence[Any]) -> list[EnqueueReply | None]:
 def call(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]]) -> Call[list[EnqueueReply]]:
     """Dedupe and add the requests of several sites of ONE shard: (site, its entries) each
     (an entry's own ``site`` is not read)."""
-    return Call(f.scripts["enqueue"], *_keys_args(f, sites, False), parse)
+    built, pairs = _keys(f, [site for site, _ in sites], False)
+    return Call(f.scripts["enqueue"], built, args(f.group, f.bloom, f.default_task, pairs, sites), parse)
 
 
 def seed_call(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]]) -> Call[list[EnqueueReply | None]]:
     """:func:`call` with 'seed' keys: a new site's keys only (the others get None)."""
-    return Call(f.scripts["enqueue"], *_keys_args(f, sites, True), parse_seed)
+    built, pairs = _keys(f, [site for site, _ in sites], True)
+    return Call(f.scripts["enqueue"], built, args(f.group, f.bloom, f.default_task, pairs, sites, True), parse_seed)
 
 
-def _keys_args(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]], seed: bool) -> tuple[list[str], list[Arg]]:
+def _keys(f: Context, sites: Sequence[str], seed: bool) -> tuple[list[str], int]:
+    """The KEYS of a call for these sites, and the filter pairs per site."""
     # the revisit buckets of Redis time now, so every writer puts a fingerprint in the same one
     now = f.clock.now() if f.bloom.revisit_seconds else 0.0
-    keyed = [(f.site(site), f.filters(site, now)) for site, _ in sites]
-    built = keys(keyed[0][0].index, keyed, seed)
-    return built, args(f.group, f.bloom, f.default_task, len(keyed[0][1]) // 2, sites, seed)
+    keyed = [(f.site(site), f.filters(site, now)) for site in sites]
+    return keys(keyed[0][0].index, keyed, seed), len(keyed[0][1]) // 2
