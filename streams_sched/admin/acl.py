@@ -30,7 +30,8 @@ from typing import Any
 
 from streams_sched.frontier.keys import ROOT, CrawlKeys, validate_crawl_name
 from streams_sched.frontier.replies import text
-from streams_sched.frontier.scripts import source
+from streams_sched.frontier.scripts import read_lua
+from streams_sched.frontier.scripts._source import includes
 
 __all__ = [
     "ROLES",
@@ -59,11 +60,36 @@ def _commands_in(text: str) -> set[str]:
     return out
 
 
+_FUNC = re.compile(r"^local function (\w+)\(", re.MULTILINE)
+_CALLED = re.compile(r"\b(\w+)\(")
+
+
+def _helpers(script: str) -> dict[str, str]:
+    """The body of every helper function of the files ``lua/<script>.lua`` includes, by name."""
+    lib = "\n".join(read_lua(f"lib/{name}.lua") for name in includes(script))
+    starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(lib)]
+    return {
+        name: lib[pos : (starts[i + 1][0] if i + 1 < len(starts) else len(lib))]
+        for i, (pos, name) in enumerate(starts)
+    }
+
+
 def script_commands(script: str) -> set[str]:
-    """The Redis commands ``lua/<script>.lua`` can run: those of its text as sent to Redis,
-    the helper files it includes with it. Read from the shipped scripts, so the rules
-    follow the scripts when they change."""
-    return _commands_in(source(script))
+    """The Redis commands ``lua/<script>.lua`` can run: its own, and those of the helpers
+    it calls, directly or through other helpers (a helper it includes but never calls
+    grants nothing). Read from the shipped scripts, so the rules follow the scripts when
+    they change."""
+    helpers = _helpers(script)
+    body = read_lua(f"{script}.lua")
+    commands = _commands_in(body)
+    todo = set(_CALLED.findall(body)) & helpers.keys()
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        commands |= _commands_in(helpers[name])
+        todo |= (set(_CALLED.findall(helpers[name])) & helpers.keys()) - seen
+    return commands
 
 
 #: Module commands (RedisBloom): only in the rules where the server knows them.
