@@ -51,7 +51,7 @@ def empty_lease_backoff(empty_streak: int, idle_poll_s: float, next_due_in_ms: i
 class LeasePlan(NamedTuple):
     """What to lease from one site: at most ``total`` entries, of them at most ``max_http``
     http and ``max_browser`` browser ones. A tuple: it is the site's part of the
-    lease call's arguments as it stands (Frontier.lease_shard)."""
+    lease call's arguments as it stands (frontier/scripts/lease.py)."""
 
     site: str
     total: int

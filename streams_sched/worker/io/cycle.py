@@ -49,11 +49,13 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.config import StreamsConfig
 from streams_sched.connect.clients import TRANSIENT, describe_nodes
-from streams_sched.frontier.batches import drop_legacy_seen, queue_enqueues
+from streams_sched.frontier import scripts as lua
+from streams_sched.frontier.batches import drop_legacy_seen, enqueue_calls
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import shard_of
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.replies import over_cap_of, parse_enqueue
+from streams_sched.frontier.scripts._call import Call
+from streams_sched.frontier.scripts.enqueue import EnqueueReply
 from streams_sched.politeness.adaptive import FeedbackBatch
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD
 from streams_sched.wire.codec import RequestCodec
@@ -372,9 +374,13 @@ class IOThread(threading.Thread):
         was asked for leases."""
         # answers first: a site's healthy ones go with its ack
         self.feedback.absorb(self.exchange.feedback, now)
+        f = self.frontier
         if enq:
-            for parts in queue_enqueues(self.frontier, pipe, enq):
-                sent.append(Enqueued(parts[0][0], [e for _, chunk in parts for e in chunk], tuple(parts)))
+            # one enqueue.lua call per shard for its sites, up to CALL_LIMIT requests a call
+            for parts in enqueue_calls(enq, f.shards):
+                call = lua.enqueue.call(f, parts)
+                call.queue(pipe)
+                sent.append(Enqueued(parts[0][0], [e for _, chunk in parts for e in chunk], tuple(parts), call.parse))
             sent += self.barrier.queue_inline(pipe, now)
         if after:
             self._queue_lease_ops(pipe, sent, after, now)
@@ -403,17 +409,20 @@ class IOThread(threading.Thread):
         for by_site in acks.values():
             self._queue_acks(pipe, sent, by_site, now)
         for (kind, site), group in others.items():
+            call: Call[Any] | None = None
             if kind is DeadLetter:
-                f.dead_letter(site, self.node_id, [(d.entry.stream, d.entry.id, d.reason) for d in group], pipe)  # type: ignore[union-attr]
+                call = lua.dead.call(f, site, self.node_id, [(d.entry.stream, d.entry.id, d.reason) for d in group])  # type: ignore[union-attr]
             elif kind is Release:
-                f.release(site, self.node_id, [(r.entry.stream, r.entry.id) for r in group], pipe)
+                call = lua.release.call(f, site, self.node_id, [(r.entry.stream, r.entry.id) for r in group])
             elif kind is Failed:
                 failed = [(d.entry.stream, d.entry.id, d.reason) for d in group]  # type: ignore[union-attr]
-                f.fail(site, self.node_id, self.config.max_deliveries, failed, pipe)
+                call = lua.fail.call(f, site, self.node_id, self.config.max_deliveries, failed)
             else:
                 for extend in group:
                     f.extend(site, self.node_id, extend.entry.stream, extend.entry.id, pipe)
-            sent.append(LeaseOpsSent(kind, group))
+            if call is not None:
+                call.queue(pipe)
+            sent.append(LeaseOpsSent(kind, group, parse=call.parse if call is not None else None))
 
     def _queue_acks(self, pipe: Any, sent: list[Sent], by_site: dict[str, list[LeaseOp]], now: float) -> None:
         """One ack.lua call for the acks of the sites of one shard, each site's healthy
@@ -433,8 +442,9 @@ class IOThread(threading.Thread):
             if ok:
                 answered.append((site, ok))
             group += ops
-        self.frontier.ack_shard(calls, pipe)
-        sent.append(LeaseOpsSent(Ack, group, tuple(answered)))
+        call = lua.ack.call(self.frontier, calls)
+        call.queue(pipe)
+        sent.append(LeaseOpsSent(Ack, group, tuple(answered), call.parse))
 
     def _queue_feedback(self, pipe: Any, now: float) -> list[FeedbackSent]:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
@@ -451,8 +461,9 @@ class IOThread(threading.Thread):
             holding = acking
         calls = []
         for site, outcome, robots in self.feedback.take(now, holding):
-            self.frontier.feedback(site, outcome, robots, self.feedback_params, pipe)
-            calls.append(FeedbackSent(site))
+            call = lua.feedback.call(self.frontier, site, outcome, robots, self.feedback_params)
+            call.queue(pipe)
+            calls.append(FeedbackSent(site, call.parse))
         return calls
 
     # -- the replies ------------------------------------------------------------
@@ -476,20 +487,20 @@ class IOThread(threading.Thread):
             if self.trouble.refusals:  # one that was refused may be accepted again
                 self.trouble.accepted(describe(cmd))
             if isinstance(cmd, Enqueued):
-                for (site, chunk), part in zip(cmd.parts, reply, strict=True):
+                for (site, chunk), part in zip(cmd.parts, cmd.parse(reply), strict=True):
                     self._enqueued(site, chunk, part, received)
                 self.barrier.confirmed.append(cmd)
                 confirmed = True
             elif isinstance(cmd, Leased):
-                arrived += self.leasing.on_leased(cmd.plan, reply)
+                arrived += self.leasing.on_leased(cmd.plan, cmd.parse(reply))
             elif isinstance(cmd, Heartbeat):
-                if cmd.sent_at is not None:
-                    self.frontier.clock.observe(reply, cmd.sent_at, received)
+                if cmd.parse is not None and cmd.sent_at is not None:
+                    self.frontier.clock.observe(cmd.parse(reply), cmd.sent_at, received)
             elif isinstance(cmd, LeaseOpsSent):
                 self._lease_ops_done(cmd, reply)
             elif isinstance(cmd, Waited):
                 self.barrier.inline_wait.append(reply)
-            elif isinstance(cmd, FeedbackSent) and int(reply[3]):  # feedback.lua's "this report cut the rate"
+            elif isinstance(cmd, FeedbackSent) and cmd.parse(reply).cut:
                 self.exchange.stats.append(("streams/backoffs", 1))
                 self.leasing.ask_again(cmd.site)
         if noscript:
@@ -517,20 +528,23 @@ class IOThread(threading.Thread):
 
     def _lease_ops_done(self, cmd: LeaseOpsSent, reply: Any) -> None:
         stats = self.exchange.stats
+        value = cmd.parse(reply) if cmd.parse is not None else reply
         if cmd.kind is Ack:
-            n = sum(int(v) for v in reply)
+            n = sum(value)
             self.acked += n
         elif cmd.kind is Failed:
-            n = int(reply[0])
-            if int(reply[1]):
-                stats.append(("streams/dead_lettered", int(reply[1])))
+            n = value.requeued
+            if value.dead:
+                stats.append(("streams/dead_lettered", value.dead))
+        elif cmd.kind is Extend:
+            n = len(cmd.group)
         else:
-            n = len(cmd.group) if isinstance(reply, list) or cmd.kind is Extend else int(reply)
+            n = value
         stats.append((AFTER_STAT[cmd.kind], n))
 
-    def _enqueued(self, site: str, chunk: list[Entry], reply: Any, now: float) -> None:
+    def _enqueued(self, site: str, chunk: list[Entry], reply: EnqueueReply, now: float) -> None:
         x = self.exchange
-        added, dups, delayed, _flags = parse_enqueue(reply)
+        added, dups, delayed = reply.added, reply.duplicates, reply.delayed
         if added:
             # not drained, before the reactor can see these enqueues done
             self.drain.work_seen(now)
@@ -544,9 +558,8 @@ class IOThread(threading.Thread):
             st.append(("streams/duplicates_remote", dups))
         if delayed:
             st.append(("streams/delayed", delayed))
-        over = over_cap_of(reply)
-        if over:
-            st.append(("streams/over_cap", over))
+        if reply.over_cap:
+            st.append(("streams/over_cap", reply.over_cap))
 
     # -- upkeep ---------------------------------------------------------------
 

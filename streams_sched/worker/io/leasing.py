@@ -21,8 +21,9 @@ from streams_sched.config import StreamsConfig
 from streams_sched.errors import EntryError
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM, shard_of
-from streams_sched.frontier.records import LeasedEntry, LeaseReply
-from streams_sched.frontier.replies import parse_shard_lease
+from streams_sched.frontier import scripts as lua
+from streams_sched.frontier.records import LeasedEntry, LeaseReply, ShardLease
+from streams_sched.frontier.scripts.lease import LeaseOptions
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.sent import Leased
@@ -132,29 +133,20 @@ class Leasing:
         tasks = ("h" if self.http else "") + ("b" if browser_room > 0 else "")
         suspects_ok = 1 if book.suspects == 0 else 0
         calls = []
+        paused_wait_ms = int(self.config.idle_poll_seconds * 1000)
         for plan in plans:
-            self._queue_shard(pipe, plan, tasks, suspects_ok)
+            named = self.named[plan.shard]
+            for site_plan in plan.sites:
+                named.pop(site_plan.site, None)
+            options = LeaseOptions(
+                name=plan.name if tasks else 0, spread=self.random.getrandbits(31), tasks=tasks,
+                paused_wait_ms=paused_wait_ms, max_suspects=suspects_ok, budget=plan.budget,
+            )
+            call = lua.lease.call(self.frontier, plan.shard, self.node_id, plan.sites, self.config.band_ratio, options)
+            call.queue(pipe)
             suspects_ok = 0
-            calls.append(Leased(plan))
+            calls.append(Leased(plan, call.parse))
         return calls
-
-    def _queue_shard(self, pipe: Any, plan: ShardPlan, tasks: str, suspects_ok: int) -> None:
-        named = self.named[plan.shard]
-        for site_plan in plan.sites:
-            named.pop(site_plan.site, None)
-        self.frontier.lease_shard(
-            plan.shard,
-            self.node_id,
-            plan.sites,
-            self.config.band_ratio,
-            name=plan.name if tasks else 0,
-            spread=self.random.getrandbits(31),
-            tasks=tasks,
-            paused_wait_ms=int(self.config.idle_poll_seconds * 1000),
-            max_suspects=suspects_ok,
-            budget=plan.budget,
-            pipe=pipe,
-        )
 
     def refused(self, plan: ShardPlan) -> None:
         """Leave a shard whose lease call Redis refused alone for a while (as if empty)."""
@@ -217,9 +209,8 @@ class Leasing:
         self.hints = {s: h for s, h in self.hints.items() if s in held or h.not_before > now}
         self.weighted = {s: w for s, w in self.weighted.items() if s in self.hints}
 
-    def on_leased(self, plan: ShardPlan, reply: Any) -> int:
+    def on_leased(self, plan: ShardPlan, r: ShardLease) -> int:
         """Apply one shard's lease reply; return how many requests arrived."""
-        r = parse_shard_lease([p.site for p in plan.sites], reply)
         now = time.monotonic()
         arrived = 0
         named = self.named[plan.shard]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streams_sched.config import StreamsConfig
+from streams_sched.frontier import scripts as lua
 from streams_sched.frontier.client import Frontier
 from streams_sched.worker.exchange import Exchange
 from streams_sched.worker.io.sent import HEARTBEAT, Heartbeat
@@ -49,10 +50,11 @@ class Presence:
             return ()
         self.next_heartbeat = now + self.heartbeat_s
         info = self.record("online")
-        self.frontier.heartbeat(self.node_id, info, pipe)
+        call = lua.heartbeat.call(self.frontier, self.node_id, info)
+        call.queue(pipe)
         self.frontier.publish(self.event("heartbeat", info), pipe)
         # heartbeat.lua's reply is Redis TIME, read between now and the reply
-        return (Heartbeat(sent_at=time.monotonic()), HEARTBEAT)
+        return (Heartbeat(time.monotonic(), call.parse), HEARTBEAT)
 
     def record(self, state: str) -> dict[str, Any]:
         """The node record, but for its last_seen: heartbeat.lua sets that when Redis receives it."""

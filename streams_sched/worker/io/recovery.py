@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from streams_sched.frontier import scripts as lua
 from streams_sched.frontier.keys import STREAMS
 
 __all__ = ["LeaseKey", "find_orphans", "release_orphans"]
@@ -75,9 +76,10 @@ def release_orphans(
     if not orphans:
         return 0
     pipe = frontier.client.pipeline(transaction=False)
-    for site, entries in orphans.items():
-        frontier.release(site, consumer, entries, pipe)
-    released = sum(int(n) for n in pipe.execute())
+    calls = [lua.release.call(frontier, site, consumer, entries) for site, entries in orphans.items()]
+    for call in calls:
+        call.queue(pipe)
+    released = sum(call.parse(reply) for call, reply in zip(calls, pipe.execute(), strict=True))
     logger.warning(
         "handed back %d leases of %d sites %s (so other workers get them now, not when they expire)",
         released, len(orphans), why,

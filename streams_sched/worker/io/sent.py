@@ -1,14 +1,21 @@
 """What each command of the I/O thread's pipeline was, to apply its reply (cycle.py).
 
 A cycle queues several commands in one pipeline and keeps one of these records per
-command, in order; ``IOThread._apply`` zips them with the replies. Pure data, no Redis.
+command, in order; ``IOThread._apply`` zips them with the replies and reads each reply
+with the parser of the script call that queued it (``parse``: frontier/scripts/), the
+same parser a direct call uses. Pure data, no Redis.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from streams_sched.frontier.records import Entry
+from streams_sched.frontier.records import Entry, ShardLease
+from streams_sched.frontier.scripts.enqueue import EnqueueReply
+from streams_sched.frontier.scripts.feedback import FeedbackReply
+from streams_sched.frontier.scripts.heartbeat import RedisTime
 from streams_sched.worker.ops import Ack, DeadLetter, Extend, Failed, LeaseOp, Release
 from streams_sched.worker.selection import ShardPlan
 
@@ -38,7 +45,8 @@ class Enqueued:
 
     site: str
     chunk: list[Entry]
-    parts: tuple[tuple[str, list[Entry]], ...] = ()
+    parts: tuple[tuple[str, list[Entry]], ...]
+    parse: Callable[[Any], list[EnqueueReply]]
 
 
 @dataclass(slots=True, frozen=True)
@@ -50,6 +58,8 @@ class LeaseOpsSent:
     group: list[LeaseOp]
     #: healthy answers per site that rode along with its acks (given back if it fails)
     answered: tuple[tuple[str, int], ...] = ()
+    #: the script's reply parser (None: a plain command, XCLAIM for an extension)
+    parse: Callable[[Any], Any] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,6 +67,7 @@ class Leased:
     """One lease.lua call, as planned by selection.plan_shards."""
 
     plan: ShardPlan
+    parse: Callable[[Any], ShardLease]
 
 
 @dataclass(slots=True, frozen=True)
@@ -64,6 +75,7 @@ class FeedbackSent:
     """One feedback.lua call: the politeness answers of ``site``."""
 
     site: str
+    parse: Callable[[Any], FeedbackReply]
 
 
 @dataclass(slots=True, frozen=True)
@@ -81,6 +93,7 @@ class Heartbeat:
     heartbeat (``sent_at`` None)."""
 
     sent_at: float | None = None
+    parse: Callable[[Any], RedisTime] | None = None
 
 
 Sent = Enqueued | LeaseOpsSent | Leased | FeedbackSent | Waited | Heartbeat
