@@ -18,15 +18,18 @@ from helpers import find_tool, wait_for
 
 
 class Prometheus:
-    """``prometheus`` scraping ``targets`` (host:port) every ``interval``, on a free port, in a temporary directory."""
+    """``prometheus`` scraping ``targets`` (host:port) every ``interval``, on a free port, in a temporary directory.
 
-    def __init__(self, targets: list[str], job: str = "streams-monitor", interval: str = "1s") -> None:
+    ``targets`` is one job's list, or a dict of job name -> targets for several jobs."""
+
+    def __init__(self, targets: list[str] | dict[str, list[str]], job: str = "streams-monitor", interval: str = "1s") -> None:
         binary = find_tool("prometheus", "Debian's prometheus package")
         self.dir = Path(tempfile.mkdtemp(prefix="streams-sched-prometheus-"))
         self.port = free_port()
+        jobs = targets if isinstance(targets, dict) else {job: targets}
         config = {
             "global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval},
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": targets}]}],
+            "scrape_configs": [{"job_name": name, "static_configs": [{"targets": t}]} for name, t in jobs.items()],
         }
         (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config))
         self.log = open(self.dir / "prometheus.log", "wb")
