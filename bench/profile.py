@@ -35,7 +35,7 @@ RATE_HZ = 250
 AREAS: list[tuple[str, tuple[str, ...]]] = [
     ("streams-sched I/O thread (io/)", ("streams_sched/worker/io/", "streams_sched/worker/selection.py")),
     ("streams-sched codec + msgpack", ("streams_sched/wire/", "msgpack")),
-    ("streams-sched frontier.py", ("streams_sched/frontier/client.py", "streams_sched/frontier/scripts.py")),
+    ("streams-sched frontier.py", ("streams_sched/frontier/client.py", "streams_sched/frontier/scripts/")),
     ("streams-sched scheduler.py (reactor side)", ("streams_sched/worker/scheduler.py", "streams_sched/worker/engine.py", "streams_sched/worker/seen.py")),
     ("redis-py + hiredis", ("/redis/",)),
     ("scrapy in-memory scheduler + dupefilter", ("scrapy/core/scheduler.py", "scrapy/pqueues.py", "scrapy/squeues.py", "scrapy/dupefilters.py", "queuelib")),
