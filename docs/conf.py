@@ -2,7 +2,8 @@
 
 Pages are Markdown (MyST), so the text reads the same on GitHub; the theme is furo.
 The settings reference (reference/settings.md) is generated from the code's settings
-table by the local extension _ext/settings_ref.py, loaded only when it is there.
+table by the local extension _ext/settings_ref.py, loaded only when it is there; the
+diagrams are drawn from diagrams/*.dot by sphinx.ext.graphviz.
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ project = "streams-sched"
 author = "the streams-sched authors"
 copyright = "the streams-sched authors"
 
-extensions = ["myst_parser"] + (
+extensions = ["myst_parser", "sphinx.ext.graphviz"] + (
     ["settings_ref"] if os.path.exists(os.path.join(os.path.dirname(__file__), "_ext", "settings_ref.py")) else []
 )
+
+# Diagrams are Graphviz sources in diagrams/*.dot, drawn by Debian's `dot` at build time
+# (scripts/bootstrap.sh installs the graphviz package with the docs extra), as SVG so
+# that their text stays text.
+graphviz_output_format = "svg"
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepare this checkout on a fresh Debian machine (as root) or any machine with
 # Python >= 3.11: redis-server (Debian's package, if none is installed), a
-# virtualenv in .venv with the project and its test extras. Idempotent and quick
-# when nothing changed. Sourced by scripts/demo.sh and scripts/test.sh.
+# virtualenv in .venv with the project and its test extras, and graphviz with the
+# docs extra. Idempotent and quick when nothing changed. Sourced by scripts/demo.sh,
+# scripts/test.sh and scripts/docs.sh.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -83,6 +84,24 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS}]" >&2
   echo "$WANT" > "$STAMP"
 fi
+
+# Graphviz's `dot` draws the docs' diagrams (docs/diagrams/*.dot, through sphinx.ext.graphviz),
+# so the docs extra brings Debian's graphviz package. Without it the docs build fails at the
+# first diagram: an error under CI, a warning here (tests/test_docs.py then skips the build).
+case ",$EXTRAS," in
+  *,docs,*)
+    if ! command -v dot >/dev/null 2>&1; then
+      if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        apt_install graphviz
+      elif [ -n "${CI:-}" ]; then
+        log "ERROR: no graphviz (dot) for the docs' diagrams: apt-get install graphviz (as root)"
+        exit 1
+      else
+        log "no graphviz (dot): the docs build cannot draw its diagrams (apt-get install graphviz, as root)"
+      fi
+    fi
+    ;;
+esac
 
 # Debian's chromium for the browser tests (tests/test_browser.py), which drive it through
 # scrapy-playwright with PLAYWRIGHT_LAUNCH_OPTIONS executable_path=/usr/bin/chromium:

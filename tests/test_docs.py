@@ -35,6 +35,8 @@ import click
 import pytest
 import yaml
 
+from helpers import find_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 LANGUAGES = {"python", "sh", "console", "text", "ini", "yaml", "json"}
@@ -416,6 +418,7 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"the docs extra is not installed ({exc}; CI is set, so this is an error, not a skip)")
         pytest.skip(f"the docs extra is not installed ({exc}): pip install -e '.[docs]'")
+    find_tool("dot", "apt-get install graphviz: sphinx.ext.graphviz draws docs/diagrams/*.dot with it")
     out = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(tmp_path / "html")],
         capture_output=True,
