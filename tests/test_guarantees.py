@@ -66,6 +66,7 @@ def tls_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Re
         server.cleanup()
 
 
+@pytest.mark.e2e
 def test_tls_host_name_is_verified(tls_elsewhere: tuple[RedisServer, TlsFiles]) -> None:
     """A certificate signed by the trusted CA but issued to another host name is refused at once."""
     server, files = tls_elsewhere
@@ -77,6 +78,7 @@ def test_tls_host_name_is_verified(tls_elsewhere: tuple[RedisServer, TlsFiles]) 
     assert connect_ready(url + "&ssl_check_hostname=false", 5).ping()
 
 
+@pytest.mark.e2e
 def test_scrapy_crawl_exits_1_on_an_untrusted_certificate(project: Path, tmp_path: Path) -> None:
     """`scrapy crawl` against a TLS server whose certificate does not verify exits 1 with one
     CRITICAL line, without waiting out STREAMS_CONNECT_TIMEOUT_SECONDS."""
@@ -98,6 +100,7 @@ def test_scrapy_crawl_exits_1_on_an_untrusted_certificate(project: Path, tmp_pat
 # -- ACL -----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("right", ["evalsha", "xreadgroup", "xautoclaim", "publish", "multi"])
 def test_missing_acl_right_fails_at_once_at_start(project: Path, right: str) -> None:
     """A worker whose ACL user lacks one command of its role (even one it would only use
@@ -273,6 +276,7 @@ def test_requests_that_cannot_travel_are_crawled_locally_and_named(plain_redis_u
     assert set(crawled_urls(items)) == SyntheticWeb(sites=1, pages=20).all_urls()
 
 
+@pytest.mark.e2e
 def test_requests_that_cannot_travel_are_signalled_dropped_and_named_in_error_mode(
     plain_redis_url: str, crawl: str, tmp_path: Path
 ) -> None:

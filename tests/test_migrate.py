@@ -36,6 +36,7 @@ def _migrate(url: str, *args: str) -> Any:
     return CliRunner().invoke(main, ["migrate-scrapy-redis", "--redis-url", url, "--spider", "synthetic", *args])
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("queue_class", ["PriorityQueue", "FifoQueue", "LifoQueue"])
 def test_half_done_scrapy_redis_crawl_is_finished_by_streams_sched(plain_redis_url: str, crawl: str, tmp_path: Path, queue_class: str) -> None:
     """A scrapy-redis crawl stopped halfway, migrated with --trust-pickle, is finished by two streams-sched

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from monitor import Monitor, MonitorSettings, metric_names
@@ -28,6 +29,7 @@ def record(f, name: str, last_seen: float, state: str = "online", hb: float = 5.
                          **extra})
 
 
+@pytest.mark.e2e
 def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """After enqueues, duplicates, leases, acks, a dead letter and delayed requests, /metrics equals Redis."""
     f = frontier(redis_url, crawl, dedupe)
@@ -88,6 +90,7 @@ def test_scraped_metrics_match_redis_after_a_known_sequence(redis_url: str, dedu
     assert d.named("stopped")
 
 
+@pytest.mark.e2e
 def test_monitor_needs_only_a_read_only_user(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """With +@read +evalsha_ro +eval_ro +time +ping the monitor exports everything; no pub/sub is a warning."""
     f = frontier(plain_redis_url, crawl)
@@ -125,6 +128,7 @@ def test_monitor_needs_only_a_read_only_user(plain_redis_url: str, crawl: str, t
         f.client.acl_deluser("monitor")
 
 
+@pytest.mark.e2e
 def test_webhook_alert_arrives_once_and_resolves_once(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """Backlog over the threshold, a dead node and growing dead letters each POST one alert, not one per pass."""
     f = frontier(plain_redis_url, crawl)
@@ -162,6 +166,7 @@ def test_webhook_alert_arrives_once_and_resolves_once(plain_redis_url: str, craw
         sink.close()
 
 
+@pytest.mark.e2e
 def test_restarted_monitor_with_a_state_file_does_not_repeat_a_firing_alert(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """With --state-file, a monitor restarted (SIGKILL) while an alert holds sends no second firing, then one resolved."""
     f = frontier(plain_redis_url, crawl)
@@ -222,6 +227,7 @@ def test_node_heard_on_pubsub_is_alive_then_dead_after_three_heartbeats(plain_re
         mon.close()
 
 
+@pytest.mark.e2e
 def test_burst_prints_the_metrics_once(plain_redis_url: str, crawl: str) -> None:
     """--burst reads once, prints the exposition on stdout and exits 0."""
     f = frontier(plain_redis_url, crawl)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from streams_sched.connect.persistence import (
     RECENT_RESTART_S,
     NodePersistence,
@@ -62,6 +64,7 @@ def test_parse_reads_info_fields() -> None:
     assert parse_persistence("n", {}) == NodePersistence("n", "", 0, None, None, None)
 
 
+@pytest.mark.e2e
 def test_a_real_primary_with_a_replica_and_no_persistence_is_warned_of(caplog: Any) -> None:
     """Against real servers: a primary with an attached replica and no persistence warns; with AOF it does not."""
     import logging
@@ -88,6 +91,7 @@ def test_a_real_primary_with_a_replica_and_no_persistence_is_warned_of(caplog: A
             primary.cleanup()
 
 
+@pytest.mark.e2e
 def test_a_primary_that_restarted_empty_is_reported_once_per_restart() -> None:
     """A fresh primary with no AOF that loaded nothing is a loss once; asking again about the same process is not."""
     from streams_sched.connect.clients import connect

@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from reclaimer import Reclaimer, ReclaimerSettings
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP, health_key
@@ -111,6 +113,7 @@ def test_gone_consumers_without_entries_are_removed_and_owners_kept(plain_redis_
     assert f.status("a.test").pending == 2
 
 
+@pytest.mark.e2e
 def test_three_reclaimers_never_move_an_entry_twice_or_lose_one(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """Three reclaimer processes race over the same expired leases: every entry ends up once, none lost."""
     f = frontier(plain_redis_url, crawl)
@@ -154,6 +157,7 @@ def test_three_reclaimers_never_move_an_entry_twice_or_lose_one(plain_redis_url:
     assert sum(1 for n in requeued_by if n > 0) >= 2, requeued_by  # they really raced
 
 
+@pytest.mark.e2e
 def test_daemon_logs_one_json_line_per_pass_and_stops_on_sigterm(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """The daemon logs a JSON 'pass' line with counts each interval, serves metrics, and exits 0 on SIGTERM."""
     f = frontier(plain_redis_url, crawl)
@@ -186,6 +190,7 @@ def test_daemon_logs_one_json_line_per_pass_and_stops_on_sigterm(plain_redis_url
     assert check.returncode == 1 and "no recent pass" in check.stderr
 
 
+@pytest.mark.e2e
 def test_unreachable_redis_at_start_is_one_line_and_exit_3() -> None:
     """With nothing listening, the daemon exits 3 with one 'error:' line naming the URL."""
     url = f"redis://127.0.0.1:{free_port()}/0"
@@ -197,6 +202,7 @@ def test_unreachable_redis_at_start_is_one_line_and_exit_3() -> None:
         assert len(lines) == 1 and lines[0].startswith(f"streams-{module}: error: Redis at {url}") and "REDIS_URL" in lines[0]
 
 
+@pytest.mark.e2e
 def test_daemon_retries_with_backoff_when_redis_goes_away(tmp_path: Path) -> None:
     """Redis killed under a running reclaimer: it says so, retries with back-off, and resumes when Redis is back."""
     server = RedisServer().start()
@@ -220,6 +226,7 @@ def test_daemon_retries_with_backoff_when_redis_goes_away(tmp_path: Path) -> Non
         server.cleanup()
 
 
+@pytest.mark.e2e
 def test_burst_runs_one_pass_and_exits(plain_redis_url: str, tmp_path: Path) -> None:
     """--burst runs exactly one pass and exits 0."""
     d = Daemon("reclaimer", ["--redis-url", plain_redis_url, "--burst"], tmp_path / "r.log")

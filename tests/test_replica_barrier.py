@@ -29,6 +29,7 @@ def online_replicas(client: redis.Redis) -> int:
     return parse_replication(client.info("replication")).connected
 
 
+@pytest.mark.e2e
 def test_a_replica_back_after_auto_gave_up_holds_the_acks_of_the_very_next_write(primary: RedisServer) -> None:
     """After auto gave up on a primary, a replica back from a resync holds the very next write's acks until it has it."""
     client = redis.Redis.from_url(primary.url)

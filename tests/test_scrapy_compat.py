@@ -108,6 +108,7 @@ _PATCHES = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("patch", sorted(_PATCHES))
 def test_scrapy_crawl_on_an_unsupported_scrapy_exits_1_at_once_with_one_line(tmp_path: Path, patch: str) -> None:
     """A real `scrapy crawl` on an unsupported Scrapy (faked in the project's settings) exits 1
@@ -174,6 +175,7 @@ reactor.run()
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "reactor_path",
     ["twisted.internet.asyncioreactor.AsyncioSelectorReactor", "twisted.internet.epollreactor.EPollReactor"],

@@ -246,6 +246,7 @@ def test_worker_crawls_over_mutual_tls_as_an_acl_user(tls_server: RedisServer, t
     assert "rediss://worker:***@127.0.0.1" in w.log() and "w-secret" not in w.log()
 
 
+@pytest.mark.e2e
 def test_server_certificate_from_another_ca_fails_at_once(tls_server: RedisServer, tls_files: TlsFiles, tmp_path: Path) -> None:
     """A server certificate that does not verify against ssl_ca_certs is an immediate, clear error."""
     other = make_tls_files(str(tmp_path / "other-ca"))
@@ -256,6 +257,7 @@ def test_server_certificate_from_another_ca_fails_at_once(tls_server: RedisServe
     assert time.monotonic() - started < 10
 
 
+@pytest.mark.e2e
 def test_tls_without_a_client_certificate_is_refused(tls_server: RedisServer, tls_files: TlsFiles) -> None:
     """The server requires a client certificate: without one no command gets through."""
     url = f"rediss://127.0.0.1:{tls_server.port}/0?ssl_ca_certs={tls_files.ca}"
@@ -263,6 +265,7 @@ def test_tls_without_a_client_certificate_is_refused(tls_server: RedisServer, tl
         connect_ready(url, 1)
 
 
+@pytest.mark.e2e
 def test_password_in_the_url_authenticates(tmp_path: Path) -> None:
     """requirepass: the password in REDIS_URL (redis://:password@host) authenticates the default user."""
     with RedisServer(extra_args=["--requirepass", "p@ss/word"]) as server:

@@ -223,6 +223,7 @@ def retrying(action: Callable[[], Any], timeout: float = 60.0) -> tuple[Any, int
             time.sleep(0.05)
 
 
+@pytest.mark.e2e
 def test_same_client_writes_to_the_new_master_after_a_failover(fresh: LocalSentinel, measured: Any) -> None:
     """A client from connect() writes, its master is SIGKILLed, and after the transient
     errors its callers retry, the same client object writes to the promoted replica."""
@@ -244,6 +245,7 @@ def test_same_client_writes_to_the_new_master_after_a_failover(fresh: LocalSenti
     client.close()
 
 
+@pytest.mark.e2e
 def test_restarted_old_master_takes_no_writes(fresh: LocalSentinel, measured: Any) -> None:
     """After a failover the old master comes back empty and says it is a master until the
     sentinels demote it: every write of a client that keeps writing meanwhile lands on the
@@ -289,6 +291,7 @@ def test_restarted_old_master_takes_no_writes(fresh: LocalSentinel, measured: An
     client.close()
 
 
+@pytest.mark.e2e
 def test_a_demoted_server_a_sentinel_still_names_is_refused(sentinel: LocalSentinel) -> None:
     """A sentinel that names a replica as the master (its view lags a failover) gets a
     ConnectionError from the ROLE check, not a client on a replica; the next connection
@@ -305,6 +308,7 @@ def test_a_demoted_server_a_sentinel_still_names_is_refused(sentinel: LocalSenti
     client.close()
 
 
+@pytest.mark.e2e
 def test_acl_user_of_a_role_works_through_the_sentinels(sentinel: LocalSentinel) -> None:
     """setuser() through a Sentinel client adds +role to the role's rules, and its user
     connects; a user without it is told, at once, which right it lacks."""
@@ -321,6 +325,7 @@ def test_acl_user_of_a_role_works_through_the_sentinels(sentinel: LocalSentinel)
     admin.close()
 
 
+@pytest.mark.e2e
 def test_wrong_service_name_says_what_the_sentinels_monitor(sentinel: LocalSentinel) -> None:
     """A service name the sentinels do not monitor ends the wait with a line saying what they do monitor."""
     with pytest.raises(RedisUnavailable) as info:
@@ -328,6 +333,7 @@ def test_wrong_service_name_says_what_the_sentinels_monitor(sentinel: LocalSenti
     assert "monitors no 'mymastr' (it monitors ['mymaster'])" in str(info.value)
 
 
+@pytest.mark.e2e
 def test_cli_and_seeder_work_against_the_sentinel_url(sentinel: LocalSentinel, crawl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """streams-sched push, status and crawls and the Seeder API take a Sentinel URL like any other."""
     monkeypatch.setenv("REDIS_URL", sentinel.url)
@@ -361,6 +367,7 @@ def test_worker_crawls_with_a_sentinel_redis_url(sentinel: LocalSentinel, crawl:
         worker.close()
 
 
+@pytest.mark.e2e
 def test_tls_sentinels_with_passwords(tmp_path: Path) -> None:
     """rediss+sentinel:// with the master's password and sentinel_password reaches the
     master over TLS; a wrong sentinel_password and a missing CA fail at once, saying so."""
@@ -431,6 +438,7 @@ def test_daemons_keep_working_across_a_failover(fresh: LocalSentinel, crawl: str
         rec.close()
 
 
+@pytest.mark.e2e
 def test_local_sentinel_cleans_up_its_processes_and_files() -> None:
     """The fixture stops every process it started and removes its directory."""
     _need_redis_server()

@@ -11,7 +11,7 @@ from streams_sched.testing import RedisServer, free_port
 
 from helpers import scrapy_crawl, scrapy_project, start_errors
 
-pytestmark = pytest.mark.scrapy_matrix
+pytestmark = [pytest.mark.scrapy_matrix, pytest.mark.e2e]  # each test runs `scrapy crawl` or a redis-server
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -18,6 +18,7 @@ def test_free_ports_are_outside_the_outgoing_range_and_never_given_twice() -> No
     assert not [p for p in ports if low <= p <= high]
 
 
+@pytest.mark.e2e
 def test_a_restart_keeps_its_address_or_says_the_port_is_taken() -> None:
     """A killed server starts again at its port; if another process holds the port it fails saying so, not on a new port."""
     server = RedisServer().start()
