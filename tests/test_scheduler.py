@@ -15,9 +15,17 @@ from scrapy.utils.request import RequestFingerprinter
 from streams_sched.config import StreamsConfig
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP
+from streams_sched.worker.io import trouble
 from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
 from helpers import wait_for
+
+#: the longest idle wait of the I/O thread: its drain checks and empty-lease back-offs come
+#: every few tens of ms, so a test waiting for a drain or a few cycles does not wait seconds
+IDLE_POLL_S = 0.02
+#: the first wait before a refused command is tried again, a fifth of the worker's: the
+#: back-off still doubles, and a test that waits through four tries takes 0.3 s, not 1.5 s
+RETRY_S = trouble.RETRY_INITIAL_S / 5
 
 
 class Spider(scrapy.Spider):
@@ -28,10 +36,11 @@ class Spider(scrapy.Spider):
 
 
 @pytest.fixture
-def sched(redis_url: str, dedupe: str, crawl: str) -> Iterator[StreamsScheduler]:
+def sched(redis_url: str, dedupe: str, crawl: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[StreamsScheduler]:
+    monkeypatch.setattr(trouble, "RETRY_INITIAL_S", RETRY_S)
     config = StreamsConfig.from_settings(
         {"REDIS_URL": redis_url, "STREAMS_PREFIX": crawl, "STREAMS_DEDUPE": dedupe,
-         "STREAMS_IDLE_POLL_SECONDS": 0.1, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005},
+         "STREAMS_IDLE_POLL_SECONDS": IDLE_POLL_S, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005},
         "unit",
     )
     s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(4, 4))
@@ -97,7 +106,7 @@ def test_a_refused_command_is_logged_once_and_retried_with_back_off(
             lambda: sum(n for (what, _), n in pump.trouble.refusals.counts.items() if what == "enqueue to site child.test") >= 4,
             timeout=30, what="four refused tries",
         )
-        assert pump.trouble.retry.current_s >= 0.4  # 0.1, 0.2, 0.4: the tries back off
+        assert pump.trouble.retry.current_s >= 4 * RETRY_S  # 1, 2, 4 times RETRY_S: the tries back off
         errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
         assert len(errors) == 1 and "refused the enqueue to site child.test" in errors[0].getMessage(), [e.getMessage() for e in errors]
         r.delete(child_keys.seen)
@@ -173,7 +182,7 @@ def pump_cycles(s: StreamsScheduler, n: int) -> None:
 def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> StreamsScheduler:
     config = StreamsConfig.from_settings(
         {"REDIS_URL": redis_url, "STREAMS_PREFIX": crawl, "STREAMS_DEDUPE": dedupe,
-         "STREAMS_IDLE_POLL_SECONDS": 0.1, **settings},
+         "STREAMS_IDLE_POLL_SECONDS": IDLE_POLL_S, **settings},
         "unit",
     )
     s = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(4, 4))
@@ -183,14 +192,15 @@ def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> Streams
 
 def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, dedupe: str, crawl: str) -> None:
     """A worker on a crawl that never had a request keeps waiting for seeds, up to the setting."""
-    s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=1.5)
+    wait_s = 0.6  # ample for the 5 cycles below, which take about 5 * IDLE_POLL_S
+    s = make(redis_url, dedupe, crawl, STREAMS_EMPTY_CRAWL_WAIT_SECONDS=wait_s)
     try:
         started = time.monotonic()
         wait_for(lambda: s._io.drain.waiting_for_seeds_logged, timeout=10, what="a drain check on the empty crawl")
         pump_cycles(s, 5)
         assert s.has_pending_requests()  # not drained: nothing was ever enqueued
         wait_for(lambda: not s.has_pending_requests(), timeout=10, what="drain after the wait")
-        assert time.monotonic() - started >= 1.5
+        assert time.monotonic() - started >= wait_s
     finally:
         s.close("test")
 
