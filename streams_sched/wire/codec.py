@@ -245,24 +245,8 @@ class RequestCodec:
     # -- decode ---------------------------------------------------------
 
     def decode(self, payload: bytes) -> Request:
-        """Return the request of ``payload``; raise EntryError with the reason if it has none."""
-        d = self._read_map(payload)
-        url = d["u"]
-        kwargs = self._kwargs(d)
-        cls = self._request_class(d, kwargs)
-        try:
-            request = cls(url, **kwargs)
-        except Exception as exc:
-            raise EntryError(f"Scrapy rejects the request: {type(exc).__name__}: {exc}") from None
-        if cls not in KEEPS_META:
-            # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
-            # defaults); the request had exactly the meta that travelled
-            request.meta.clear()
-            request.meta.update(kwargs.get("meta", {}))
-        return request
-
-    def _read_map(self, payload: bytes) -> dict[Any, Any]:
-        """The payload's map, checked: a URL, known keys, a readable schema version."""
+        """Return the request of ``payload``; raise EntryError with the reason if it has none:
+        the payload must be a map with a URL, known keys and a readable schema version."""
         try:
             d = self._unpackb(payload, raw=False, strict_map_key=False, ext_hook=self._ext_hook)
         except EntryError:
@@ -283,7 +267,18 @@ class RequestCodec:
                 f"payload schema version {v!r} is not supported (this worker reads"
                 f" {sorted(READABLE_VERSIONS)}; upgrade it)"
             )
-        return d
+        kwargs = self._kwargs(d)
+        cls = self._request_class(d, kwargs)
+        try:
+            request = cls(url, **kwargs)
+        except Exception as exc:
+            raise EntryError(f"Scrapy rejects the request: {type(exc).__name__}: {exc}") from None
+        if cls not in KEEPS_META:
+            # a subclass __init__ may add to meta (SplashRequest fills meta['splash']
+            # defaults); the request had exactly the meta that travelled
+            request.meta.clear()
+            request.meta.update(kwargs.get("meta", {}))
+        return request
 
     def _kwargs(self, d: dict[Any, Any]) -> dict[str, Any]:
         """The keyword arguments of the request class from the payload map, type-checked."""

@@ -371,7 +371,8 @@ class StreamsScheduler(BaseScheduler):
         codec = self.codec
         if codec is None:
             raise RuntimeError("StreamsScheduler.enqueue_request() called before open()")
-        if self.answers.take_swallowed(request):
+        answers = self.answers
+        if answers.swallowed and answers.take_swallowed(request):
             # a browser task whose failed delivery ended its download: its lease ends in
             # request_done, and the frontier delivers it again
             return True
@@ -469,7 +470,7 @@ class StreamsScheduler(BaseScheduler):
         if ready.fair.parked:
             ready.slot_leaving(request)
         entry = self._leases.pop(request, None)
-        marked, failed = self.answers.take_failure(request)
+        marked, failed = self.answers.take_failure(request) if self.answers.failed else (False, None)
         if entry is None:
             site = ready.local_busy.pop(request, None)
             if site is not None:

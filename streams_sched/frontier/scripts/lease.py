@@ -13,7 +13,7 @@ from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_of_code
 from streams_sched.frontier.records import LeasedEntry, LeaseReply, ShardLease
 from streams_sched.frontier.scripts._call import Arg, Call, Context
 
-__all__ = ["DEFAULT_POLICY_FIELDS", "LeaseOptions", "args", "call", "keys", "leased_entries", "parse", "parse_site"]
+__all__ = ["DEFAULT_POLICY_FIELDS", "LeaseOptions", "args", "call", "keys", "leased_entries", "parse"]
 
 #: ARGV[8..12]: the crawl's default policy ("*"), kept in the crawl meta hash as
 #: ``default_<field>`` (policy.set_policy writes them).
@@ -83,28 +83,27 @@ def leased_entries(site: str, flat: Sequence[Any], start: int, claimed: bool = F
     return out
 
 
-def parse_site(site: str, part: Sequence[Any]) -> LeaseReply:
-    """One site's part of the reply."""
-    head = [int(v) for v in part[:7]]
-    r = LeaseReply(head[0], head[1], head[2], head[3], head[4], head[5], head[6])
-    try:
-        r.weight = float(part[7]) if part[7] else 1.0
-    except ValueError:
-        r.weight = 1.0
-    r.max_browser = int(part[8])
-    r.rate = float(part[9] or 0)
-    r.entries = leased_entries(site, part, _HEAD)
-    return r
-
-
 def parse(sites: Sequence[str], reply: Sequence[Any]) -> ShardLease:
-    """The reply of a call for ``sites`` (in plan order)."""
+    """The reply of a call for ``sites`` (in plan order): per site its part (None where the
+    call's budget ran out before it), then the ready sites the shard named and when to ask
+    it again."""
     n = len(sites)
-    return ShardLease(
-        [parse_site(site, part) if part else None for site, part in zip(sites, reply[:n], strict=True)],
-        [text(v) for v in reply[n]],
-        int(reply[n + 1]),
-    )
+    parts: list[LeaseReply | None] = []
+    for site, part in zip(sites, reply[:n], strict=True):
+        if not part:
+            parts.append(None)
+            continue
+        head = [int(v) for v in part[:7]]
+        r = LeaseReply(head[0], head[1], head[2], head[3], head[4], head[5], head[6])
+        try:
+            r.weight = float(part[7]) if part[7] else 1.0
+        except ValueError:
+            r.weight = 1.0
+        r.max_browser = int(part[8])
+        r.rate = float(part[9] or 0)
+        r.entries = leased_entries(site, part, _HEAD)
+        parts.append(r)
+    return ShardLease(parts, [text(v) for v in reply[n]], int(reply[n + 1]))
 
 
 def call(

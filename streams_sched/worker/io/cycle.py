@@ -395,8 +395,8 @@ class IOThread(threading.Thread):
         return leased
 
     def _queue_lease_ops(self, pipe: Any, sent: list[Sent], after: list[LeaseOp], now: float) -> None:
-        """One ack.lua call per shard for its sites' acks; one call per site and kind for
-        the other lease operations."""
+        """One ack.lua call per shard for its sites' acks, each site's healthy answers riding
+        along; one call per site and kind for the other lease operations."""
         f = self.frontier
         acks: dict[int, dict[str, list[LeaseOp]]] = defaultdict(lambda: defaultdict(list))
         others: dict[tuple[type, str], list[LeaseOp]] = defaultdict(list)
@@ -406,8 +406,25 @@ class IOThread(threading.Thread):
                 acks[shard_of(site, f.shards)][site].append(op)
             else:
                 others[(type(op), site)].append(op)
+        held = self.leases.by_site
         for by_site in acks.values():
-            self._queue_acks(pipe, sent, by_site, now)
+            calls = []
+            answered = []
+            group: list[LeaseOp] = []
+            for site, ops in by_site.items():
+                last = site not in held
+                ok = self.feedback.take_healthy(site, now, last)
+                if ok and last and self.leasing.finished(site):
+                    # healthy answers of a site with nothing left and no rate feed nothing but
+                    # its answer window, which expires unread: not worth three commands a page
+                    ok = 0
+                calls.append((site, [(a.entry.stream, a.entry.id) for a in ops], (ok, self.feedback_params) if ok else None))
+                if ok:
+                    answered.append((site, ok))
+                group += ops
+            ack = lua.ack.call(f, calls)
+            ack.queue(pipe)
+            sent.append(LeaseOpsSent(Ack, group, tuple(answered), ack.parse))
         for (kind, site), group in others.items():
             call: Call[Any] | None = None
             if kind is DeadLetter:
@@ -423,28 +440,6 @@ class IOThread(threading.Thread):
             if call is not None:
                 call.queue(pipe)
             sent.append(LeaseOpsSent(kind, group, parse=call.parse if call is not None else None))
-
-    def _queue_acks(self, pipe: Any, sent: list[Sent], by_site: dict[str, list[LeaseOp]], now: float) -> None:
-        """One ack.lua call for the acks of the sites of one shard, each site's healthy
-        answers riding along."""
-        calls = []
-        answered = []
-        group: list[LeaseOp] = []
-        held = self.leases.by_site
-        for site, ops in by_site.items():
-            last = site not in held
-            ok = self.feedback.take_healthy(site, now, last)
-            if ok and last and self.leasing.finished(site):
-                # healthy answers of a site with nothing left and no rate feed nothing but
-                # its answer window, which expires unread: not worth three commands a page
-                ok = 0
-            calls.append((site, [(a.entry.stream, a.entry.id) for a in ops], (ok, self.feedback_params) if ok else None))
-            if ok:
-                answered.append((site, ok))
-            group += ops
-        call = lua.ack.call(self.frontier, calls)
-        call.queue(pipe)
-        sent.append(LeaseOpsSent(Ack, group, tuple(answered), call.parse))
 
     def _queue_feedback(self, pipe: Any, now: float) -> list[FeedbackSent]:
         """One feedback.lua call per site with answers to report: at once after a 429, 503,
@@ -472,6 +467,8 @@ class IOThread(threading.Thread):
         """Apply the replies of one pipeline; return how many requests arrived. Raises
         the first transient error once every reply is applied."""
         received = time.monotonic()
+        x = self.exchange
+        stats = x.stats
         arrived = 0
         confirmed = False
         noscript = False
@@ -487,8 +484,20 @@ class IOThread(threading.Thread):
             if self.trouble.refusals:  # one that was refused may be accepted again
                 self.trouble.accepted(describe(cmd))
             if isinstance(cmd, Enqueued):
-                for (site, chunk), part in zip(cmd.parts, cmd.parse(reply), strict=True):
-                    self._enqueued(site, chunk, part, received)
+                for (site, chunk), r in zip(cmd.parts, cmd.parse(reply), strict=True):
+                    if r.added:
+                        # not drained, before the reactor can see these enqueues done
+                        self.drain.work_seen(received)
+                        self.leasing.poke(site)
+                        stats.append(("streams/enqueued", r.added))
+                    x.enqueues_done += len(chunk)
+                    if r.duplicates:
+                        stats.append(("dupefilter/filtered", r.duplicates))
+                        stats.append(("streams/duplicates_remote", r.duplicates))
+                    if r.delayed:
+                        stats.append(("streams/delayed", r.delayed))
+                    if r.over_cap:
+                        stats.append(("streams/over_cap", r.over_cap))
                 self.barrier.confirmed.append(cmd)
                 confirmed = True
             elif isinstance(cmd, Leased):
@@ -497,11 +506,21 @@ class IOThread(threading.Thread):
                 if cmd.parse is not None and cmd.sent_at is not None:
                     self.frontier.clock.observe(cmd.parse(reply), cmd.sent_at, received)
             elif isinstance(cmd, LeaseOpsSent):
-                self._lease_ops_done(cmd, reply)
+                value = cmd.parse(reply) if cmd.parse is not None else reply
+                if cmd.kind is Ack:
+                    n = sum(value)
+                    self.acked += n
+                elif cmd.kind is Failed:
+                    n = value.requeued
+                    if value.dead:
+                        stats.append(("streams/dead_lettered", value.dead))
+                else:  # an extension (XCLAIM) counts its group; a dead letter or release its reply
+                    n = len(cmd.group) if cmd.kind is Extend else value
+                stats.append((AFTER_STAT[cmd.kind], n))
             elif isinstance(cmd, Waited):
                 self.barrier.inline_wait.append(reply)
             elif isinstance(cmd, FeedbackSent) and cmd.parse(reply).cut:
-                self.exchange.stats.append(("streams/backoffs", 1))
+                stats.append(("streams/backoffs", 1))
                 self.leasing.ask_again(cmd.site)
         if noscript:
             self.frontier.load_scripts()
@@ -525,41 +544,6 @@ class IOThread(threading.Thread):
             self.gate.after_failed(cmd.group)
             if cmd.answered:  # the healthy answers that rode along go back into the batch
                 self.feedback.absorb(deque((site, "ok", ok) for site, ok in cmd.answered))
-
-    def _lease_ops_done(self, cmd: LeaseOpsSent, reply: Any) -> None:
-        stats = self.exchange.stats
-        value = cmd.parse(reply) if cmd.parse is not None else reply
-        if cmd.kind is Ack:
-            n = sum(value)
-            self.acked += n
-        elif cmd.kind is Failed:
-            n = value.requeued
-            if value.dead:
-                stats.append(("streams/dead_lettered", value.dead))
-        elif cmd.kind is Extend:
-            n = len(cmd.group)
-        else:
-            n = value
-        stats.append((AFTER_STAT[cmd.kind], n))
-
-    def _enqueued(self, site: str, chunk: list[Entry], reply: EnqueueReply, now: float) -> None:
-        x = self.exchange
-        added, dups, delayed = reply.added, reply.duplicates, reply.delayed
-        if added:
-            # not drained, before the reactor can see these enqueues done
-            self.drain.work_seen(now)
-            self.leasing.poke(site)
-        x.enqueues_done += len(chunk)
-        st = x.stats
-        if added:
-            st.append(("streams/enqueued", added))
-        if dups:
-            st.append(("dupefilter/filtered", dups))
-            st.append(("streams/duplicates_remote", dups))
-        if delayed:
-            st.append(("streams/delayed", delayed))
-        if reply.over_cap:
-            st.append(("streams/over_cap", reply.over_cap))
 
     # -- upkeep ---------------------------------------------------------------
 

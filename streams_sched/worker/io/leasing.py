@@ -210,15 +210,46 @@ class Leasing:
         self.weighted = {s: w for s, w in self.weighted.items() if s in self.hints}
 
     def on_leased(self, plan: ShardPlan, r: ShardLease) -> int:
-        """Apply one shard's lease reply; return how many requests arrived."""
+        """Apply one shard's lease reply: what each site said, then the sites the shard named
+        and when to ask it again; return how many requests arrived."""
         now = time.monotonic()
         arrived = 0
         named = self.named[plan.shard]
-        for site_plan, site_reply in zip(plan.sites, r.sites, strict=True):
-            if site_reply is None:
-                named[site_plan.site] = None  # the call's budget ran out first: next time
+        x = self.exchange
+        for site_plan, part in zip(plan.sites, r.sites, strict=True):
+            site = site_plan.site
+            if part is None:
+                named[site] = None  # the call's budget ran out first: next time
                 continue
-            arrived += self._on_site_leased(site_plan, site_reply, now)
+            n = len(part.entries)
+            weight = part.weight if part.weight > 0 else 1.0
+            hint = self.hints.get(site)
+            # A reply with requests that says nothing else of the site (no backlog of the task
+            # types asked for, nothing delayed, no rate, no browser cap, weight 1): a hint from
+            # it would plan the site's next lease as no hint does, and only finished() reads it.
+            emptied = (
+                n and site_plan.max_http > 0 and part.backlog_http == 0
+                and (site_plan.max_browser <= 0 or part.backlog_browser <= 0)
+                and part.delayed == 0 and part.rate == 0 and part.max_browser == -1 and weight == 1.0
+            )
+            if hint is None and emptied:
+                self.emptied.add(site)
+            else:
+                if hint is None:
+                    if not n and part.wait_ms == 0 and not part.deferred:
+                        continue  # nothing held, nothing to wait for: nothing to remember
+                    hint = self.hints[site] = SiteHint()
+                self.emptied.discard(site)
+                self._learn(hint, site_plan, part, weight, now)
+            if weight != 1.0:
+                self.weighted[site] = weight
+            elif self.weighted:
+                self.weighted.pop(site, None)
+            if x.weights.get(site) != weight:
+                x.weights[site] = weight
+            if n:
+                x.stats.append(("streams/leased", n))
+                arrived += self.accept(part.entries)
         for site in r.named:
             named[site] = None
         n = plan.shard
@@ -232,30 +263,6 @@ class Leasing:
             )
         self._prune_hints(now)
         return arrived
-
-    def _on_site_leased(self, plan: LeasePlan, r: LeaseReply, now: float) -> int:
-        site = plan.site
-        n = len(r.entries)
-        weight = r.weight if r.weight > 0 else 1.0
-        hint = self.hints.get(site)
-        if hint is None and n and _emptied(plan, r, weight):
-            self.emptied.add(site)
-        else:
-            if hint is None:
-                if not n and r.wait_ms == 0 and not r.deferred:
-                    return 0  # nothing held, nothing to wait for: nothing to remember
-                hint = self.hints[site] = SiteHint()
-            self.emptied.discard(site)
-            self._learn(hint, plan, r, weight, now)
-        if weight != 1.0:
-            self.weighted[site] = weight
-        elif self.weighted:
-            self.weighted.pop(site, None)
-        if self.exchange.weights.get(site) != weight:
-            self.exchange.weights[site] = weight
-        if n:
-            self.exchange.stats.append(("streams/leased", n))
-        return self.accept(r.entries)
 
     def _learn(self, hint: SiteHint, plan: LeasePlan, r: LeaseReply, weight: float, now: float) -> None:
         # lease.lua only looks at the task types it was asked for
@@ -309,13 +316,3 @@ class Leasing:
             self.exchange.stats.append(("streams/leased_browser", browser))
         return arrived
 
-
-def _emptied(plan: LeasePlan, r: LeaseReply, weight: float) -> bool:
-    """A reply with requests that says nothing else of the site: no http backlog (asked
-    for), no browser backlog (if asked), nothing delayed, no rate, no browser cap, weight 1.
-    A fresh hint from it would plan the site's next lease as no hint does, and only
-    :meth:`Leasing.finished` would read it."""
-    return (
-        plan.max_http > 0 and r.backlog_http == 0 and (plan.max_browser <= 0 or r.backlog_browser <= 0)
-        and r.delayed == 0 and r.rate == 0 and r.max_browser == -1 and weight == 1.0
-    )
