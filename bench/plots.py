@@ -7,7 +7,7 @@ Two SVGs, written to docs/images/:
   scheduler, scrapy-redis and streams-sched (the summary table's pages/s columns);
 - ``bench-sites-redis-bytes.svg``: Redis bytes per queued site, streams-sched (the
   summary table's column) and scrapy-redis (its ``LPUSH start URLs`` row of the seeding
-  table: a JSON URL in its start-URL list, before its spider has read it).
+  table: a JSON URL in its start-URL list, not yet read by its spider).
 
 The run is a section of bench/RESULTS.md, named by its ``##`` heading and the ``###``
 heading under it (``--section``, ``--part``); the default is the whole default run of
