@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any
 
 from streams_sched.connect.clients import Pipeline, RedisClient, is_cluster_client
 from streams_sched.frontier import scripts as lua
@@ -33,7 +33,7 @@ from streams_sched.frontier.keys import (
 from streams_sched.frontier.reads import CrawlReads
 from streams_sched.frontier.records import BloomParams, Entry, LeaseReply, ShardLease
 from streams_sched.frontier.replies import text
-from streams_sched.frontier.scripts import Call, Scripts
+from streams_sched.frontier.scripts import Scripts
 from streams_sched.frontier.scripts.ack import SiteAcks
 from streams_sched.frontier.scripts.claim import NO_MASK, ClaimReply
 from streams_sched.frontier.scripts.enqueue import EnqueueReply
@@ -46,17 +46,7 @@ from streams_sched.frontier.scripts.requeue_dead import RequeueDeadReply
 
 __all__ = ["DEFAULT_POLICY_FIELDS", "NO_MASK", "Frontier"]
 
-R = TypeVar("R")
-
 logger = logging.getLogger(__name__)
-
-
-def _run_or_queue(call: Call[R], pipe: Pipeline | None) -> R | None:
-    """Run ``call`` now, or queue it on ``pipe`` (for the methods that still take ``pipe=``)."""
-    if pipe is None:
-        return call.run()
-    call.queue(pipe)
-    return None
 
 
 class Frontier(CrawlReads):
@@ -180,17 +170,10 @@ class Frontier(CrawlReads):
         with :meth:`heartbeat`)."""
         return self._target(pipe).hset(self.keys.nodes, node, json.dumps(info, sort_keys=True))
 
-    @overload
-    def heartbeat(self, node: str, info: dict[str, Any], pipe: None = None) -> RedisTime: ...
-
-    @overload
-    def heartbeat(self, node: str, info: dict[str, Any], pipe: Pipeline) -> None: ...
-
-    def heartbeat(self, node: str, info: dict[str, Any], pipe: Pipeline | None = None) -> RedisTime | None:
+    def heartbeat(self, node: str, info: dict[str, Any]) -> RedisTime:
         """Write a live node's record, ``last_seen`` set to when Redis receives it (heartbeat.lua).
-        -> Redis TIME, for :meth:`RedisClock.observe`. ``pipe`` is kept for the I/O thread
-        until it moves to ``scripts.heartbeat.call(frontier, ...).queue(pipe)``."""
-        return _run_or_queue(lua.heartbeat.call(self, node, info), pipe)
+        -> Redis TIME, for :meth:`RedisClock.observe`. (Pipelined: ``scripts.heartbeat.call``.)"""
+        return lua.heartbeat.call(self, node, info).run()
 
     # -- per-site scripts ---------------------------------------------------
 
@@ -226,53 +209,26 @@ class Frontier(CrawlReads):
         assert part is not None  # lease.lua looks at a site the call's budget reaches
         return part
 
-    @overload
-    def lease_shard(
-        self, shard: int, consumer: str, plans: Sequence[tuple[str, int, int, int]], weights: Sequence[int], *,
-        pipe: None = None, **options: Any,
-    ) -> ShardLease: ...
-
-    @overload
-    def lease_shard(
-        self, shard: int, consumer: str, plans: Sequence[tuple[str, int, int, int]], weights: Sequence[int], *,
-        pipe: Pipeline, **options: Any,
-    ) -> None: ...
-
     def lease_shard(
         self,
         shard: int,
         consumer: str,
         plans: Sequence[tuple[str, int, int, int]],
         weights: Sequence[int],
-        *,
-        pipe: Pipeline | None = None,
         **options: Any,
-    ) -> ShardLease | None:
+    ) -> ShardLease:
         """Lease from several sites of ONE shard; ``options`` are the fields of
         :class:`~streams_sched.frontier.scripts.lease.LeaseOptions` (name, spread, tasks,
-        paused_wait_ms, promote_limit, max_suspects, budget). Kept for the I/O thread until
-        it moves to ``scripts.lease.call(frontier, ..., LeaseOptions(...))`` (``.queue(pipe)``,
-        then ``.parse(reply)``)."""
-        return _run_or_queue(lua.lease.call(self, shard, consumer, plans, weights, LeaseOptions(**options)), pipe)
-
-    @overload
-    def feedback(
-        self, site: str, outcome: Sequence[int], robots_delay: str, params: Sequence[Any], pipe: None = None
-    ) -> FeedbackReply: ...
-
-    @overload
-    def feedback(
-        self, site: str, outcome: Sequence[int], robots_delay: str, params: Sequence[Any], pipe: Pipeline
-    ) -> None: ...
+        paused_wait_ms, promote_limit, max_suspects, budget). (Pipelined: ``scripts.lease.call``.)"""
+        return lua.lease.call(self, shard, consumer, plans, weights, LeaseOptions(**options)).run()
 
     def feedback(
-        self, site: str, outcome: Sequence[int], robots_delay: str, params: Sequence[Any], pipe: Pipeline | None = None
-    ) -> FeedbackReply | None:
+        self, site: str, outcome: Sequence[int], robots_delay: str, params: Sequence[Any]
+    ) -> FeedbackReply:
         """Report a batch of a site's answers: ``outcome`` = (healthy, 429/503, timeouts,
         longest Retry-After in ms); ``robots_delay`` its Crawl-delay in s ('' not reported);
-        ``params`` = (adaptive '1'/'0', decrease, increase, floor, forget ms). See feedback.lua.
-        ``pipe`` is kept for the I/O thread until it moves to ``scripts.feedback.call``."""
-        return _run_or_queue(lua.feedback.call(self, site, outcome, robots_delay, params), pipe)
+        ``params`` = (adaptive '1'/'0', decrease, increase, floor, forget ms). See feedback.lua."""
+        return lua.feedback.call(self, site, outcome, robots_delay, params).run()
 
     def claim(
         self,
@@ -298,55 +254,22 @@ class Frontier(CrawlReads):
         the same call (what :meth:`feedback` would do with outcome (n, 0, 0, 0))."""
         return lua.ack.call(self, [(site, entries, answers)]).run()[0]
 
-    @overload
-    def ack_shard(self, sites: Sequence[SiteAcks], pipe: None = None) -> list[int]: ...
-
-    @overload
-    def ack_shard(self, sites: Sequence[SiteAcks], pipe: Pipeline) -> None: ...
-
-    def ack_shard(self, sites: Sequence[SiteAcks], pipe: Pipeline | None = None) -> list[int] | None:
+    def ack_shard(self, sites: Sequence[SiteAcks]) -> list[int]:
         """Ack entries of several sites of ONE shard in one call: (site, entries, answers)
-        each, as for :meth:`ack`. -> the count acked per site, in order. ``pipe`` is kept
-        for the I/O thread until it moves to ``scripts.ack.call(frontier, sites)``."""
-        return _run_or_queue(lua.ack.call(self, sites), pipe)
-
-    @overload
-    def dead_letter(self, site: str, node: str, items: Iterable[tuple[int, bytes, str]], pipe: None = None) -> int: ...
-
-    @overload
-    def dead_letter(self, site: str, node: str, items: Iterable[tuple[int, bytes, str]], pipe: Pipeline) -> None: ...
+        each, as for :meth:`ack`. -> the count acked per site, in order."""
+        return lua.ack.call(self, sites).run()
 
     def dead_letter(
-        self, site: str, node: str, items: Iterable[tuple[int, bytes, str]], pipe: Pipeline | None = None
-    ) -> int | None:
-        """Move leased entries (stream, id, reason) to the site's dead letters. -> how many.
-        ``pipe`` is kept for the I/O thread until it moves to ``scripts.dead.call``."""
-        return _run_or_queue(lua.dead.call(self, site, node, items), pipe)
-
-    @overload
-    def release(self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]], pipe: None = None) -> int: ...
-
-    @overload
-    def release(self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]], pipe: Pipeline) -> None: ...
+        self, site: str, node: str, items: Iterable[tuple[int, bytes, str]]
+    ) -> int:
+        """Move leased entries (stream, id, reason) to the site's dead letters. -> how many."""
+        return lua.dead.call(self, site, node, items).run()
 
     def release(
-        self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]], pipe: Pipeline | None = None
-    ) -> int | None:
-        """Hand back leases (stream, id) this consumer will not finish. -> how many.
-        ``pipe`` is kept for the I/O thread until it moves to ``scripts.release.call``."""
-        return _run_or_queue(lua.release.call(self, site, consumer, entries), pipe)
-
-    @overload
-    def fail(
-        self, site: str, consumer: str, max_deliveries: int, entries: Iterable[tuple[int, bytes, str]],
-        pipe: None = None,
-    ) -> FailReply: ...
-
-    @overload
-    def fail(
-        self, site: str, consumer: str, max_deliveries: int, entries: Iterable[tuple[int, bytes, str]],
-        pipe: Pipeline,
-    ) -> None: ...
+        self, site: str, consumer: str, entries: Iterable[tuple[int, bytes]]
+    ) -> int:
+        """Hand back leases (stream, id) this consumer will not finish. -> how many."""
+        return lua.release.call(self, site, consumer, entries).run()
 
     def fail(
         self,
@@ -354,13 +277,11 @@ class Frontier(CrawlReads):
         consumer: str,
         max_deliveries: int,
         entries: Iterable[tuple[int, bytes, str]],
-        pipe: Pipeline | None = None,
-    ) -> FailReply | None:
+    ) -> FailReply:
         """Leases whose delivery failed, each with what went wrong: back to their stream
         with the delivery counted, or to the dead-letter stream once they have had
-        ``max_deliveries``. ``pipe`` is kept for the I/O thread until it moves to
-        ``scripts.fail.call``."""
-        return _run_or_queue(lua.fail.call(self, site, consumer, max_deliveries, entries), pipe)
+        ``max_deliveries``."""
+        return lua.fail.call(self, site, consumer, max_deliveries, entries).run()
 
     def extend(self, site: str, consumer: str, stream: int, entry_id: bytes, pipe: Pipeline | None = None) -> Any:
         """Reset the idle time of a lease this consumer holds (it lasts a full lease again)."""
