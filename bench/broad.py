@@ -66,8 +66,8 @@ def key_kind(key: str) -> str:
     if ":q:" in key:
         return "streams"
     tail = key.rsplit(":", 1)[-1]
-    if tail in ("stats", "policy", "obs", "window", "sites", "delayed", "dlq", "nodes", "meta"):
-        return "obs" if tail == "window" else tail
+    if tail in ("stats", "policy", "window", "window", "sites", "delayed", "dlq", "nodes", "meta"):
+        return "window" if tail == "window" else tail
     return "other"
 
 
@@ -110,7 +110,7 @@ def crawl_once(kind: str, workers: int, args: argparse.Namespace, url: str | Non
         base = int(client.info("memory")["used_memory"])
     res = run_crawl(spec, url, f"broad{workers}")
     if client is not None:
-        # a finished crawl: let each site's observed-answer window (obs, feedback.lua) expire,
+        # a finished crawl: let each site's observed-answer window (feedback.lua) expire,
         # 3 s after its last report
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(

@@ -257,7 +257,7 @@ def _add_nodes(fam: Families, c: str, crawl_states: Mapping[str, NodeState]) -> 
         fam["streams_sched_node_browser_leases"].add_metric([c, n.node], _count(n.info.get("browser")))
         fam["streams_sched_node_browser_max"].add_metric([c, n.node], cap)
         fam["streams_sched_node_renders"].add_metric([c, n.node], _count(n.info.get("renders")))
-        fam["streams_sched_node_render_seconds"].add_metric([c, n.node], _seconds(n.info.get("render_s")))
+        fam["streams_sched_node_render_seconds"].add_metric([c, n.node], _duration_s(n.info.get("render_s")))
 
 
 def _blank_row() -> dict[str, Any]:
@@ -298,7 +298,7 @@ class FrontierCollector:
             yield from build_server_families(view.servers)
 
 
-def _seconds(value: Any) -> float:
+def _duration_s(value: Any) -> float:
     """Seconds from a node record (absent, or not a number: 0)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0.0
 

@@ -225,7 +225,7 @@ def seen_keys(frontier: Frontier, site: str, meta: dict[str, str], now_s: float)
     revisit_s = float(meta.get("revisit_seconds", 0) or 0)
     if revisit_s <= 0:
         return [(keys.seen, keys.seen_meta)]
-    params = BloomParams(revisit_seconds=revisit_s, revisit_buckets=int(float(meta.get("revisit_buckets", 4))))
+    params = BloomParams(revisit_s=revisit_s, revisit_buckets=int(float(meta.get("revisit_buckets", 4))))
     return [keys.seen_bucket(b) for b in params.buckets(now_s)]
 
 

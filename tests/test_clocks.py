@@ -105,7 +105,7 @@ def test_heartbeat_script_stamps_the_record_with_redis_time(plain_redis_url: str
 
 def test_revisit_buckets_follow_redis_time(plain_redis_url: str, crawl: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The revisit bucket a fingerprint goes in comes from Redis TIME, whatever time.time() says."""
-    f = frontier(plain_redis_url, crawl, revisit_seconds=40.0, revisit_buckets=4)
+    f = frontier(plain_redis_url, crawl, revisit_s=40.0, revisit_buckets=4)
     expected = f.filters("a.test", time_reply_s(f.client.time()))
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + SKEW_S)

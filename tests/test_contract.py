@@ -88,7 +88,7 @@ def key_rows(text: str) -> list[tuple[int, str, str, list[tuple[str, int]]]]:
 
 
 def site_roles(k: SiteKeys, filters: list[str]) -> dict[str, list[str]]:
-    return {"delayed": [k.delayed], "dlq": [k.dlq], "stats": [k.stats], "policy": [k.policy], "obs": [k.obs],
+    return {"delayed": [k.delayed], "dlq": [k.dlq], "stats": [k.stats], "policy": [k.policy], "window": [k.window],
             "streams": list(k.streams), "pairs": filters, "filters": filters}
 
 

@@ -96,3 +96,36 @@ def test_subpackages_import_only_what_their_docstrings_allow() -> None:
                 if target is not None and target != mine and target not in IMPORT_RULES[mine]:
                     broken.append(f"{path.relative_to(ROOT)}:{node.lineno} ({mine}) imports {node.module} ({target})")
     assert not broken, "\n".join(broken)
+
+
+#: names that end in _seconds because something outside the code names them so: command-line
+#: options of the daemons (--cache-seconds, --dlq-quiet-seconds: click names the parameter
+#: after the option)
+SECONDS_NAMES_FROM_OPTIONS = {"cache_seconds", "dlq_quiet_seconds", "scale_horizon_seconds"}
+
+
+def test_seconds_are_spelled_s_in_code_and_seconds_only_where_settings_name_them() -> None:
+    """A duration in code ends in _s (or _ms); _seconds only on StreamsConfig fields, which mirror the STREAMS_*_SECONDS settings, and on parameters click names after a --*-seconds option."""
+    import dataclasses
+
+    from streams_sched.config import StreamsConfig
+
+    fields = {f.name for f in dataclasses.fields(StreamsConfig)}
+    found = []
+    for folder in ("streams_sched", "reclaimer", "monitor"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                name = None
+                if isinstance(node, ast.Attribute):
+                    name = node.attr
+                elif isinstance(node, ast.Name):
+                    name = node.id
+                elif isinstance(node, ast.arg):
+                    name = node.arg
+                elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    name = node.name
+                elif isinstance(node, ast.keyword):
+                    name = node.arg
+                if name and name.endswith(("_seconds", "_secs", "_sec")) and name not in fields | SECONDS_NAMES_FROM_OPTIONS:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")  # type: ignore[attr-defined]
+    assert not found, "spell these _s (seconds) or _ms:\n" + "\n".join(sorted(set(found)))

@@ -248,7 +248,7 @@ def test_seen_estimate_sums_the_live_revisit_buckets(redis_url: str, dedupe: str
     from streams_sched.frontier.client import Frontier
 
     client = redis.Redis.from_url(redis_url)
-    params = crawl_bloom(client, crawl, dedupe, revisit_seconds=1000, revisit_buckets=4)
+    params = crawl_bloom(client, crawl, dedupe, revisit_s=1000, revisit_buckets=4)
     f = Frontier(client, crawl, params)
     f.register_sites(["a.test"])
     f.enqueue("a.test", [out(i) for i in range(5)])

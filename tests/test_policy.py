@@ -229,7 +229,7 @@ def test_revisit_window_lets_a_page_come_back(redis_source: Any, backend: str, c
     url = redis_source.url(backend)
     client = redis.Redis.from_url(url)
     mode = "bf" if backend == "redisbloom" else "bitmap"
-    f = Frontier(client, crawl, BloomParams(mode=mode, revisit_seconds=1.5, revisit_buckets=3))
+    f = Frontier(client, crawl, BloomParams(mode=mode, revisit_s=1.5, revisit_buckets=3))
     fp = b"\x01" * 20
     item = [Entry(fp, 1, 0, b"x")]
     t0 = time.time()

@@ -20,9 +20,9 @@ from streams_sched.politeness.adaptive import (
     EffectiveRate,
     FeedbackBatch,
     crawl_delay_of,
-    decode_obs,
+    decode_window,
     effective_rate,
-    encode_obs,
+    encode_window,
     is_timeout,
 )
 from streams_sched.politeness.policy import set_policy
@@ -39,13 +39,13 @@ def f(plain_redis_url: str, crawl: str) -> Frontier:
 
 
 def put(f: Frontier, fields: dict[str, Any]) -> None:
-    """Set a site's shared politeness state: o_* fields (the observed window) live in its obs
+    """Set a site's shared politeness state: o_* fields (the observed window) live in its window
     string, the rest in its policy hash (as feedback.lua keeps them)."""
     k = f.site(SITE)
-    obs = {n: v for n, v in fields.items() if n.startswith("o_")}
+    observed = {n: v for n, v in fields.items() if n.startswith("o_")}
     rest = {n: v for n, v in fields.items() if not n.startswith("o_")}
-    if obs:
-        f.client.set(k.obs, encode_obs({**decode_obs(f.client.get(k.obs)), **obs}))
+    if observed:
+        f.client.set(k.window, encode_window({**decode_window(f.client.get(k.window)), **observed}))
     if rest:
         f.client.hset(k.policy, mapping=rest)
 
@@ -272,7 +272,7 @@ def test_healthy_answers_riding_on_an_ack_count_as_a_feedback_call_would(f: Fron
     assert float(state(f)["a_rate"]) == pytest.approx(6.0, abs=0.05)  # as feedback(f, ok=3)
     k = f.site(SITE)
     assert f.client.hget(k.stats, "answers_ok") == b"3" and f.client.hget(k.stats, "acked") == b"2"
-    assert decode_obs(f.client.get(k.obs))["o_n"] == "3" and 0 < f.client.pttl(k.obs) <= 3000
+    assert decode_window(f.client.get(k.window))["o_n"] == "3" and 0 < f.client.pttl(k.window) <= 3000
     assert f.ack(SITE, [(entries[0].stream, entries[0].id)]) == 0  # without answers: as before
     assert f.client.hget(k.stats, "answers_ok") == b"3"
 
@@ -421,11 +421,11 @@ def test_bad_politeness_settings_fail_naming_the_setting(name: str, value: Any, 
 
 
 def test_observed_window_string_round_trips() -> None:
-    """encode_obs and decode_obs agree; a malformed or missing value reads as no window."""
+    """encode_window and decode_window agree; a malformed or missing value reads as no window."""
     fields = {"o_ts": "1733000000000", "o_n": "3", "o_ok": "2", "o_rate": "4.5", "o_okrate": "3"}
-    assert decode_obs(encode_obs(fields)) == fields
-    assert decode_obs(encode_obs({"o_rate": "1"})) == {"o_rate": "1"}
-    assert decode_obs(None) == {} and decode_obs(b"1,2") == {}
+    assert decode_window(encode_window(fields)) == fields
+    assert decode_window(encode_window({"o_rate": "1"})) == {"o_rate": "1"}
+    assert decode_window(None) == {} and decode_window(b"1,2") == {}
 
 
 def test_late_429s_do_not_cut_below_what_the_site_served(f: Frontier) -> None:

@@ -306,9 +306,9 @@ def _enqueue_shard_bytes(frontier: Frontier, sites: list[tuple[str, list[Entry]]
 def test_packed_calls_are_what_enqueue_shard_sends(plain_redis_url: str, crawl: str, revisit: float, seed_keys: bool) -> None:
     """Pre-packed calls are byte for byte what redis-py sends for Frontier.enqueue_shard (revisits or not, 'seed' keys or all)."""
     client = connect(plain_redis_url)
-    crawl_bloom(client, crawl, revisit_seconds=revisit)
+    crawl_bloom(client, crawl, revisit_s=revisit)
     with Seeder(client, crawl, batch=10_000) as seeder:
-        assert seeder.frontier.bloom.revisit_seconds == revisit
+        assert seeder.frontier.bloom.revisit_s == revisit
         seeds = list(seeder.seeds([f"http://s{i}.test/" for i in range(40)] + ["http://s1.test/b", "http://s1.test/c"]))
         seeds += list(seeder.seeds(["http://s2.test/low", "http://ü.test/"], priority=-5, dont_filter=True))
         wire = Wire(client)

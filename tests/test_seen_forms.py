@@ -106,7 +106,7 @@ def test_exact_set_is_exact(redis_url: str, dedupe: str, crawl: str) -> None:
 
 def test_revisit_bucket_keeps_its_ttl_through_the_conversion(redis_url: str, dedupe: str, crawl: str) -> None:
     """With STREAMS_REVISIT_AFTER_SECONDS the converted filter and its meta still expire."""
-    f = frontier(redis_url, crawl, dedupe, capacity=4000, revisit_seconds=3600, revisit_buckets=2)
+    f = frontier(redis_url, crawl, dedupe, capacity=4000, revisit_s=3600, revisit_buckets=2)
     f.enqueue("t.test", batch([f"a{i}" for i in range(10)]))
     f.enqueue("t.test", batch([f"b{i}" for i in range(EXACT_MAX)]))
     seen, meta = f.filters("t.test")[:2]

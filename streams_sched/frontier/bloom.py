@@ -71,7 +71,7 @@ def crawl_bloom(
     error_rate: float | None = None,
     capacity: int | None = None,
     expansion: int | None = None,
-    revisit_seconds: float | None = None,
+    revisit_s: float | None = None,
     revisit_buckets: int | None = None,
 ) -> BloomParams:
     """The crawl's Bloom parameters, fixed by its first worker and shared by every client.
@@ -83,23 +83,23 @@ def crawl_bloom(
     mode = detect_dedupe(client, crawl, wanted)
     meta = CrawlKeys(crawl).meta
     default = BloomParams()
-    asked = (error_rate, capacity, expansion, revisit_seconds, revisit_buckets)
+    asked = (error_rate, capacity, expansion, revisit_s, revisit_buckets)
     mine = {
         "bloom_error_rate": repr(default.error_rate if error_rate is None else error_rate),
         "bloom_capacity": str(default.capacity if capacity is None else capacity),
         "bloom_expansion": str(default.expansion if expansion is None else expansion),
-        "revisit_seconds": repr(float(default.revisit_seconds if revisit_seconds is None else revisit_seconds)),
+        "revisit_seconds": repr(float(default.revisit_s if revisit_s is None else revisit_s)),
         "revisit_buckets": str(default.revisit_buckets if revisit_buckets is None else revisit_buckets),
     }
     for field_name, value in mine.items():
         client.hsetnx(meta, field_name, value)
     rec = [text(v) for v in client.hmget(meta, list(mine))]
     params = BloomParams(mode, float(rec[0]), int(rec[1]), int(rec[2]), float(rec[3]), int(rec[4]))
-    recorded = (params.error_rate, params.capacity, params.expansion, params.revisit_seconds, params.revisit_buckets)
+    recorded = (params.error_rate, params.capacity, params.expansion, params.revisit_s, params.revisit_buckets)
     if None not in asked and recorded != asked:
         logger.warning(
             "crawl %s keeps the dedupe parameters it started with (error_rate, capacity, expansion,"
-            " revisit_seconds, revisit_buckets = %s); the settings ask for %s",
+            " revisit_s, revisit_buckets = %s); the settings ask for %s",
             crawl, recorded, asked,
         )
     return params

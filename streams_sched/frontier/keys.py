@@ -306,7 +306,7 @@ class SiteKeys:
     of the time to build); the rest are built when asked.
     """
 
-    __slots__ = ("base", "crawl", "delayed", "dlq", "obs", "policy", "shard", "site", "stats", "streams", "tag")
+    __slots__ = ("base", "crawl", "delayed", "dlq", "policy", "shard", "site", "stats", "streams", "tag", "window")
 
     def __init__(self, crawl: str, site: str, shard: int) -> None:
         self.crawl = crawl
@@ -322,7 +322,7 @@ class SiteKeys:
         self.policy = base + ":policy"
         #: the answers the workers saw in the last second (feedback.lua), a string that expires
         #: when idle
-        self.obs = base + ":window"
+        self.window = base + ":window"
 
     def __eq__(self, other: object) -> bool:
         if type(other) is not SiteKeys:
@@ -371,5 +371,5 @@ class SiteKeys:
             self.dlq,
             self.stats,
             self.policy,
-            self.obs,
+            self.window,
         )

@@ -136,7 +136,7 @@ class CrawlReads:
         every writer puts a fingerprint in the same bucket whatever its own clock says."""
         k = self.site(site)
         b = self.bloom
-        if not b.revisit_seconds:
+        if not b.revisit_s:
             return [k.seen, k.seen_meta]
         keys: list[str] = []
         for bucket in b.buckets(self.clock.now() if now is None else now):
@@ -227,7 +227,7 @@ class CrawlReads:
         Revisit buckets older than the window expire on their own."""
         k = self.site(site)
         keys = list(k.all)
-        if self.bloom.revisit_seconds:
+        if self.bloom.revisit_s:
             keys += self.filters(site)
         target = pipe if pipe is not None else self.client.pipeline(transaction=False)
         target.execute_command("DEL", *keys)  # one slot; a cluster pipeline refuses a multi-key delete()
@@ -249,7 +249,7 @@ class CrawlReads:
         pipe = self.client.pipeline(transaction=False)
         for i, s in enumerate(sites):
             # the site's own keys only: the shards' indexes go whole below
-            keys = list(self.site(s).all) + (self.filters(s) if self.bloom.revisit_seconds else [])
+            keys = list(self.site(s).all) + (self.filters(s) if self.bloom.revisit_s else [])
             pipe.execute_command("DEL", *keys)
             if i % 1000 == 999:
                 deleted += sum(int(n) for n in pipe.execute())

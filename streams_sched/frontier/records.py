@@ -20,7 +20,7 @@ __all__ = ["BloomParams", "EffectiveRate", "Entry", "LeaseReply", "LeasedEntry",
 class BloomParams:
     """Dedupe back-end ('bf' = RedisBloom, 'bitmap'), its sizing, and revisits.
 
-    With ``revisit_seconds`` (W) set, fingerprints live in time buckets of width
+    With ``revisit_s`` (W) set, fingerprints live in time buckets of width
     W / ``revisit_buckets``; a fingerprint is a duplicate while it is in the
     current bucket or one of the ``revisit_buckets`` before it, so a page can be
     crawled again no sooner than W and no later than W plus one bucket after
@@ -31,21 +31,21 @@ class BloomParams:
     error_rate: float = 0.001
     capacity: int = 100_000
     expansion: int = 2
-    revisit_seconds: float = 0.0
+    revisit_s: float = 0.0
     revisit_buckets: int = 4
 
     @property
-    def bucket_seconds(self) -> float:
-        return self.revisit_seconds / self.revisit_buckets
+    def bucket_s(self) -> float:
+        return self.revisit_s / self.revisit_buckets
 
     def buckets(self, now: float) -> list[int]:
         """The current bucket id, then the older ones still in the window."""
-        current = int(now // self.bucket_seconds)
+        current = int(now // self.bucket_s)
         return [current - i for i in range(self.revisit_buckets + 1)]
 
     @property
     def bucket_ttl(self) -> int:
-        return int((self.revisit_buckets + 2) * self.bucket_seconds) + 1
+        return int((self.revisit_buckets + 2) * self.bucket_s) + 1
 
 
 @dataclass(slots=True)

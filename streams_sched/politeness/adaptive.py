@@ -12,8 +12,8 @@ commands decide without Redis:
   for code that has no status read (a status read carries the rate Redis computed,
   ``SiteStatus.rate``);
 - :func:`crawl_delay_of` reads the Crawl-delay out of any of Scrapy's robots.txt parsers;
-- :func:`decode_obs` and :func:`encode_obs` read and write a site's observed answer
-  window, the one string feedback.lua keeps in its ``window`` key (``SiteKeys.obs``).
+- :func:`decode_window` and :func:`encode_window` read and write a site's observed answer
+  window, the one string feedback.lua keeps in its ``window`` key (``SiteKeys.window``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ __all__ = [
     "EffectiveRate",
     "FeedbackBatch",
     "crawl_delay_of",
-    "decode_obs",
+    "decode_window",
     "effective_rate",
-    "encode_obs",
+    "encode_window",
     "is_timeout",
     "robots_body_crawl_delay",
 ]
@@ -46,7 +46,7 @@ THROTTLE_STATUSES = frozenset({429, 503})
 OBS_FIELDS = ("o_ts", "o_n", "o_ok", "o_rate", "o_okrate")
 
 
-def decode_obs(raw: bytes | str | None) -> dict[str, str]:
+def decode_window(raw: bytes | str | None) -> dict[str, str]:
     """The observed window as field -> value ({} for none or a malformed value)."""
     if raw is None:
         return {}
@@ -56,7 +56,7 @@ def decode_obs(raw: bytes | str | None) -> dict[str, str]:
     return {name: value for name, value in zip(OBS_FIELDS, parts, strict=True) if value != ""}
 
 
-def encode_obs(fields: Mapping[str, Any]) -> str:
+def encode_window(fields: Mapping[str, Any]) -> str:
     """The ``window`` string for ``fields`` (absent fields are empty: read as unset)."""
     return ",".join("" if fields.get(name) is None else str(fields[name]) for name in OBS_FIELDS)
 

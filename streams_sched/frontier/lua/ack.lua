@@ -10,7 +10,7 @@
 --              stats     HASH of counters
 --              streams   http:high http:default http:low browser:high browser:default browser:low
 --              policy    HASH of the site's policy and politeness state (see feedback.lua)
---              obs       the site's observed answer window (see feedback.lua)
+--              window    the site's observed answer window (see feedback.lua)
 -- ARGV[1]      consumer group
 -- ARGV[2..]    per site: site name, n (0, or 11 when the site's healthy answers ride along:
 --              feedback.lua's ARGV[1..11], reported here instead of in a feedback.lua call of

@@ -70,14 +70,14 @@ local PER_SITE = AT_FILTERS + 2 * n_filters
 local FIRST_SITE_ARG = 10
 local ready = { KEYS[1], KEYS[2] }
 local inbox, sites_ix = KEYS[3], KEYS[5]
-local fresh_ix = { KEYS[6], KEYS[7] }
+local new_site_lists = { KEYS[6], KEYS[7] }
 local FIRST_SITE_KEY = 8
 local now = nil -- Redis TIME, read once, when something needs it
 local total_added = 0
 -- The shard's indexes are written once per call, not once per site (a ZADD or SADD costs
 -- about as much per site as reading its policy): members collected here, see index_all.
 local marks = { {}, {} } -- per task type: score, site, score, site, ...
-local fresh_marks = { {}, {} } -- per task type: new sites with work due now, for the fresh list
+local new_site_marks = { {}, {} } -- per task type: new sites with work due now, for the fresh list
 local registered = {}
 -- New sites' writes, made for all of them at once (write_new): seen key, value, ... (no
 -- revisit TTL) and site, packed inbox, ...
@@ -142,13 +142,13 @@ end
 -- duplicates. Nil when the set would be too big for an exact set (dedupe then makes the
 -- Bloom filter).
 local function dedupe_new(seen, fps)
-  local fresh, new, batch = {}, {}, {}
+  local unseen, new, batch = {}, {}, {}
   for i = 1, #fps do
     local p = string.sub(fps[i], 1, 8)
     if batch[p] then
-      fresh[i] = 0
+      unseen[i] = 0
     else
-      fresh[i] = 1
+      unseen[i] = 1
       batch[p] = true
       new[#new + 1] = p
     end
@@ -159,7 +159,7 @@ local function dedupe_new(seen, fps)
   if #new > 0 then
     write_exact(seen, new)
   end
-  return fresh
+  return unseen
 end
 
 -- The stream index (1..STREAM_COUNT) a request's stream code names, or nil: a band code
@@ -192,9 +192,9 @@ local function index_all()
     for j = 1, #m, 1000 do
       redis.call('ZADD', ready[t], 'LT', unpack(m, j, math.min(j + 999, #m)))
     end
-    local f = fresh_marks[t]
+    local f = new_site_marks[t]
     for j = 1, #f, 1000 do
-      redis.call('RPUSH', fresh_ix[t], unpack(f, j, math.min(j + 999, #f)))
+      redis.call('RPUSH', new_site_lists[t], unpack(f, j, math.min(j + 999, #f)))
     end
   end
   for j = 1, #registered, 500 do
@@ -202,12 +202,11 @@ local function index_all()
   end
 end
 
-local function enqueue_site(k, site, filters, first, last, is_new)
-  local unregistered_site = is_new
+local function enqueue_site(k, site, filters, first, last, new_site)
   local K = { KEYS[k], KEYS[k + 1], KEYS[k + 2] }
   local streams = { KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8] }
   -- the site's policy fields enqueue reads: task_type (routes site-task codes), max_pages
-  local pol = is_new and NO_POLICY or redis.call('HMGET', K[3], 'task_type', 'max_pages', 'ready_at')
+  local pol = new_site and NO_POLICY or redis.call('HMGET', K[3], 'task_type', 'max_pages', 'ready_at')
   local site_task = pol[1] or ARGV[7]
   local fps, fp_at = {}, {}
   for i = first, last, 4 do
@@ -217,15 +216,17 @@ local function enqueue_site(k, site, filters, first, last, is_new)
     end
   end
 
-  local fresh = is_new and dedupe_new(filters[1][1], fps)
-  if not fresh then
-    is_new = false
-    fresh = dedupe(mode, filters, fps, err, cap, expansion)
+  -- per fingerprint: 1 unseen, 0 a duplicate. small_new: a new site whose filter is a new
+  -- exact set (so it has no stream yet either, and its requests go to the inbox)
+  local unseen = new_site and dedupe_new(filters[1][1], fps)
+  local small_new = unseen and true or false
+  if not unseen then
+    unseen = dedupe(mode, filters, fps, err, cap, expansion)
   end
-  if fresh.err then
-    return fresh
+  if unseen.err then
+    return unseen
   end
-  if ttl > 0 and #fps > 0 and not is_new then
+  if ttl > 0 and #fps > 0 and not small_new then
     redis.call('EXPIRE', filters[1][1], ttl, 'NX')
     redis.call('EXPIRE', filters[1][2], ttl, 'NX')
   end
@@ -240,7 +241,7 @@ local function enqueue_site(k, site, filters, first, last, is_new)
     local left = max_pages - tonumber(redis.call('HGET', K[2], 'pages') or '0')
     for i = first, last, 4 do
       local n = fp_at[i]
-      if n and fresh[n] ~= 0 then
+      if n and unseen[n] ~= 0 then
         if left <= 0 then
           over[i] = true
           over_cap = over_cap + 1
@@ -254,10 +255,10 @@ local function enqueue_site(k, site, filters, first, last, is_new)
 
   local added, dups, delayed = 0, 0, 0
   local flags = {}
-  local fresh_now = {}
+  local due_now = {}
   for i = first, last, 4 do
     local n = fp_at[i]
-    if n and fresh[n] == 0 then
+    if n and unseen[n] == 0 then
       dups = dups + 1
       flags[#flags + 1] = '0'
     elseif over[i] then
@@ -276,8 +277,8 @@ local function enqueue_site(k, site, filters, first, last, is_new)
           mark_later(t, site, now + delay)
         end
       else
-        fresh_now[#fresh_now + 1] = idx
-        fresh_now[#fresh_now + 1] = payload
+        due_now[#due_now + 1] = idx
+        due_now[#due_now + 1] = payload
       end
       added = added + 1
       flags[#flags + 1] = '1'
@@ -287,28 +288,28 @@ local function enqueue_site(k, site, filters, first, last, is_new)
   -- requests counted in the site's enqueued now; those left in an uncounted inbox list
   -- are counted when they move into its streams (lib/inbox.lua: UNCOUNTED)
   local counted_now = added
-  if #fresh_now > 0 then
+  if #due_now > 0 then
     -- a site with no stream keeps a few requests in the shard's inbox (lib/inbox.lua: INBOX_MAX)
     local list, counted = false, false
-    if is_new then
-      list = #fresh_now <= 2 * INBOX_MAX and {}
+    if small_new then
+      list = #due_now <= 2 * INBOX_MAX and {}
     elseif redis.call('EXISTS', unpack(streams)) == 0 then
       list, counted = inbox_list(inbox, site)
-      if #list + #fresh_now > 2 * INBOX_MAX then
+      if #list + #due_now > 2 * INBOX_MAX then
         inbox_flush(inbox, site, streams, group, K[2], list, counted)
         list = false
       end
     end
     if list then
-      for _, v in ipairs(fresh_now) do
+      for _, v in ipairs(due_now) do
         list[#list + 1] = v
       end
       local packed = cmsgpack.pack(list)
       if not counted then
         packed = packed .. UNCOUNTED
-        counted_now = counted_now - #fresh_now / 2
+        counted_now = counted_now - #due_now / 2
       end
-      if is_new then
+      if small_new then
         new_inbox[#new_inbox + 1] = site
         new_inbox[#new_inbox + 1] = packed
       else
@@ -316,20 +317,20 @@ local function enqueue_site(k, site, filters, first, last, is_new)
       end
     else
       local made = {}
-      for j = 1, #fresh_now, 2 do
-        local stream = streams[fresh_now[j]]
+      for j = 1, #due_now, 2 do
+        local stream = streams[due_now[j]]
         if not made[stream] then
           ensure_group(stream, group)
           made[stream] = true
         end
-        redis.call('XADD', stream, '*', 'r', fresh_now[j + 1])
+        redis.call('XADD', stream, '*', 'r', due_now[j + 1])
       end
     end
     now = now or now_ms()
     local at = math.max(now, tonumber(pol[3]) or 0)
     local typed = {}
-    for j = 1, #fresh_now, 2 do
-      typed[task_of(fresh_now[j])] = true
+    for j = 1, #due_now, 2 do
+      typed[task_of(due_now[j])] = true
     end
     for t = 1, 2 do
       if typed[t] then
@@ -352,7 +353,7 @@ local function enqueue_site(k, site, filters, first, last, is_new)
   if over_cap > 0 then
     redis.call('HINCRBY', K[2], 'over_cap', over_cap)
   end
-  if unregistered_site then
+  if new_site then
     registered[#registered + 1] = site
   end
   total_added = total_added + added
@@ -399,7 +400,7 @@ local function enqueue_new(k, site, first, last)
     new_inbox[#new_inbox + 1] = cmsgpack.pack(list) .. UNCOUNTED
     for t = 1, 2 do
       if typed[t] then
-        local f = fresh_marks[t]
+        local f = new_site_marks[t]
         f[#f + 1] = site
       end
     end
@@ -413,7 +414,7 @@ local function enqueue_new(k, site, first, last)
 end
 
 local replies = {}
-local is_new = unregistered()
+local unregistered_sites = unregistered()
 local k, i = FIRST_SITE_KEY, FIRST_SITE_ARG
 while i <= #ARGV do
   local n, site = tonumber(ARGV[i + 1]), ARGV[i]
@@ -422,9 +423,9 @@ while i <= #ARGV do
   if done_sites[site] then
     write_new()
   end
-  local fresh_site = is_new[#replies + 1] and not done_sites[site]
+  local new_site = unregistered_sites[#replies + 1] and not done_sites[site]
   done_sites[site] = true
-  local reply = fresh_site and enqueue_new(k, site, i + 2, i + 1 + 4 * n)
+  local reply = new_site and enqueue_new(k, site, i + 2, i + 1 + 4 * n)
   if not reply and seed_keys then
     reply = {}
   elseif not reply then
@@ -432,7 +433,7 @@ while i <= #ARGV do
     for f = 0, n_filters - 1 do
       filters[#filters + 1] = { KEYS[k + 9 + 2 * f], KEYS[k + 10 + 2 * f] }
     end
-    reply = enqueue_site(k, site, filters, i + 2, i + 1 + 4 * n, fresh_site)
+    reply = enqueue_site(k, site, filters, i + 2, i + 1 + 4 * n, new_site)
   end
   if reply.err then
     index_all()

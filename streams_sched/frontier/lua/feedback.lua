@@ -23,7 +23,7 @@
 -- KEYS[1]  policy  HASH of the site's policy and shared state:
 --                  a_rate, a_cut, a_inc, a_until (ms), robots_delay (s)
 -- KEYS[2]  stats   HASH of counters: answers_ok, throttled, timeouts, backoffs, retry_after_pauses
--- KEYS[3]  obs     STRING, the observed window "o_ts,o_n,o_ok,o_rate,o_okrate": since o_ts
+-- KEYS[3]  window  STRING, the observed window "o_ts,o_n,o_ok,o_rate,o_okrate": since o_ts
 --                  (ms), o_n answers of which o_ok healthy; the rates (per s) of the last
 --                  full window. It expires OBS_TTL_MS after the last report, so a
 --                  finished site keeps no politeness state

@@ -18,10 +18,10 @@ SiteAcks = tuple[str, Iterable[tuple[int, bytes]], tuple[int, Sequence[Any]] | N
 
 
 def keys(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
-    """The shard's leased index, then per site: stats, streams, policy, obs."""
+    """The shard's leased index, then per site: stats, streams, policy, window."""
     out = [shard.leased]
     for k in sites:
-        out += (k.stats, *k.streams, k.policy, k.obs)
+        out += (k.stats, *k.streams, k.policy, k.window)
     return out
 
 

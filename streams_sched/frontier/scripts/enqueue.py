@@ -44,7 +44,7 @@ def keys(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], seed
 def head_args(group: str, bloom: BloomParams, default_task: str, filter_pairs: int, seed: bool) -> list[Arg]:
     """ARGV[1..9]: the group, the dedupe back-end and its sizing, the revisit TTL, the
     crawl's default task type, the filter pairs per site, and which keys each site has."""
-    ttl = bloom.bucket_ttl if bloom.revisit_seconds else 0
+    ttl = bloom.bucket_ttl if bloom.revisit_s else 0
     return [group, bloom.mode, bloom.error_rate, bloom.capacity, bloom.expansion, ttl, default_task, filter_pairs,
             "seed" if seed else "all"]
 
@@ -101,6 +101,6 @@ def seed_call(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]]) -> Call[
 def _keys(f: Context, sites: Sequence[str], seed: bool) -> tuple[list[str], int]:
     """The KEYS of a call for these sites, and the filter pairs per site."""
     # the revisit buckets of Redis time now, so every writer puts a fingerprint in the same one
-    now = f.clock.now() if f.bloom.revisit_seconds else 0.0
+    now = f.clock.now() if f.bloom.revisit_s else 0.0
     keyed = [(f.site(site), f.filters(site, now)) for site in sites]
     return keys(keyed[0][0].index, keyed, seed), len(keyed[0][1]) // 2

@@ -26,8 +26,8 @@ class FeedbackReply(NamedTuple):
 
 
 def keys(k: SiteKeys) -> list[str]:
-    """policy, stats, obs."""
-    return [k.policy, k.stats, k.obs]
+    """policy, stats, window."""
+    return [k.policy, k.stats, k.window]
 
 
 def args(outcome: Sequence[int], robots_delay: str, params: Sequence[Any], defaults: Sequence[str]) -> list[Arg]:

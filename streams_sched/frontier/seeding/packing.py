@@ -81,7 +81,7 @@ class Packer:
         script's own builders (scripts/enqueue.py)."""
         f, b = self.frontier, self.frontier.bloom
         k = SiteKeys(self.crawl, "\x00", 0)
-        if b.revisit_seconds:
+        if b.revisit_s:
             filters: list[str] = []
             for bucket in b.buckets(now):
                 filters += k.seen_bucket(bucket)
@@ -100,7 +100,7 @@ class Packer:
         keys)."""
         if not calls:
             return []
-        suffixes, head = self.site_layout(self.frontier.clock.now() if self.frontier.bloom.revisit_seconds else 0.0, seed)
+        suffixes, head = self.site_layout(self.frontier.clock.now() if self.frontier.bloom.revisit_s else 0.0, seed)
         head_resp = b"".join(bulk(v) for v in head)
         start = bulk(b"EVALSHA") + bulk(self.frontier.scripts["enqueue"].sha.encode())
         templates: dict[int, bytes] = {}  # by key prefix length: the RESP of a site's keys

@@ -24,7 +24,7 @@ end
 --
 -- The observed window is one string, "o_ts,o_n,o_ok,o_rate,o_okrate", that expires
 -- OBS_TTL_MS after the last report: one GET and one SET per report.
-local function report_answers(policy, counts, obs, A, now)
+local function report_answers(policy, counts, window, A, now)
   local ok, thr, tmo = tonumber(A[1]), tonumber(A[2]), tonumber(A[3])
   local retry_ms = tonumber(A[4]) or 0
   local adaptive = A[6] == '1'
@@ -34,7 +34,7 @@ local function report_answers(policy, counts, obs, A, now)
   local OBS_TTL_MS = 3000
   local p = policy_fields(policy, { 'a_cut', 'a_inc' })
   local o = {}
-  local raw = redis.call('GET', obs)
+  local raw = redis.call('GET', window)
   if raw then
     o = { string.match(raw, '^([^,]*),([^,]*),([^,]*),([^,]*),([^,]*)$') }
   end
@@ -55,7 +55,7 @@ local function report_answers(policy, counts, obs, A, now)
     o_rate, o_okrate = o_n * 1000 / (now - o_ts), o_ok * 1000 / (now - o_ts)
     o_ts, o_n, o_ok = now, 0, 0
   end
-  redis.call('SET', obs, table.concat({ o_ts, o_n, o_ok, tostring(o_rate), tostring(o_okrate) }, ','),
+  redis.call('SET', window, table.concat({ o_ts, o_n, o_ok, tostring(o_rate), tostring(o_okrate) }, ','),
     'PX', OBS_TTL_MS)
 
   if ok > 0 then
