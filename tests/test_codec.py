@@ -785,6 +785,7 @@ def test_scheduler_builds_its_codec_from_the_settings(plain_redis_url: str, craw
 
     config = StreamsConfig.from_settings({
         "REDIS_URL": plain_redis_url, "STREAMS_PREFIX": crawl,
+        "STREAMS_IDLE_POLL_SECONDS": 0.02,  # close() waits out the I/O thread's idle sleep
         "STREAMS_META_CLASSES": f"{__name__}.Slotted",
         "STREAMS_META_CODECS": {f"{__name__}.Money": f"{__name__}.money_codec"},
     })

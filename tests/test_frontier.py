@@ -376,9 +376,10 @@ def test_dead_letter_records_reason_and_removes_entry(redis_url: str, dedupe: st
 def test_delayed_request_waits_then_moves_to_its_stream(redis_url: str, dedupe: str, crawl: str) -> None:
     """A request with a delay is not leasable until due, then the lease moves it into its stream."""
     f = frontier(redis_url, crawl, dedupe)
-    assert f.enqueue("a.test", [out(1, stream=0, delay_ms=300)])[2] == 1
+    delay_ms = 150  # long enough that the first lease surely comes before it is due
+    assert f.enqueue("a.test", [out(1, stream=0, delay_ms=delay_ms)])[2] == 1
     reply = f.lease("a.test", "w1", 5, (1, 1, 1))
-    assert reply.entries == [] and reply.delayed == 1 and 0 <= reply.next_due_in_ms <= 300
+    assert reply.entries == [] and reply.delayed == 1 and 0 <= reply.next_due_in_ms <= delay_ms
     entries = wait_for(lambda: f.lease("a.test", "w1", 5, (1, 1, 1)).entries, timeout=5)
     assert entries[0].payload == b"payload-1" and entries[0].stream == 0
     assert f.status("a.test").delayed == 0

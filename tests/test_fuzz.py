@@ -67,7 +67,8 @@ _entries = st.dictionaries(
 @pytest.fixture
 def scheduler(plain_redis_url: str, crawl: str) -> Iterator[StreamsScheduler]:
     config = StreamsConfig(
-        redis_url=plain_redis_url, crawl=crawl, idle_poll_seconds=0.05, flush_interval_seconds=0.005,
+        # a 0.01 s idle poll: each example's new site is looked at within ms, not after a back-off
+        redis_url=plain_redis_url, crawl=crawl, idle_poll_seconds=0.01, flush_interval_seconds=0.005,
         lease_seconds=30, max_deliveries=100,
     )
     sched = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=Limits(8, 8))

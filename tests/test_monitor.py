@@ -206,7 +206,7 @@ def test_node_heard_on_pubsub_is_alive_then_dead_after_three_heartbeats(plain_re
     mon.start()
     try:
         def beat() -> None:
-            f.publish({"event": "heartbeat", "node": "w-ev", "crawl": crawl, "heartbeat_s": 0.2})
+            f.publish({"event": "heartbeat", "node": "w-ev", "crawl": crawl, "heartbeat_s": 0.1})
 
         def state() -> str | None:
             beat() if beating else None
@@ -218,7 +218,7 @@ def test_node_heard_on_pubsub_is_alive_then_dead_after_three_heartbeats(plain_re
         beating = False
         stopped = time.monotonic()
         wait_for(lambda: state() == "dead", timeout=10, interval=0.05)
-        assert time.monotonic() - stopped >= 0.5  # 3 x 0.2 s, less the last beat's age
+        assert time.monotonic() - stopped >= 0.25  # 3 x 0.1 s, less the last beat's age
         m = scrape(mon.metrics_server.port)
         assert value(m, "streams_sched_nodes", crawl=crawl, state="dead") == 1
         f.publish({"event": "node_offline", "node": "w-ev", "crawl": crawl})

@@ -28,8 +28,12 @@ def out(i: int | str, stream: int = 1, delay_ms: int = 0) -> Entry:
     return Entry(hashlib.sha1(str(i).encode()).digest(), stream, delay_ms, f"payload-{i}".encode())
 
 
+#: the heartbeat the node records below claim: a consumer idle for three of them is gone
+HEARTBEAT_S = 0.1
+
+
 def node(f: Frontier, name: str, last_seen: float, **info: object) -> None:
-    f.record_node(name, {"node": name, "state": "online", "last_seen": last_seen, "heartbeat_s": 0.2, **info})
+    f.record_node(name, {"node": name, "state": "online", "last_seen": last_seen, "heartbeat_s": HEARTBEAT_S, **info})
 
 
 def reclaimer(url: str, **kw: object) -> Reclaimer:
@@ -99,8 +103,8 @@ def test_gone_consumers_without_entries_are_removed_and_owners_kept(plain_redis_
     node(f, "owner", now - 10_000, lease_s=3600)
     node(f, "alive", now)
     stream = f.site("a.test").stream("http", "default")
-    wait_for(lambda: min(c["idle"] for c in f.client.xinfo_consumers(stream, GROUP)) > 600,
-             timeout=10, what="consumers idle longer than 3 heartbeats of 0.2 s")
+    wait_for(lambda: min(c["idle"] for c in f.client.xinfo_consumers(stream, GROUP)) > 3 * HEARTBEAT_S * 1000,
+             timeout=10, what="consumers idle longer than 3 heartbeats")
     r = reclaimer(plain_redis_url, node_retention_s=60)
     try:
         result = r.run_pass()

@@ -181,6 +181,10 @@ def test_a_rate_limited_site_leaves_the_ready_index_until_its_token_is_due(redis
     assert len(f.lease("a.test", "w1", 10, WEIGHTS).entries) == 1
 
 
+#: long enough that a site is surely not named again between a lease and the look after it
+PAUSED_WAIT_MS = 150
+
+
 def test_a_paused_site_is_not_named_until_it_is_resumed(redis_url: str, dedupe: str, crawl: str) -> None:
     """A lease that finds a site paused puts it back for the paused wait; each time it is named
     again while paused it leases nothing and goes back; resumed, it is named and leased."""
@@ -192,7 +196,7 @@ def test_a_paused_site_is_not_named_until_it_is_resumed(redis_url: str, dedupe: 
     assert shard is not None
 
     def lease() -> Any:
-        return f.lease_shard(shard, "w1", [("a.test", 5, 5, 0)], WEIGHTS, name=8, paused_wait_ms=300)
+        return f.lease_shard(shard, "w1", [("a.test", 5, 5, 0)], WEIGHTS, name=8, paused_wait_ms=PAUSED_WAIT_MS)
 
     for _ in range(2):
         looked = redis_ms(f)
@@ -200,7 +204,7 @@ def test_a_paused_site_is_not_named_until_it_is_resumed(redis_url: str, dedupe: 
         assert reply.sites[0] is not None and reply.sites[0].wait_ms == -1 and reply.sites[0].entries == []
         assert "a.test" not in reply.named and "a.test" not in named(f, shard)
         wait_for(lambda: "a.test" in named(f, shard), timeout=5, interval=0.01, what="the paused wait")
-        assert redis_ms(f) >= looked + 300
+        assert redis_ms(f) >= looked + PAUSED_WAIT_MS
     resume_site(f, "a.test")
     assert "a.test" in named(f, shard)
     reply = lease()

@@ -43,7 +43,7 @@ class Stats:
 def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> StreamsScheduler:
     config = StreamsConfig.from_settings(
         {"REDIS_URL": redis_url, "STREAMS_PREFIX": crawl, "STREAMS_DEDUPE": dedupe,
-         "STREAMS_IDLE_POLL_SECONDS": 0.1, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005,
+         "STREAMS_IDLE_POLL_SECONDS": 0.02, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005,  # drain checks every few tens of ms
          "STREAMS_EMPTY_CRAWL_WAIT_SECONDS": 0, **settings},
         "unit",
     )
@@ -118,7 +118,7 @@ def test_follow_ups_of_a_local_request_keep_a_drained_worker_open_until_they_are
         assert sched.enqueue_request(scrapy.Request("http://a.test/child"))
         sched.request_done(local)
         wait_for(lambda: not pump.exchange.outbox, timeout=10, what="the I/O thread to take the enqueue")
-        deadline = time.monotonic() + 0.5
+        deadline = time.monotonic() + 0.25  # a dozen drain checks at the 0.02 s idle poll
         while time.monotonic() < deadline:
             assert sched.has_pending_requests()
             time.sleep(0.01)
