@@ -88,6 +88,8 @@ def test_an_enqueue_confirmed_after_drained_reopens_the_crawl_before_it_counts_a
     s.enqueue_request(scrapy.Request("http://a.test/1"))
     s.request_done(worker.next_request())
     worker.until(lambda: worker.exchange.drained, cycles=100, what="drained")
+    # the worker's client followed the MOVED replies to the slot's new master, refusing nothing
+    assert f.client.nodes_manager.get_node_from_slot(slot).name == after and not worker.io.trouble.refusals
     s.enqueue_request(scrapy.Request("http://a.test/2"))
     worker.run_cycle()
     x = worker.exchange
@@ -179,3 +181,50 @@ def test_a_lost_pipeline_reply_loses_nothing_and_leaves_no_orphan_lease(worker: 
     status = Frontier(r, crawl).status("lost.test")
     assert (status.backlog, status.pending) == (0, 0)
     assert (status.stats.get("enqueued"), status.stats.get("acked")) == (3, 3), status.stats
+
+
+def _move_slot(cluster: redis.RedisCluster, slot: int) -> tuple[str, str]:
+    """Move ``slot`` and its keys to another master, as redis-cli --cluster reshard does; return (from, to)."""
+    src = cluster.nodes_manager.get_node_from_slot(slot)
+    dst = next(n for n in cluster.get_primaries() if n.name != src.name)
+    ids = {n.name: cluster.execute_command("CLUSTER MYID", target_nodes=n) for n in (src, dst)}
+    ids = {k: v.decode() if isinstance(v, bytes) else v for k, v in ids.items()}
+    cluster.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", ids[src.name], target_nodes=dst)
+    cluster.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", ids[dst.name], target_nodes=src)
+    while True:
+        keys = cluster.execute_command("CLUSTER GETKEYSINSLOT", slot, 100, target_nodes=src)
+        if not keys:
+            break
+        cluster.execute_command("MIGRATE", dst.host, dst.port, "", 0, 5000, "KEYS", *keys, target_nodes=src)
+    for node in cluster.get_primaries():
+        cluster.execute_command("CLUSTER SETSLOT", slot, "NODE", ids[dst.name], target_nodes=node)
+    return src.name, dst.name
+
+
+@pytest.mark.cluster
+@pytest.mark.targets("cluster")
+def test_a_shard_moved_to_another_master_between_cycles_loses_nothing(worker: InProcessWorker, redis_url: str, crawl: str) -> None:
+    """MOVED: the slot of a site's shard moves to another master after its enqueue; the next cycles follow it (lease, ack) and the crawl drains with nothing lost."""
+    from streams_sched.connect.clients import connect
+
+    s = worker.scheduler
+    for i in range(3):
+        s.enqueue_request(scrapy.Request(f"http://moved.test/{i}"))
+    worker.run_cycle()  # enqueued (and maybe leased) on the slot's first master
+    cluster = connect(redis_url)
+    f = worker.io.frontier
+    slot = cluster.keyslot(f.site("moved.test").stats)
+    before, after = _move_slot(cluster, slot)
+    assert before != after
+    urls = set()
+    for _ in range(3):
+        request = worker.next_request()
+        urls.add(request.url)
+        s.request_done(request)
+    worker.settle()
+    assert urls == {f"http://moved.test/{i}" for i in range(3)}
+    status = f.status("moved.test")
+    assert (status.backlog, status.pending, status.stats.get("acked")) == (0, 0, 3), status
+    worker.until(lambda: worker.exchange.drained, cycles=100, what="drained")
+    # the worker's client followed the MOVED replies to the slot's new master, refusing nothing
+    assert f.client.nodes_manager.get_node_from_slot(slot).name == after and not worker.io.trouble.refusals
