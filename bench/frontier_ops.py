@@ -79,7 +79,7 @@ def streams_lease_ack(client: redis.Redis, n: int, per_site_batch: int) -> float
     while True:
         pipe = client.pipeline(transaction=False)
         for site, entries in acks.items():
-            ack.call(f, [(site, entries, None)]).queue(pipe)
+            ack.call(f, [(site, entries, None, ())]).queue(pipe)
         leases = [_lease_one(f, site, "bench", per_site_batch, weights) for site in sites]
         for call in leases:
             call.queue(pipe)

@@ -108,7 +108,7 @@ def client_loop(url: str, crawl: str, n: int, seconds: float, out: Any) -> None:
                 links += [Entry(rng.choice(dups), 1, 0, b"dup") for _ in range(2)]
                 known[site].append(fp(new))
             enqueue.call(f, [(site, links)]).queue(pipe)
-            ack.call(f, [(site, [(e.stream, e.id) for e in entries], None)]).queue(pipe)
+            ack.call(f, [(site, [(e.stream, e.id) for e in entries], None, ())]).queue(pipe)
         asked = rng.sample(sites, SITES_PER_CYCLE)
         leases = [
             lease.call(f, f.site(site).shard or 0, consumer, [(site, PER_SITE, PER_SITE, 0)], (8, 3, 1))

@@ -98,6 +98,7 @@ class Setting:
 CONNECTION = "Connection"
 LEASES = "Leases and delivery"
 DEDUPE = "Dedupe and revisits"
+CONTINUOUS = "Continuous crawling"
 PRIORITIES = "Priorities and fairness"
 POLITENESS = "Politeness"
 BROWSER = "Browser"
@@ -107,7 +108,7 @@ FEED = "scrapy-redis feed"
 WORKER = "Worker"
 SAFETY = "Safety overrides"
 #: The reference's sections, in order.
-SECTIONS = (CONNECTION, LEASES, DEDUPE, PRIORITIES, POLITENESS, BROWSER, SERIALIZATION, REPLICAS, FEED, WORKER, SAFETY)
+SECTIONS = (CONNECTION, LEASES, DEDUPE, CONTINUOUS, PRIORITIES, POLITENESS, BROWSER, SERIALIZATION, REPLICAS, FEED, WORKER, SAFETY)
 
 
 def _env(variable: str, fallback: str) -> Lookup:
@@ -170,6 +171,27 @@ SETTINGS: tuple[Setting, ...] = (
       "`STREAMS_REVISIT_BUCKETS` + 1 filters per site", DEDUPE, p.number, p.positive_or_zero),
     S("STREAMS_REVISIT_BUCKETS", "revisit_buckets", 4, "time buckets the revisit window is cut into",
       DEDUPE, p.whole, p.at_least(1)),
+
+    S("STREAMS_REVISIT_EVERY_SECONDS", "revisit_every_seconds", 0.0,
+      "track every page of the crawl: once acked, a page comes back after this long (0 = only pages with "
+      "`meta[\"revisit\"]` or a site policy `revisit`; see *Continuous crawling*)", CONTINUOUS, p.number, p.positive_or_zero),
+    S("STREAMS_REVISIT_ADAPTIVE", "revisit_adaptive", False,
+      "a tracked page's interval adapts to how often it changes (a tracked page's own `adaptive` wins)",
+      CONTINUOUS, p.flag, p.is_flag),
+    S("STREAMS_REVISIT_MIN_SECONDS", "revisit_min_seconds", 60.0, "the shortest adaptive interval (a page's own `min` wins)",
+      CONTINUOUS, p.number, p.positive),
+    S("STREAMS_REVISIT_MAX_SECONDS", "revisit_max_seconds", 31_536_000.0,
+      "the longest adaptive interval, 365 days (a page's own `max` wins)", CONTINUOUS, p.number, p.positive),
+    S("STREAMS_REVISIT_CHANGED_FACTOR", "revisit_changed_factor", 0.8, "a revisit that found a change multiplies the interval by this",
+      CONTINUOUS, p.number, p.between_0_and_1("expected a factor between 0 and 1, e.g. 0.8")),
+    S("STREAMS_REVISIT_UNCHANGED_FACTOR", "revisit_unchanged_factor", 1.4,
+      "a revisit that found no change multiplies the interval by this", CONTINUOUS, p.number,
+      p.above_1("expected a factor above 1, e.g. 1.4")),
+    S("STREAMS_REVISIT_JITTER", "revisit_jitter", 0.1,
+      "each revisit is moved by up to this share of its interval, either way, so a site's pages spread out",
+      CONTINUOUS, p.number, p.share("expected a share from 0 up to 1, e.g. 0.1")),
+    S("STREAMS_REVISIT_STOP_AFTER", "revisit_stop_after", 3,
+      "a tracked page that answers 404 or 410 this many times in a row is no longer tracked", CONTINUOUS, p.whole, p.at_least(1)),
 
     S("STREAMS_HIGH_PRIORITY_MIN", "high_priority_min", 1, "`Request.priority` at or above this: high band (redirects get +2)",
       PRIORITIES, p.whole, p.check_whole),
@@ -320,6 +342,14 @@ class StreamsConfig:
     url_shortcut: bool = _field("url_shortcut")
     revisit_after_seconds: float = _field("revisit_after_seconds")
     revisit_buckets: int = _field("revisit_buckets")
+    revisit_every_seconds: float = _field("revisit_every_seconds")
+    revisit_adaptive: bool = _field("revisit_adaptive")
+    revisit_min_seconds: float = _field("revisit_min_seconds")
+    revisit_max_seconds: float = _field("revisit_max_seconds")
+    revisit_changed_factor: float = _field("revisit_changed_factor")
+    revisit_unchanged_factor: float = _field("revisit_unchanged_factor")
+    revisit_jitter: float = _field("revisit_jitter")
+    revisit_stop_after: int = _field("revisit_stop_after")
     high_priority_min: int = _field("high_priority_min")
     low_priority_max: int = _field("low_priority_max")
     band_ratio: tuple[int, int, int] = _field("band_ratio")

@@ -231,6 +231,24 @@ def between_0_and_1(problem: str) -> Check:
     return check
 
 
+def above_1(problem: str) -> Check:
+    def check(name: str, value: Any) -> None:
+        if not (isinstance(value, (int, float)) and value > 1):
+            raise ConfigError(name, value, problem)
+
+    return check
+
+
+def share(problem: str) -> Check:
+    """A share from 0 (included) to 1 (excluded)."""
+
+    def check(name: str, value: Any) -> None:
+        if not (0 <= value < 1):
+            raise ConfigError(name, value, problem)
+
+    return check
+
+
 def is_flag(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigError(name, value, "expected True or False")

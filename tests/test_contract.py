@@ -131,7 +131,7 @@ def test_keys_builder_mirrors_the_script_header(name: str) -> None:
         assert first == len(expected) + 1, f"{name}.lua: KEYS[{first}] does not follow KEYS[{len(expected)}]"
         if group:
             assert last == "" and (first, last, role) == rows[-1][:3], f"{name}.lua: the per-site group comes last"
-            counted = re.fullmatch(r"per site, (\d+)(?: \+ 2 \* ARGV\[\d+\])? keys:", role)
+            counted = re.fullmatch(r"per site, (\d+)(?: \+ 2 \* ARGV\[\d+\])? keys(?: \(\+1 \w+, [^)]*\))?:", role)
             assert counted, f"{name}.lua: KEYS[{first}..] {role}"
             sized = site_roles(sites[0], filters[0])
             unknown = [r for r, _ in group if r not in sized]

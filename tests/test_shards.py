@@ -154,7 +154,7 @@ def test_one_ack_call_acks_several_sites_of_a_shard(redis_url: str, dedupe: str,
         f.enqueue(site, [out(f"{site}-{i}") for i in range(2)])
     got = {site: f.lease(site, "w1", 2, WEIGHTS).entries for site in (a, b)}
     leased = f.site(a).index.leased
-    reply = f.ack_shard([(a, [(e.stream, e.id) for e in got[a]], None), (b, [(got[b][0].stream, got[b][0].id)], None)])
+    reply = f.ack_shard([(a, [(e.stream, e.id) for e in got[a]], None, ()), (b, [(got[b][0].stream, got[b][0].id)], None, ())])
     assert [int(n) for n in reply] == [2, 1]
     assert (f.client.zscore(leased, a), f.client.zscore(leased, b) is not None) == (None, True)
     assert [f.status(s).stats.get("acked") for s in (a, b)] == [2, 1]

@@ -34,7 +34,7 @@ from streams_sched.frontier.reads import CrawlReads
 from streams_sched.frontier.records import BloomParams, Entry, LeaseReply, ShardLease
 from streams_sched.frontier.replies import text
 from streams_sched.frontier.scripts import Scripts
-from streams_sched.frontier.scripts.ack import SiteAcks
+from streams_sched.frontier.scripts.ack import Revisit, SiteAcks
 from streams_sched.frontier.scripts.claim import NO_MASK, ClaimReply
 from streams_sched.frontier.scripts.enqueue import EnqueueReply
 from streams_sched.frontier.scripts.fail import FailReply
@@ -248,15 +248,18 @@ class Frontier(CrawlReads):
         site: str,
         entries: Iterable[tuple[int, bytes]],
         answers: tuple[int, Sequence[Any]] | None = None,
+        revisits: Sequence[Revisit] = (),
     ) -> int:
         """Ack and delete finished entries of a site. ``answers`` = (healthy answers,
         feedback params as for :meth:`feedback`) reports the site's healthy answers in
-        the same call (what :meth:`feedback` would do with outcome (n, 0, 0, 0))."""
-        return lua.ack.call(self, [(site, entries, answers)]).run()[0]
+        the same call (what :meth:`feedback` would do with outcome (n, 0, 0, 0));
+        ``revisits`` are tracked pages acked and put back for their next visit
+        (:data:`scripts.ack.Revisit`)."""
+        return lua.ack.call(self, [(site, entries, answers, revisits)]).run()[0]
 
     def ack_shard(self, sites: Sequence[SiteAcks]) -> list[int]:
-        """Ack entries of several sites of ONE shard in one call: (site, entries, answers)
-        each, as for :meth:`ack`. -> the count acked per site, in order."""
+        """Ack entries of several sites of ONE shard in one call: (site, entries, answers,
+        revisits) each, as for :meth:`ack`. -> the count acked per site, in order."""
         return lua.ack.call(self, sites).run()
 
     def dead_letter(

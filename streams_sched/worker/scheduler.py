@@ -81,6 +81,7 @@ from streams_sched.worker.opening import (
 )
 from streams_sched.worker.ops import Ack, Extend, Failed, Op, Release
 from streams_sched.worker.ready import ReadyQueues
+from streams_sched.worker.revisits import Revisits
 from streams_sched.worker.start_wait import open_when_writable
 from streams_sched.worker.startup import fail_clearly
 from streams_sched.worker.turns import HANDOUT_PER_TURN, TurnBudget
@@ -164,6 +165,8 @@ class StreamsScheduler(BaseScheduler):
         )
         #: everything the scheduler and the I/O thread share (exchange.py), while open
         self._x: Exchange | None = None
+        #: tracked pages in flight and the acks that carry their next visits; built in open()
+        self.revisits: Revisits | None = None
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
         self._fatal_reported = False
@@ -220,6 +223,7 @@ class StreamsScheduler(BaseScheduler):
         self.spider = spider
         self.codec = codec = RequestCodec(spider, cfg.request_classes, cfg.max_request_bytes, cfg.meta_classes, cfg.meta_codecs)
         self.unserializable = UnserializablePolicy(cfg.unserializable, spider.name, spider)
+        self.revisits = Revisits(cfg, codec, self._holds_tracked)
         client = connect_worker(cfg)
         checked: list[bool] = []
 
@@ -290,6 +294,8 @@ class StreamsScheduler(BaseScheduler):
         self.ready.downloader = getattr(crawler.engine, "downloader", None)
         x.wake = hooks.wake
         self.answers.connect(crawler, hooks.on_download_error)
+        if self.revisits is not None:
+            crawler.signals.connect(self.revisits.on_response, signals.response_received)
         if not cfg.close_on_drain:
             crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
 
@@ -383,6 +389,9 @@ class StreamsScheduler(BaseScheduler):
             dedupe.forget(x.seen_epoch)
         if request.dont_filter:
             fp = b""
+            revisits = self.revisits
+            if revisits is not None and revisits.live and request.url in revisits.live:
+                revisits.untrack_copy(request)
         else:
             if dedupe.url_shortcut and request.method == "GET" and not request.body and not request.meta.get("verbatim_url"):
                 url_key = request.url.encode()
@@ -445,6 +454,8 @@ class StreamsScheduler(BaseScheduler):
             self.counts.local_out += 1
             return request
         self._leases[request] = entry
+        if entry.payload is not None and self.revisits is not None:
+            self.revisits.handed_out(request)
         x.inflight = len(self._leases)
         if ready.count - ready.local <= x.low_water:
             x.kick()
@@ -483,7 +494,9 @@ class StreamsScheduler(BaseScheduler):
         if marked:
             x.put(Failed(entry, failed) if failed is not None else Release(entry))
         else:
-            x.put(Ack(entry))
+            revisits = self.revisits
+            # a tracked page (its payload kept, io/leasing.py) acks with its next visit
+            x.put(Ack(entry) if entry.payload is None or revisits is None else revisits.ack(entry, request))
             if self.ack_listeners:
                 latency = time.monotonic() - entry.leased_at
                 for listener in self.ack_listeners:
@@ -497,6 +510,10 @@ class StreamsScheduler(BaseScheduler):
             return False
         self._put(Extend(entry))
         return True
+
+    def _holds_tracked(self, request: Request) -> bool:
+        entry = self._leases.get(request)
+        return entry is not None and entry.payload is not None
 
     def lease_of(self, request: Request) -> LeasedEntry | None:
         """The lease a request holds (site, stream, entry id, prior deliveries), if any."""

@@ -6,7 +6,9 @@
 -- include: codes, time, rate, streams, answers
 --
 -- KEYS[1]      leased    ZSET of the shard's sites with leased entries
--- KEYS[2..]    per site, 9 keys:
+-- KEYS[2]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
+-- KEYS[3]      ready:browser  ZSET of the shard's sites with browser work
+-- KEYS[4..]    per site, 9 keys (+1 delayed, with tracked pages):
 --              stats     HASH of counters
 --              streams   http:high http:default http:low browser:high browser:default browser:low
 --              policy    HASH of the site's policy and politeness state (see feedback.lua)
@@ -14,10 +16,26 @@
 -- ARGV[1]      consumer group
 -- ARGV[2..]    per site: site name, n (0, or 11 when the site's healthy answers ride along:
 --              feedback.lua's ARGV[1..11], reported here instead of in a feedback.lua call of
---              their own), those n values, m, then m pairs: stream index (1-6), entry id
+--              their own), those n values, m, then m pairs: stream index (1-6), entry id,
+--              then r, then r tracked pages, 5 values each: stream index (1-6), entry id,
+--              ms until the next visit (-1: no longer tracked), flags ('n' first visit,
+--              'c' changed, 'u' unchanged, '' neither), payload (the request to visit again)
 -- Returns per site the number of entries acked and deleted now (an entry another worker
 -- already acked, after taking over an expired lease, counts 0; one whose lease a failover
 -- lost, but not the entry, counts 1).
+--
+-- Only a site with tracked pages in the call (r > 0 below) has a 10th key, its delayed
+-- ZSET of waiting requests (lib/delayed.lua): an untracked page's ack passes no key it
+-- does not use.
+--
+-- A tracked page is rescheduled here, in the script that acks it, and only when this
+-- call deletes its entry: a worker killed before the ack leaves the entry pending (taken
+-- over, crawled and rescheduled by another), and of two workers acking one entry after a
+-- takeover only the one whose XDEL removes it schedules the next visit. So no page is
+-- lost and none is scheduled twice. The next time is Redis TIME plus the worker's delay;
+-- the site goes into its ready indexes from that time (ZADD LT keeps an earlier one).
+-- Stats: tracked (pages tracked now), revisits (visits rescheduled), changed (revisits
+-- whose page had changed), unchanged.
 --
 -- Besides the total (field acked), acks of a site that still has work are counted in six
 -- 10-second buckets
@@ -26,15 +44,68 @@
 
 local group = ARGV[1]
 local leased_ix = KEYS[1]
+local ready = { KEYS[2], KEYS[3] }
 local now = nil
 
-local function ack_site(k, site, a, n_answers, first, last)
+-- Ack the tracked pages of ARGV[first..] (r of them) and put each one this call deletes
+-- in the delayed ZSET for its next visit. Returns the entries deleted.
+local function revisit(site, streams, stats, delayed, first, r, counts)
+  local deleted = 0
+  local soonest = nil
+  for i = first, first + 5 * (r - 1), 5 do
+    local idx = tonumber(ARGV[i])
+    local stream = streams[idx]
+    if stream then
+      local id = ARGV[i + 1]
+      redis.call('XACK', stream, group, id)
+      if redis.call('XDEL', stream, id) == 1 then
+        deleted = deleted + 1
+        local delay, flags = tonumber(ARGV[i + 2]), ARGV[i + 3]
+        if delay < 0 then
+          if flags ~= 'n' then
+            tally(counts, 'tracked', -1)
+          end
+        else
+          if flags == 'n' then
+            tally(counts, 'tracked', 1)
+          end
+          now = now or now_ms()
+          local due = now + delay
+          local seq = redis.call('HINCRBY', stats, 'delay_seq', 1)
+          redis.call('ZADD', delayed, due, idx .. ':' .. seq .. ':' .. ARGV[i + 4])
+          tally(counts, 'revisits', 1)
+          if flags == 'c' then
+            tally(counts, 'changed', 1)
+          elseif flags == 'u' then
+            tally(counts, 'unchanged', 1)
+          end
+          if not soonest or due < soonest then
+            soonest = due
+          end
+        end
+      end
+      retire_if_empty(stream)
+    end
+  end
+  if soonest then
+    for t = 1, 2 do
+      redis.call('ZADD', ready[t], 'LT', soonest, site)
+    end
+  end
+  return deleted
+end
+
+local function ack_site(k, site, a, n_answers, first, last, r)
   local K = { KEYS[k], KEYS[k + 7], KEYS[k + 8] }
   local streams = { KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6] }
   local counts = {}
   if n_answers > 0 then
     now = now or now_ms()
     report_answers(K[2], counts, K[3], { unpack(ARGV, a, a + n_answers - 1) }, now)
+  end
+  local acked = 0
+  if r > 0 then
+    acked = revisit(site, streams, K[1], KEYS[k + 9], last + 2, r, counts)
   end
   local by_stream = {}
   for i = first, last, 2 do
@@ -46,7 +117,6 @@ local function ack_site(k, site, a, n_answers, first, last)
     end
     ids[#ids + 1] = ARGV[i + 1]
   end
-  local acked = 0
   for s, ids in pairs(by_stream) do
     local stream = streams[s]
     if stream then
@@ -120,13 +190,17 @@ local function ack_site(k, site, a, n_answers, first, last)
 end
 
 local replies = {}
-local k, i = 2, 2
+local k, i = 4, 2
 while i <= #ARGV do
   local n = tonumber(ARGV[i + 1])
   local m = tonumber(ARGV[i + 2 + n])
   local first = i + 3 + n
-  replies[#replies + 1] = ack_site(k, ARGV[i], i + 2, n, first, first + 2 * m - 1)
+  local r = tonumber(ARGV[first + 2 * m])
+  replies[#replies + 1] = ack_site(k, ARGV[i], i + 2, n, first, first + 2 * m - 1, r)
   k = k + 9
-  i = first + 2 * m
+  if r > 0 then
+    k = k + 1
+  end
+  i = first + 2 * m + 1 + 5 * r
 end
 return replies

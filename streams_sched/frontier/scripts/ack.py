@@ -1,34 +1,44 @@
 """ack.lua: acknowledge and delete finished entries of several sites of one shard, each
-site's healthy answers riding along."""
+site's healthy answers riding along, and put each tracked page back in its site's
+delayed ZSET for its next visit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_code
 from streams_sched.frontier.scripts import feedback
 from streams_sched.frontier.scripts._call import Arg, Call, Context
 
-__all__ = ["SiteAcks", "args", "call", "keys", "parse"]
+__all__ = ["Revisit", "SiteAcks", "args", "call", "keys", "parse"]
 
-#: One site's part of a call: the site, its entries (stream index, id), and its healthy
-#: answers with the feedback params (as for feedback.lua), or None.
-SiteAcks = tuple[str, Iterable[tuple[int, bytes]], tuple[int, Sequence[Any]] | None]
+#: A tracked page's ack: stream index, entry id, ms until its next visit (-1: no longer
+#: tracked), flags ('n' first visit, 'c' changed, 'u' unchanged, '' neither) and the
+#: payload to visit again.
+Revisit = tuple[int, bytes, int, str, bytes]
+
+#: One site's part of a call: the site, its entries (stream index, id), its healthy
+#: answers with the feedback params (as for feedback.lua) or None, and its tracked pages.
+SiteAcks = tuple[str, Iterable[tuple[int, bytes]], tuple[int, Sequence[Any]] | None, Sequence[Revisit]]
 
 
-def keys(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
-    """The shard's leased index, then per site: stats, streams, policy, window."""
-    out = [shard.leased]
+def keys(shard: ShardKeys, sites: Sequence[SiteKeys], tracked: Collection[str] = ()) -> list[str]:
+    """The shard's leased and ready indexes, then per site: stats, streams, policy, window,
+    and its delayed ZSET when it is in ``tracked`` (it has tracked pages in the call), so an
+    untracked page's call passes no key it does not use."""
+    out = [shard.leased, *shard.readies]
     for k in sites:
         out += (k.stats, *k.streams, k.policy, k.window)
+        if k.site in tracked:
+            out.append(k.delayed)
     return out
 
 
 def args(group: str, sites: Sequence[SiteAcks], defaults: Sequence[str]) -> list[Arg]:
     """``defaults``: the crawl's default policy, for the answers (feedback.args)."""
     out: list[Arg] = [group]
-    for site, entries, answers in sites:
+    for site, entries, answers, revisits in sites:
         out.append(site)
         if answers is None:
             out.append(0)
@@ -39,7 +49,9 @@ def args(group: str, sites: Sequence[SiteAcks], defaults: Sequence[str]) -> list
         pairs: list[Arg] = []
         for stream, entry_id in entries:
             pairs += (stream_code(stream), entry_id)
-        out += (len(pairs) // 2, *pairs)
+        out += (len(pairs) // 2, *pairs, len(revisits))
+        for stream, entry_id, delay_ms, flags, payload in revisits:
+            out += (stream_code(stream), entry_id, delay_ms, flags, payload)
     return out
 
 
@@ -49,8 +61,15 @@ def parse(reply: Sequence[Any]) -> list[int]:
 
 
 def call(f: Context, sites: Sequence[SiteAcks]) -> Call[list[int]]:
-    """Ack entries of several sites of ONE shard: (site, entries, answers) each; answers
-    (healthy answers, feedback params) reports what feedback.lua would with outcome
-    (n, 0, 0, 0)."""
-    keyed = [f.site(site) for site, _, _ in sites]
-    return Call(f.scripts["ack"], keys(keyed[0].index, keyed), args(f.group, sites, f.default_policy), parse)
+    """Ack entries of several sites of ONE shard: (site, entries, answers, revisits) each;
+    answers (healthy answers, feedback params) reports what feedback.lua would with outcome
+    (n, 0, 0, 0); revisits are the site's tracked pages (:data:`Revisit`).
+
+    A tracked page's request travels back with its ack, not read by the script from its
+    entry (XRANGE before XDEL): its meta carries the page's interval and last signature,
+    which this visit changed, and only the worker can re-encode the request; a payload
+    upward per tracked page costs no round trip (it rides in this call) and nothing for
+    an untracked page."""
+    keyed = [f.site(s[0]) for s in sites]
+    tracked = {s[0] for s in sites if s[3]}
+    return Call(f.scripts["ack"], keys(keyed[0].index, keyed, tracked), args(f.group, sites, f.default_policy), parse)

@@ -398,7 +398,7 @@ class IOThread(threading.Thread):
         """One ack.lua call per shard for its sites' acks, each site's healthy answers riding
         along; one call per site and kind for the other lease operations."""
         f = self.frontier
-        acks: dict[int, dict[str, list[LeaseOp]]] = defaultdict(lambda: defaultdict(list))
+        acks: dict[int, dict[str, list[Ack]]] = defaultdict(lambda: defaultdict(list))
         others: dict[tuple[type, str], list[LeaseOp]] = defaultdict(list)
         for op in after:
             site = op.entry.site
@@ -418,7 +418,11 @@ class IOThread(threading.Thread):
                     # healthy answers of a site with nothing left and no rate feed nothing but
                     # its answer window, which expires unread: not worth three commands a page
                     ok = 0
-                calls.append((site, [(a.entry.stream, a.entry.id) for a in ops], (ok, self.feedback_params) if ok else None))
+                plain = [(a.entry.stream, a.entry.id) for a in ops if a.revisit is None]
+                tracked = [] if len(plain) == len(ops) else [
+                    (a.entry.stream, a.entry.id, *a.revisit) for a in ops if a.revisit is not None
+                ]
+                calls.append((site, plain, (ok, self.feedback_params) if ok else None, tracked))
                 if ok:
                     answered.append((site, ok))
                 group += ops

@@ -292,6 +292,7 @@ class Leasing:
         take = self.book.take
         arrivals = self.exchange.arrivals
         browser = 0
+        track_all = self.config.revisit_every_seconds > 0
         for e in entries:
             e.leased_at = now
             take(e)
@@ -305,7 +306,10 @@ class Leasing:
                     self.on_suspect_done()
                 self.gate.dead_on_arrival(DeadLetter(e, str(exc)))
                 continue
-            e.payload = None
+            if not (track_all or "revisit" in request.meta):
+                # a tracked page keeps its payload as leased: its ack sends it back for the
+                # next visit (worker/revisits.py); any other is dropped here
+                e.payload = None
             if e.stream >= BROWSER_FIRST_STREAM:
                 browser += 1
                 if "task_type" not in request.meta:

@@ -1,0 +1,252 @@
+"""Continuous crawling: tracked pages come back on their own schedule (worker/revisits.py,
+ack.lua), in-process with the harness and as pure decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import scrapy
+from scrapy.http import HtmlResponse
+
+from streams_sched.config import StreamsConfig
+from streams_sched.frontier.client import Frontier
+from streams_sched.worker.revisits import Spec, next_visit, spec_of
+
+from harness import InProcessWorker
+
+CONFIG = StreamsConfig(redis_url="redis://x", crawl="c", revisit_jitter=0.0, revisit_min_seconds=10.0,
+                       revisit_max_seconds=100.0)
+ADAPTIVE = Spec(40.0, True, 10.0, 100.0)
+
+
+class TrackingSpider(scrapy.Spider):
+    name = "tracking"
+
+    def parse(self, response: Any) -> None:  # pragma: no cover - never called
+        pass
+
+    def parse_product(self, response: Any) -> None:  # pragma: no cover - never called
+        pass
+
+
+@pytest.fixture
+def worker(redis_url: str, dedupe: str, crawl: str) -> Iterator[InProcessWorker]:
+    w = InProcessWorker(redis_url, crawl, dedupe=dedupe, spider=TrackingSpider(), STREAMS_REVISIT_JITTER=0.0)
+    yield w
+    w.close()
+
+
+def answer(w: InProcessWorker, request: scrapy.Request, status: int = 200, body: bytes = b"<p>same</p>") -> None:
+    """The engine got ``request``'s answer and is done with it (as response_received and the ack hook would)."""
+    revisits = w.scheduler.revisits
+    assert revisits is not None
+    revisits.on_response(HtmlResponse(request.url, status=status, body=body), request)
+    w.scheduler.request_done(request)
+    w.settle()
+
+
+def delayed(r: redis.Redis, crawl: str, site: str) -> list[tuple[bytes, float]]:
+    return r.zrange(Frontier(r, crawl).site(site).delayed, 0, -1, withscores=True)
+
+
+def redis_ms(r: redis.Redis) -> int:
+    s, us = r.time()
+    return s * 1000 + us // 1000
+
+
+# -- the pure decision ---------------------------------------------------------
+
+
+def test_an_unchanged_page_waits_longer_and_a_changed_one_less_within_the_bounds() -> None:
+    """Unchanged multiplies the interval by 1.4, changed by 0.8, never past max or below min."""
+    first = next_visit(ADAPTIVE, {}, 200, "a", CONFIG, 0.0)
+    assert first is not None and first.state == {"i": 40.0, "s": "a"} and first.found == ""
+    same = next_visit(ADAPTIVE, first.state, 200, "a", CONFIG, 0.0)
+    assert same is not None and same.delay_s == pytest.approx(56.0) and same.found == "u"
+    changed = next_visit(ADAPTIVE, same.state, 200, "b", CONFIG, 0.0)
+    assert changed is not None and changed.delay_s == pytest.approx(44.8) and changed.found == "c"
+    state: dict[str, Any] = changed.state
+    for _ in range(20):
+        v = next_visit(ADAPTIVE, state, 200, "b", CONFIG, 0.0)
+        assert v is not None
+        state = v.state
+    assert state["i"] == 100.0
+    for sig in range(20):
+        v = next_visit(ADAPTIVE, state, 200, str(sig), CONFIG, 0.0)
+        assert v is not None
+        state = v.state
+    assert state["i"] == 10.0
+
+
+def test_a_gone_page_stops_after_the_count_and_a_temporary_failure_keeps_it() -> None:
+    """404/410 in a row stop tracking at STREAMS_REVISIT_STOP_AFTER; a 503 or no answer keeps the interval and the count; a 200 resets it."""
+    state: dict[str, Any] = {"i": 40.0, "s": "a"}
+    one = next_visit(ADAPTIVE, state, 404, None, CONFIG, 0.0)
+    assert one is not None and one.state["f"] == 1 and one.delay_s == 40.0
+    kept = next_visit(ADAPTIVE, one.state, 503, None, CONFIG, 0.0)
+    assert kept is not None and kept.state == one.state
+    none = next_visit(ADAPTIVE, kept.state, None, None, CONFIG, 0.0)
+    assert none is not None and none.state == one.state
+    back = next_visit(ADAPTIVE, none.state, 200, "a", CONFIG, 0.0)
+    assert back is not None and "f" not in back.state
+    two = next_visit(ADAPTIVE, one.state, 410, None, CONFIG, 0.0)
+    assert two is not None and two.state["f"] == 2
+    assert next_visit(ADAPTIVE, two.state, 404, None, CONFIG, 0.0) is None
+
+
+def test_jitter_moves_a_visit_by_at_most_its_share() -> None:
+    """A draw of -1 or 1 moves the visit by STREAMS_REVISIT_JITTER of its interval, either way."""
+    cfg = StreamsConfig(redis_url="redis://x", crawl="c", revisit_jitter=0.1)
+    spec = Spec(100.0, False, 60.0, 1000.0)
+    delays = [next_visit(spec, {}, 200, "a", cfg, j).delay_s for j in (-1.0, 0.0, 1.0)]  # type: ignore[union-attr]
+    assert delays == pytest.approx([90.0, 100.0, 110.0])
+
+
+def test_what_tracks_a_page() -> None:
+    """meta["revisit"] as seconds or a dict tracks a page; 0 or False does not, even with the crawl's setting; a bad value is refused."""
+    crawl_wide = StreamsConfig(redis_url="redis://x", crawl="c", revisit_every_seconds=3600.0)
+    assert spec_of(None, CONFIG) is None
+    assert spec_of(None, crawl_wide) == Spec(3600.0, False, 60.0, 31_536_000.0)
+    assert spec_of(False, crawl_wide) is None and spec_of(0, crawl_wide) is None
+    assert spec_of(30, CONFIG) == Spec(30.0, False, 10.0, 100.0)
+    assert spec_of({"every": 50, "adaptive": True, "min": 20, "max": 90}, CONFIG) == Spec(50.0, True, 20.0, 90.0)
+    with pytest.raises(ValueError):
+        spec_of("often", CONFIG)
+    with pytest.raises(ValueError):
+        spec_of({"every": 50, "min": 90, "max": 20}, CONFIG)
+
+
+# -- in-process, against Redis ---------------------------------------------------
+
+
+def test_a_tracked_page_comes_back_after_its_interval_on_redis_time_as_it_was_enqueued(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """The ack puts the request in its site's delayed ZSET due Redis TIME + interval, and it comes back with its callback, meta and priority."""
+    s = worker.scheduler
+    spider = s.spider
+    assert isinstance(spider, TrackingSpider)
+    s.enqueue_request(scrapy.Request("http://shop.test/p1", callback=spider.parse_product, priority=5,
+                                     meta={"revisit": 0.4, "sku": "A1"}))
+    first = worker.next_request()
+    assert r.hget(Frontier(r, crawl).site("shop.test").stats, "tracked") is None
+    first.meta["download_latency"] = 0.2  # what Scrapy adds on the way stays out of the revisit
+    before = redis_ms(r)
+    answer(worker, first)
+    after = redis_ms(r)
+    [(member, due)] = delayed(r, crawl, "shop.test")
+    assert before + 400 <= due <= after + 400
+    again = worker.next_request()
+    assert redis_ms(r) >= due
+    assert again.url == "http://shop.test/p1" and again.callback == spider.parse_product and again.priority == 5
+    assert again.meta == {"revisit": 0.4, "sku": "A1", "revisit_state": {"i": 0.4}}
+    stats = Frontier(r, crawl).status("shop.test").stats
+    assert (stats.get("tracked"), stats.get("revisits")) == (1, 1)
+
+
+def test_an_adaptive_page_comes_back_sooner_when_it_changed_and_later_when_not(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """The body's signature decides: unchanged x1.4, changed x0.8, within the page's bounds, counted in the site's stats."""
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://news.test/", meta={"revisit": {"every": 0.3, "adaptive": True, "min": 0.1,
+                                                                           "max": 0.5}}))
+    req = worker.next_request()
+    answer(worker, req, body=b"v1")
+    req = worker.next_request()
+    assert req.meta["revisit_state"]["i"] == pytest.approx(0.3)
+    answer(worker, req, body=b"v1")  # unchanged: 0.42
+    req = worker.next_request()
+    assert req.meta["revisit_state"]["i"] == pytest.approx(0.42)
+    answer(worker, req, body=b"v1")  # unchanged: 0.588, bounded to 0.5
+    req = worker.next_request()
+    assert req.meta["revisit_state"]["i"] == pytest.approx(0.5)
+    before = redis_ms(r)
+    answer(worker, req, body=b"v2")  # changed: 0.4
+    [(_, due)] = delayed(r, crawl, "news.test")
+    assert before + 400 <= due <= redis_ms(r) + 400
+    stats = Frontier(r, crawl).status("news.test").stats
+    assert (stats.get("changed"), stats.get("unchanged"), stats.get("revisits")) == (1, 2, 4)
+
+
+def test_a_spider_given_signature_wins_over_the_body(worker: InProcessWorker, r: redis.Redis, crawl: str) -> None:
+    """meta["revisit_signature"] set by the callback is compared instead of the body, so a page whose HTML changes on every load is judged by what matters."""
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://ads.test/", meta={"revisit": {"every": 0.2, "adaptive": True, "min": 0.1}}))
+    req = worker.next_request()
+    req.meta["revisit_signature"] = "price=10"
+    answer(worker, req, body=b"ad 1")
+    req = worker.next_request()
+    req.meta["revisit_signature"] = "price=10"
+    answer(worker, req, body=b"ad 2")
+    stats = Frontier(r, crawl).status("ads.test").stats
+    assert (stats.get("unchanged"), stats.get("changed")) == (1, None)
+
+
+def test_a_gone_page_stops_being_tracked_after_the_count(worker: InProcessWorker, r: redis.Redis, crawl: str) -> None:
+    """Three 404s in a row: the third ack schedules nothing, the site's tracked count goes back to 0 and the crawl has nothing left."""
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://gone.test/x", meta={"revisit": 0.1}))
+    for _ in range(3):
+        req = worker.next_request()
+        answer(worker, req, status=404)
+    assert delayed(r, crawl, "gone.test") == []
+    st = Frontier(r, crawl).status("gone.test")
+    assert (st.stats.get("tracked"), st.backlog, st.pending, st.delayed) == (0, 0, 0, 0)
+
+
+def test_dedupe_drops_a_rediscovered_copy_while_the_revisit_goes_through(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """A link to a tracked page found again is a duplicate; the page's own revisit never meets the filter and comes back."""
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://blog.test/", meta={"revisit": 0.2}))
+    req = worker.next_request()
+    answer(worker, req)
+    other = InProcessWorker(worker.scheduler.config.redis_url, crawl, dedupe=worker.scheduler.config.dedupe)
+    try:  # another worker, so its local seen cache does not decide
+        other.scheduler.enqueue_request(scrapy.Request("http://blog.test/"))
+        other.settle()
+        assert Frontier(r, crawl).status("blog.test").stats.get("duplicates") == 1
+    finally:
+        other.close()
+    again = worker.next_request()
+    assert again.url == "http://blog.test/" and "revisit_state" in again.meta
+    assert len(delayed(r, crawl, "blog.test")) == 0 and Frontier(r, crawl).status("blog.test").backlog == 0
+
+
+def test_a_retry_copy_of_a_tracked_page_is_crawled_once_and_the_page_stays_tracked_once(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """A dont_filter copy made while the page is in flight (a retry) is not tracked on its own; the page's ack schedules the one next visit."""
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://flaky.test/", meta={"revisit": 0.2}))
+    req = worker.next_request()
+    s.enqueue_request(req.replace(dont_filter=True))  # what RetryMiddleware does on a 503
+    answer(worker, req, status=503)
+    retry = worker.next_request()
+    assert retry.meta["revisit"] is False and "revisit_state" not in retry.meta
+    answer(worker, retry)
+    assert len(delayed(r, crawl, "flaky.test")) == 1
+    assert Frontier(r, crawl).status("flaky.test").stats.get("tracked") == 1
+
+
+def test_an_ack_sent_twice_schedules_the_next_visit_once(r: redis.Redis, redis_url: str, crawl: str) -> None:
+    """Two acks of one tracked entry (a slow worker and the one that took its lease over): only the one that deletes the entry schedules."""
+    w = InProcessWorker(redis_url, crawl, STREAMS_REVISIT_JITTER=0.0)
+    try:
+        w.scheduler.enqueue_request(scrapy.Request("http://twice.test/", meta={"revisit": 60}))
+        req = w.next_request()
+        entry = w.scheduler.lease_of(req)
+        assert entry is not None and entry.payload is not None
+        f = Frontier(r, crawl)
+        visit = (entry.stream, entry.id, 60_000, "n", entry.payload)
+        assert f.ack("twice.test", [], revisits=[visit]) == 1
+        assert f.ack("twice.test", [], revisits=[visit]) == 0
+        assert len(delayed(r, crawl, "twice.test")) == 1
+        assert f.status("twice.test").stats.get("tracked") == 1
+    finally:
+        w.close()
