@@ -68,6 +68,7 @@ def test_local_duplicate_is_refused_at_once(sched: StreamsScheduler) -> None:
     assert sched.enqueue_request(scrapy.Request("http://a.test/1", dont_filter=True))
 
 
+@pytest.mark.targets("bitmap")  # the I/O thread's waits and order, not the dedupe back-end
 def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:
     """While a follow-up request cannot be enqueued, its parent stays leased; once it can, child then ack."""
     sched.enqueue_request(scrapy.Request("http://parent.test/"))
@@ -91,6 +92,7 @@ def test_ack_waits_until_follow_ups_are_in_redis(sched: StreamsScheduler, r: red
     assert child.backlog + child.pending == 1
 
 
+@pytest.mark.targets("bitmap")  # the I/O thread's waits and order, not the dedupe back-end
 def test_a_refused_command_is_logged_once_and_retried_with_back_off(
     sched: StreamsScheduler, r: redis.Redis, crawl: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -137,6 +139,7 @@ def test_close_hands_back_prefetched_requests(sched: StreamsScheduler, r: redis.
     assert r.xlen(stream) == 2  # two unstarted, back in the backlog
 
 
+@pytest.mark.targets("bitmap")  # the I/O thread's waits and order, not the dedupe back-end
 def test_has_pending_requests_until_the_crawl_is_drained(sched: StreamsScheduler) -> None:
     """The scheduler reports pending work while anything is leased, and stops once drained."""
     sched.enqueue_request(scrapy.Request("http://a.test/only"))
@@ -190,6 +193,7 @@ def make(redis_url: str, dedupe: str, crawl: str, **settings: object) -> Streams
     return s
 
 
+@pytest.mark.targets("bitmap")  # the I/O thread's waits and order, not the dedupe back-end
 def test_empty_crawl_waits_for_seeds_before_counting_as_drained(redis_url: str, dedupe: str, crawl: str) -> None:
     """A worker on a crawl that never had a request keeps waiting for seeds, up to the setting."""
     wait_s = 0.6  # ample for the 5 cycles below, which take about 5 * IDLE_POLL_S
@@ -231,6 +235,7 @@ def test_restarted_node_hands_back_its_previous_leases_at_start(redis_url: str, 
     assert not r.exists(stream) or r.xpending(stream, GROUP)["pending"] == 0
 
 
+@pytest.mark.targets("bitmap")  # the I/O thread's waits and order, not the dedupe back-end
 def test_extend_lease_resets_the_lease_clock(sched: StreamsScheduler, r: redis.Redis, crawl: str) -> None:
     """A long-running request can extend its own lease: its idle time in Redis starts over."""
     sched.enqueue_request(scrapy.Request("http://slow.test/"))
@@ -242,6 +247,7 @@ def test_extend_lease_resets_the_lease_clock(sched: StreamsScheduler, r: redis.R
     assert not sched.extend_lease(scrapy.Request("http://never-leased.test/"))
 
 
+@pytest.mark.targets("bitmap")  # the I/O thread's waits and order, not the dedupe back-end
 def test_healthy_answers_of_a_site_go_with_its_ack_not_a_feedback_call(
     redis_url: str, dedupe: str, crawl: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -100,6 +100,7 @@ def test_request_that_cannot_travel_is_crawled_by_this_worker(sched: StreamsSche
     assert counts["scheduler/enqueued/redis"] == 1 and counts["scheduler/enqueued"] == 2
 
 
+@pytest.mark.targets("bitmap")  # the drain bookkeeping, not the dedupe back-end
 def test_follow_ups_of_a_local_request_keep_a_drained_worker_open_until_they_are_in_redis(
     sched: StreamsScheduler, r: redis.Redis
 ) -> None:
