@@ -250,3 +250,87 @@ def test_an_ack_sent_twice_schedules_the_next_visit_once(r: redis.Redis, redis_u
         assert f.status("twice.test").stats.get("tracked") == 1
     finally:
         w.close()
+
+
+def test_a_site_policy_tracks_its_pages_and_each_page_keeps_it(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """`site set --revisit` tracks a site's pages with no meta of their own; a page carries the policy in its meta from its first visit."""
+    from click.testing import CliRunner
+
+    from streams_sched.cli import main
+
+    out = CliRunner().invoke(main, ["site", "set", "-c", crawl, "--redis-url", worker.scheduler.config.redis_url,
+                                    "policy.test", "--revisit", "0.3s:adaptive,min=0.1s,max=1m"])
+    assert out.exit_code == 0, out.output
+    bad = CliRunner().invoke(main, ["site", "set", "-c", crawl, "--redis-url", worker.scheduler.config.redis_url,
+                                    "policy.test", "--revisit", "often"])
+    assert bad.exit_code != 0 and "1h:adaptive" in bad.output
+    worker.scheduler.enqueue_request(scrapy.Request("http://policy.test/a"))
+    first = worker.next_request()
+    answer(worker, first)
+    again = worker.next_request()
+    assert again.meta["revisit"] == {"every": 0.3, "adaptive": True, "min": 0.1, "max": 60.0}
+    assert Frontier(r, crawl).status("policy.test").stats.get("tracked") == 1
+
+
+def test_a_crawl_with_tracked_pages_does_not_drain_until_their_tracking_is_stopped(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """A waiting revisit keeps the crawl open; `revisits` lists it, `revisits --stop` removes it and turns the site off, and the crawl drains."""
+    from click.testing import CliRunner
+
+    from streams_sched.cli import main
+
+    s = worker.scheduler
+    url = worker.scheduler.config.redis_url
+    s.enqueue_request(scrapy.Request("http://watch.test/a", meta={"revisit": 3600}))
+    answer(worker, worker.next_request())
+    for _ in range(6):
+        worker.step()
+    assert not worker.exchange.drained and len(delayed(r, crawl, "watch.test")) == 1
+    listed = CliRunner().invoke(main, ["revisits", "-c", crawl, "--redis-url", url, "--json"])
+    assert listed.exit_code == 0, listed.output
+    [row] = __import__("json").loads(listed.output)
+    assert row["url"] == "http://watch.test/a" and row["interval_s"] == 3600 and 3500 < row["due_in_s"] <= 3600
+    stopped = CliRunner().invoke(main, ["revisits", "-c", crawl, "--redis-url", url, "--stop"])
+    assert stopped.exit_code == 0 and "1 waiting visit" in stopped.output, stopped.output
+    assert delayed(r, crawl, "watch.test") == []
+    st = Frontier(r, crawl).status("watch.test")
+    assert st.stats.get("tracked") == 0 and r.hget(Frontier(r, crawl).site("watch.test").policy, "revisit") == b"off"
+    worker.until(lambda: worker.exchange.drained, cycles=100, what="drained")
+
+
+def test_a_page_in_flight_when_its_site_is_stopped_is_not_scheduled_again(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """ack.lua reads the site's `off` itself: a worker that leased a tracked page before the stop schedules no next visit."""
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://late.test/a", meta={"revisit": 0.1}))
+    answer(worker, worker.next_request())
+    again = worker.next_request()
+    r.hset(Frontier(r, crawl).site("late.test").policy, "revisit", "off")  # what revisits --stop writes
+    answer(worker, again)
+    assert delayed(r, crawl, "late.test") == []
+    assert Frontier(r, crawl).status("late.test").stats.get("tracked") == 0
+
+
+def test_the_crawl_wide_setting_tracks_every_page_and_a_stopped_crawl_tracks_none(
+    redis_url: str, r: redis.Redis, crawl: str
+) -> None:
+    """STREAMS_REVISIT_EVERY_SECONDS tracks a page with no meta; once the crawl's tracking is stopped, a worker that read it tracks no new page."""
+    from streams_sched.admin.revisits import stop_tracking
+
+    w = InProcessWorker(redis_url, crawl, STREAMS_REVISIT_EVERY_SECONDS=0.2, STREAMS_REVISIT_JITTER=0.0,
+                        STREAMS_POLICY_REFRESH_SECONDS=0.05)
+    try:
+        w.scheduler.enqueue_request(scrapy.Request("http://all.test/a"))
+        answer(w, w.next_request())
+        assert len(delayed(r, crawl, "all.test")) == 1
+        stop_tracking(Frontier(r, crawl))
+        w.until(lambda: w.io.frontier.revisits_stopped, what="the stop read by the worker")
+        w.scheduler.enqueue_request(scrapy.Request("http://other.test/b"))
+        answer(w, w.next_request())
+        assert delayed(r, crawl, "other.test") == [] and delayed(r, crawl, "all.test") == []
+    finally:
+        w.close()

@@ -14,7 +14,7 @@ with ``error:``. Exit codes, for scripts (:mod:`streams_sched.exit_codes`):
 Layout: ``options`` (the shared connection options, errors as exit codes),
 ``formatting`` (tables, ages, rates), ``report`` (the per-site status rows), and one
 module per topic of commands, none importing another: ``seed`` (push), ``status``
-(status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq),
+(status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq), ``revisits``,
 ``nodes`` (nodes, crawls), ``purge`` and ``scrapy_redis`` (migrate-scrapy-redis).
 Scrapy is imported only by the commands that need it (push, migrate-scrapy-redis),
 when they run.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import click
 
-from streams_sched.cli import dead_letters, nodes, purge, scrapy_redis, seed, sites, status
+from streams_sched.cli import dead_letters, nodes, purge, revisits, scrapy_redis, seed, sites, status
 
 __all__ = ["main"]
 
@@ -44,6 +44,7 @@ for _command in (
     sites.pause,
     sites.resume,
     dead_letters.dlq,
+    revisits.revisits,
     nodes.nodes,
     nodes.crawls,
     scrapy_redis.migrate_scrapy_redis,

@@ -18,7 +18,7 @@ __all__ = ["pause", "resume", "site"]
 
 @click.group()
 def site() -> None:
-    """Per-site policy: rate limit, weight, task type, browser cap, page cap, pause."""
+    """Per-site policy: rate limit, weight, task type, browser cap, page cap, pause, revisits."""
 
 
 @site.command("set")
@@ -31,18 +31,22 @@ def site() -> None:
 @click.option("--max-browser", type=int, help="Most browser requests of this site in flight on one node.")
 @click.option("--paused/--resumed", default=None, help="Stop or restart leasing the site.")
 @click.option("--max-pages", type=int, help="Most requests of the site accepted in all, all workers together; 0 = no cap.")
+@click.option("--revisit", help="Track the site's pages: 1h, or 1h:adaptive,min=5m,max=7d (units s, m, h, d).")
 def site_set(redis_url: str, crawl: str, name: str, rate: float | None, burst: float | None, weight: float | None,
-             task_type: str | None, max_browser: int | None, paused: bool | None, max_pages: int | None) -> None:
+             task_type: str | None, max_browser: int | None, paused: bool | None, max_pages: int | None,
+             revisit: str | None) -> None:
     """Change a site's policy (NAME "*" = the default for sites without their own).
 
     Workers pick it up within STREAMS_POLICY_REFRESH_SECONDS (the site's own policy on
     their next lease of it, at once)."""
     fields = {k: v for k, v in {"rate": rate, "burst": burst, "weight": weight, "task_type": task_type,
-                                "max_browser": max_browser, "paused": paused, "max_pages": max_pages}.items()
+                                "max_browser": max_browser, "paused": paused, "max_pages": max_pages,
+                                "revisit": revisit}.items()
               if v is not None}
     if not fields:
         raise click.UsageError(
-            "give at least one of --rate --burst --weight --task-type --max-browser --max-pages --paused/--resumed"
+            "give at least one of --rate --burst --weight --task-type --max-browser --max-pages --revisit "
+            "--paused/--resumed"
         )
     frontier = Frontier(connect(redis_url), crawl)
     try:

@@ -49,6 +49,9 @@ __all__ = ["DEFAULT_POLICY_FIELDS", "NO_MASK", "Frontier"]
 logger = logging.getLogger(__name__)
 
 
+#: the crawl meta field that says the tracking of every page of the crawl was stopped
+REVISITS_STOPPED = "revisits_stopped"
+
 class Frontier(CrawlReads):
     """The crawl frontier of one crawl in one Redis (or Redis Cluster)."""
 
@@ -81,6 +84,8 @@ class Frontier(CrawlReads):
         self.default_policy: tuple[str, ...] = ("",) * len(DEFAULT_POLICY_FIELDS)
         #: lease.lua's politeness flags: "a" adaptive back-off, "r" robots.txt obeyed
         self.politeness = ""
+        #: ``streams-sched revisits --stop`` stopped the tracking of every page of the crawl
+        self.revisits_stopped = False
 
     def crawl_meta(self) -> dict[str, str]:
         """The crawl's meta hash, decoded (dedupe parameters, defaults, site key, ...)."""
@@ -91,6 +96,7 @@ class Frontier(CrawlReads):
         for the scripts that fall back on them (lease, feedback, enqueue)."""
         self.default_policy = tuple(meta.get(f"default_{name}", "") for name in DEFAULT_POLICY_FIELDS)
         self.default_task = meta.get("default_task_type") or "http"
+        self.revisits_stopped = meta.get(REVISITS_STOPPED) == "1"
 
     # -- key layout ----------------------------------------------------------
 

@@ -89,6 +89,8 @@ class LeasedEntry:
     suspect: bool = False
     #: time.monotonic() when this worker got the lease (for lease-to-ack latency)
     leased_at: float = 0.0
+    #: its site's policy ``revisit`` when this worker leased it ("" none)
+    revisit: str = ""
 
 
 @dataclass(slots=True)
@@ -103,6 +105,8 @@ class LeaseReply:
     weight: float = 1.0
     max_browser: int = -1
     rate: float = 0.0
+    #: the site's policy ``revisit`` ("" none): its pages are tracked
+    revisit: str = ""
     entries: list[LeasedEntry] = field(default_factory=list)
 
 

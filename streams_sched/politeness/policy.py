@@ -10,6 +10,10 @@ A policy is a dict with any of::
     paused      True to stop leasing the site (its backlog stays)
     max_pages   most requests of the site accepted in all (0 = no cap); more are dropped
                 and counted (stats over_cap); requests with dont_filter are not counted
+    revisit     track the site's pages: "1h", or "1h:adaptive,min=5m,max=7d" (units s, m,
+                h, d; see :func:`parse_revisit`); a page takes it at its first visit and
+                keeps it in its own meta from then on; "off" stops the tracking of every
+                page of the site (``streams-sched revisits --stop``)
 
 ``STREAMS_SITES`` maps site names to policies; the key ``"*"`` is the default
 for sites not listed.
@@ -27,6 +31,7 @@ __all__ = [
     "POLICY_FIELDS",
     "apply_site_policies",
     "get_policy",
+    "parse_revisit",
     "pause_site",
     "resume_site",
     "set_policy",
@@ -41,7 +46,40 @@ POLICY_FIELDS: dict[str, type] = {
     "max_browser": int,
     "paused": bool,
     "max_pages": int,
+    "revisit": str,
 }
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration_s(text: str) -> float:
+    text = text.strip()
+    unit = _UNITS.get(text[-1:], None)
+    number = float(text[:-1] if unit else text)
+    if number <= 0:
+        raise ValueError(f"{text!r} is not above 0")
+    return number * (unit or 1.0)
+
+
+def parse_revisit(text: str) -> dict[str, Any]:
+    """A policy's ``revisit`` as ``meta["revisit"]`` takes it: ``"1h"`` -> {"every": 3600},
+    ``"1h:adaptive,min=5m,max=7d"`` -> every, adaptive, min and max. Raises ValueError."""
+    every, _, options = text.partition(":")
+    try:
+        out: dict[str, Any] = {"every": _duration_s(every)}
+        for option in filter(None, (o.strip() for o in options.split(","))):
+            name, eq, value = option.partition("=")
+            if name == "adaptive" and not eq:
+                out["adaptive"] = True
+            elif name in ("min", "max") and eq:
+                out[name] = _duration_s(value)
+            else:
+                raise ValueError(f"unknown option {option!r}")
+    except ValueError as exc:
+        raise ValueError(f"expected an interval like '1h' or '1h:adaptive,min=5m,max=7d' ({exc})") from None
+    if out.get("min", 0) > out.get("max", float("inf")):
+        raise ValueError("min is above max")
+    return out
 
 
 def validate_policy(site: str, policy: Mapping[str, Any], setting: str = "STREAMS_SITES") -> dict[str, str]:
@@ -63,6 +101,15 @@ def validate_policy(site: str, policy: Mapping[str, Any], setting: str = "STREAM
             if not isinstance(value, bool):
                 raise ConfigError(f"{name}[{key!r}]", value, "expected True or False")
             out[key] = "1" if value else "0"
+        elif key == "revisit":
+            if site == "*":
+                raise ConfigError(f"{name}[{key!r}]", value, "track every page of a crawl with STREAMS_REVISIT_EVERY_SECONDS")
+            try:
+                if value != "off":
+                    parse_revisit(str(value))
+            except ValueError as exc:
+                raise ConfigError(f"{name}[{key!r}]", value, str(exc)) from None
+            out[key] = str(value)
         elif kind is str:
             if value not in TASK_TYPES:
                 raise ConfigError(f"{name}[{key!r}]", value, f"expected one of {list(TASK_TYPES)}")

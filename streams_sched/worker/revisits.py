@@ -1,8 +1,8 @@
 """Tracked pages: when a page comes back, and what its ack carries (reactor thread).
 
 A page is tracked through ``meta["revisit"]`` (seconds, or a dict with ``every``, ``min``,
-``max``, ``adaptive``; ``0`` or ``False`` = not tracked) or, for every page of a crawl,
-``STREAMS_REVISIT_EVERY_SECONDS``. The I/O thread keeps a tracked page's payload as it was
+``max``, ``adaptive``; ``0`` or ``False`` = not tracked), its site's policy ``revisit``
+(politeness/policy.py) or, for every page of a crawl, ``STREAMS_REVISIT_EVERY_SECONDS``. The I/O thread keeps a tracked page's payload as it was
 leased (io/leasing.py), and the page's ack carries the request back with its next visit:
 ack.lua deletes the entry and puts the payload in the site's delayed ZSET in one script,
 so a page is never lost or scheduled twice between the two.
@@ -31,6 +31,7 @@ from scrapy import Request
 from streams_sched.config import StreamsConfig
 from streams_sched.errors import SerializationError
 from streams_sched.frontier.records import LeasedEntry
+from streams_sched.politeness.policy import parse_revisit
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.ops import Ack
 
@@ -153,6 +154,8 @@ class Revisits:
         self.track_all = config.revisit_every_seconds > 0
         #: URL -> tracked requests in flight with it
         self.live: dict[str, int] = {}
+        #: whether the crawl's tracking was stopped (the frontier's, once the worker runs)
+        self.crawl_stopped: Callable[[], bool] = lambda: False
         #: tracked request in flight -> (status, body signature) of its answer
         self.answers: dict[Request, tuple[int, str]] = {}
 
@@ -188,18 +191,26 @@ class Revisits:
         try:
             kept = self.codec.decode(payload)
             meta = kept.meta
+            state = meta.get(STATE)
+            first = not isinstance(state, Mapping)
+            if entry.revisit == "off" or self.crawl_stopped():
+                # tracking stopped (streams-sched revisits --stop): a page tracked until now
+                # leaves the site's tracked count
+                return Ack(entry) if first else Ack(entry, (-1, "", b""))
+            if "revisit" not in meta and entry.revisit:
+                # tracked by its site's policy: the page keeps it in its own meta from now
+                # on, so whoever takes its lease over knows it is tracked
+                meta["revisit"] = parse_revisit(entry.revisit)
             spec = spec_of(meta.get("revisit"), self.config)
         except (ValueError, SerializationError) as exc:
             logger.warning("not tracking %s: %s", url, exc)
             return Ack(entry)
-        if spec is None:
-            return Ack(entry)
-        state = meta.get(STATE)
-        first = not isinstance(state, Mapping)
         flags_new = "n" if first else ""
+        if spec is None:
+            return Ack(entry) if first else Ack(entry, (-1, "", b""))
         signature = request.meta.get("revisit_signature")
         signature = str(signature) if signature is not None else body_sig
-        visit = next_visit(spec, state if not first else {}, status, signature, self.config, 2 * self.rand() - 1)
+        visit = next_visit(spec, {} if first else state, status, signature, self.config, 2 * self.rand() - 1)
         if visit is None:
             return Ack(entry, (-1, flags_new, b""))
         meta[STATE] = visit.state

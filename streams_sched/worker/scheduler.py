@@ -251,6 +251,8 @@ class StreamsScheduler(BaseScheduler):
         self.frontier = frontier
         x = self._x = self.ready.exchange = Exchange()
         self.answers.start(spider, x, frontier.clock.estimate)
+        if self.revisits is not None:
+            self.revisits.crawl_stopped = lambda: frontier.revisits_stopped
         # longer than any cycle that is only slow: every command of it may take a socket timeout
         self.watchdog = Watchdog(x, max(cfg.lease_seconds, 3 * cfg.socket_timeout_seconds))
         # in the node record: lost if this worker dies

@@ -34,6 +34,7 @@
 -- takeover only the one whose XDEL removes it schedules the next visit. So no page is
 -- lost and none is scheduled twice. The next time is Redis TIME plus the worker's delay;
 -- the site goes into its ready indexes from that time (ZADD LT keeps an earlier one).
+-- A site whose policy revisit is 'off' schedules none (its tracked pages stop).
 -- Stats: tracked (pages tracked now), revisits (visits rescheduled), changed (revisits
 -- whose page had changed), unchanged.
 --
@@ -49,9 +50,12 @@ local now = nil
 
 -- Ack the tracked pages of ARGV[first..] (r of them) and put each one this call deletes
 -- in the delayed ZSET for its next visit. Returns the entries deleted.
-local function revisit(site, streams, stats, delayed, first, r, counts)
+local function revisit(site, streams, stats, policy, delayed, first, r, counts)
   local deleted = 0
   local soonest = nil
+  -- `streams-sched revisits --stop` sets the site's policy revisit to 'off': whatever a
+  -- worker leased before it learned that, no page of the site is scheduled again
+  local off = redis.call('HGET', policy, 'revisit') == 'off'
   for i = first, first + 5 * (r - 1), 5 do
     local idx = tonumber(ARGV[i])
     local stream = streams[idx]
@@ -61,6 +65,9 @@ local function revisit(site, streams, stats, delayed, first, r, counts)
       if redis.call('XDEL', stream, id) == 1 then
         deleted = deleted + 1
         local delay, flags = tonumber(ARGV[i + 2]), ARGV[i + 3]
+        if off then
+          delay = -1
+        end
         if delay < 0 then
           if flags ~= 'n' then
             tally(counts, 'tracked', -1)
@@ -105,7 +112,7 @@ local function ack_site(k, site, a, n_answers, first, last, r)
   end
   local acked = 0
   if r > 0 then
-    acked = revisit(site, streams, K[1], KEYS[k + 9], last + 2, r, counts)
+    acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], last + 2, r, counts)
   end
   local by_stream = {}
   for i = first, last, 2 do

@@ -58,6 +58,7 @@
 --          delayed request is due (-1 none), wait_ms (0 ok, >0 rate-limited for that long,
 --          -1 paused), entries put back because of ARGV[7], the site's weight (string),
 --          the site's max_browser (-1 none), the site's effective rate (string, '0' none),
+--          the site's policy revisit ('' none: see politeness/policy.py),
 --          then per entry: stream index, id, payload (false if missing), prior deliveries},
 --          then {named ready sites}, then ms until the shard's next not-yet-ready site
 --          is due (-1 none)}
@@ -65,6 +66,8 @@
 local group, consumer = ARGV[1], ARGV[2]
 local weights = { tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]) }
 local promote_limit = tonumber(ARGV[6])
+-- the values of a site's reply before its entries (scripts/lease.py: _HEAD)
+local REPLY_HEAD = 11
 local suspects_left = tonumber(ARGV[7]) or 1
 local ready = { KEYS[1], KEYS[2] }
 local leased_ix, inbox = KEYS[3], KEYS[4]
@@ -91,7 +94,7 @@ local function lease_site(k, site, total, max_http, max_browser)
     delayed = redis.call('ZCARD', K[1])
   end
 
-  local p = policy_fields(K[4], { 'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe' })
+  local p = policy_fields(K[4], { 'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe', 'revisit' })
   local site_weight = p.weight or ARGV[11]
   local max_browser = tonumber(p.max_browser) or tonumber(ARGV[12]) or -1
   -- politeness: the policy or robots.txt rate, the adaptive back-off, a Retry-After pause
@@ -227,8 +230,9 @@ local function lease_site(k, site, total, max_http, max_browser)
     redis.call('HSET', K[4], 'ready_at', at)
   end
   reindex(ready, leased_ix, site, backlog, pending, next_due_at, at, now)
+  -- REPLY_HEAD values, then the entries
   local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred,
-    tostring(site_weight or '1'), max_browser, tostring(rate) }
+    tostring(site_weight or '1'), max_browser, tostring(rate), p.revisit or '' }
   for _, v in ipairs(out) do
     reply[#reply + 1] = v
   end
@@ -243,7 +247,7 @@ for i = 19, #ARGV, 4 do
   if total > 0 then
     local reply = lease_site(k, ARGV[i], total, math.min(tonumber(ARGV[i + 2]), total),
       math.min(tonumber(ARGV[i + 3]), total))
-    budget_left = budget_left - (#reply - 10) / 4
+    budget_left = budget_left - (#reply - REPLY_HEAD) / 4
     replies[#replies + 1] = reply
   else
     replies[#replies + 1] = {}

@@ -88,6 +88,9 @@ class Leasing:
         self.shard_due: list[float] = [0.0] * shards
         self.shard_streak: list[int] = [0] * shards
         self.shard_cursor = 0
+        #: site -> its policy ``revisit``, as its last lease reply said (its pages are
+        #: tracked; a taken-over entry of the site is tracked by it too)
+        self.site_revisit: dict[str, str] = {}
         #: where in a shard's oldest ready sites the next named run starts (lease.lua)
         self.random = random.Random()
         #: ready sites to ask each shard for per call
@@ -247,6 +250,10 @@ class Leasing:
                 self.weighted.pop(site, None)
             if x.weights.get(site) != weight:
                 x.weights[site] = weight
+            if part.revisit:
+                self.site_revisit[site] = part.revisit
+            elif self.site_revisit:
+                self.site_revisit.pop(site, None)
             if n:
                 x.stats.append(("streams/leased", n))
                 arrived += self.accept(part.entries)
@@ -293,6 +300,7 @@ class Leasing:
         arrivals = self.exchange.arrivals
         browser = 0
         track_all = self.config.revisit_every_seconds > 0
+        site_revisit = self.site_revisit
         for e in entries:
             e.leased_at = now
             take(e)
@@ -306,7 +314,9 @@ class Leasing:
                     self.on_suspect_done()
                 self.gate.dead_on_arrival(DeadLetter(e, str(exc)))
                 continue
-            if not (track_all or "revisit" in request.meta):
+            if site_revisit and e.site in site_revisit:
+                e.revisit = site_revisit[e.site]
+            elif not (track_all or "revisit" in request.meta):
                 # a tracked page keeps its payload as leased: its ack sends it back for the
                 # next visit (worker/revisits.py); any other is dropped here
                 e.payload = None

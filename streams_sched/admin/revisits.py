@@ -1,0 +1,124 @@
+"""Tracked pages waiting for their next visit: list them and stop their tracking.
+
+A tracked page waits in its site's delayed ZSET (member ``<stream>:<seq>:<payload>``)
+whose payload's meta has ``revisit_state`` (worker/revisits.py). A site with a delayed
+request is in its shard's ready indexes, and one with a page in flight in its leased
+index, so the sites to look at are read from those indexes, never from the registry:
+what this costs follows the sites with work, not every site the crawl ever saw.
+
+Stopping is done where it holds whatever the workers know: a site's policy ``revisit``
+becomes ``off`` (ack.lua then schedules none of its pages, even from a worker that leased
+them before), the crawl's meta gets ``revisits_stopped`` for ``--stop`` of the whole crawl
+(each worker reads it with its default policy, every STREAMS_POLICY_REFRESH_SECONDS, and
+stops tracking new pages), and the waiting pages leave the delayed ZSETs. Stopping one
+URL removes its waiting visit; a visit of it in flight at that moment still schedules the
+next one, so stop again once it is back (``revisits`` shows it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from streams_sched.frontier.client import REVISITS_STOPPED, Frontier
+
+__all__ = ["TrackedPage", "sites_with_work", "stop_tracking", "tracked_pages"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrackedPage:
+    """A tracked page waiting for its next visit."""
+
+    site: str
+    url: str
+    due_ms: int
+    interval_s: float
+    member: bytes
+
+
+def _page(site: str, member: bytes, score: float) -> TrackedPage | None:
+    """The tracked page of a delayed member, or None (a delayed request, not a tracked page)."""
+    parts = member.split(b":", 2)
+    if len(parts) != 3:
+        return None
+    try:
+        d: Any = msgpack.unpackb(parts[2], raw=False, strict_map_key=False)
+    except Exception:  # noqa: BLE001 - anything unreadable is not ours to list
+        return None
+    meta = d.get("mt") if isinstance(d, dict) else None
+    state = meta.get("revisit_state") if isinstance(meta, dict) else None
+    if not isinstance(state, dict):
+        return None
+    return TrackedPage(site, str(d.get("u", "")), int(score), float(state.get("i") or 0), member)
+
+
+def sites_with_work(frontier: Frontier) -> list[str]:
+    """Every site in a shard's ready or leased index: the only sites that can hold a tracked page."""
+    out: set[str] = set()
+    for n in range(frontier.shards):
+        shard = frontier.shard(n)
+        for key in (*shard.readies, shard.leased):
+            out.update(m.decode() for m in frontier.client.zrange(key, 0, -1))
+    return sorted(out)
+
+
+def _pages(frontier: Frontier, site: str, url: str | None, batch: int = 500) -> Iterator[TrackedPage]:
+    key = frontier.site(site).delayed
+    start = 0
+    while True:
+        chunk = frontier.client.zrange(key, start, start + batch - 1, withscores=True)
+        for member, score in chunk:
+            page = _page(site, member, score)
+            if page is not None and (url is None or page.url == url):
+                yield page
+        if len(chunk) < batch:
+            return
+        start += batch
+
+
+def tracked_pages(frontier: Frontier, site: str | None = None, url: str | None = None,
+                  limit: int = 100) -> list[TrackedPage]:
+    """Up to ``limit`` tracked pages waiting for their next visit, soonest first per site."""
+    out: list[TrackedPage] = []
+    for s in [site] if site is not None else sites_with_work(frontier):
+        for page in _pages(frontier, s, url):
+            out.append(page)
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def stop_tracking(frontier: Frontier, site: str | None = None, url: str | None = None) -> int:
+    """Stop tracking a URL (of ``site``), a site, or the whole crawl (neither); return the
+    waiting visits removed."""
+    if url is not None and site is None:
+        raise ValueError("a URL is stopped within its site: give the site too")
+    if site is None:
+        frontier.client.hset(frontier.keys.meta, REVISITS_STOPPED, "1")
+        sites = sites_with_work(frontier)
+    else:
+        sites = [site]
+    removed = 0
+    for s in sites:
+        keys = frontier.site(s)
+        if url is None:
+            # the site is registered (it has work, or the caller checked): the field the
+            # policy of streams-sched site set --revisit would write (politeness/policy.py)
+            frontier.client.hset(keys.policy, "revisit", "off")
+        pages = list(_pages(frontier, s, url))
+        if not pages:
+            continue
+        pipe = frontier.client.pipeline(transaction=False)
+        for page in pages:
+            pipe.zrem(keys.delayed, page.member)
+        gone = sum(int(n) for n in pipe.execute())
+        if gone:
+            frontier.client.hincrby(keys.stats, "tracked", -gone)
+            # the site stays in its ready index at the removed visit's time until a lease
+            # looks at it: put it where its keys say now, so a drained crawl reads drained
+            frontier.reindex(s)
+        removed += gone
+    return removed
