@@ -334,3 +334,47 @@ def test_the_crawl_wide_setting_tracks_every_page_and_a_stopped_crawl_tracks_non
         assert delayed(r, crawl, "other.test") == [] and delayed(r, crawl, "all.test") == []
     finally:
         w.close()
+
+
+@pytest.mark.e2e
+def test_a_worker_killed_while_holding_tracked_pages_loses_none_and_schedules_none_twice(
+    redis_url: str, dedupe: str, crawl: str, tmp_path: Any
+) -> None:
+    """SIGKILL a worker mid-crawl with every page tracked: once another has taken its leases over, each page waits for its next visit exactly once."""
+    from collections import Counter
+
+    from streams_sched.admin.revisits import tracked_pages
+    from streams_sched.demo.web import SyntheticWeb
+
+    from helpers import Worker, base_settings, read_items, wait_for
+
+    items = tmp_path / "items.jsonl"
+    settings = base_settings(
+        redis_url, crawl, dedupe, items, SYNTH_SEED=True, SYNTH_PAGES=100, SYNTH_DELAY_SECONDS=0.02,
+        STREAMS_LEASE_SECONDS=2, CONCURRENT_REQUESTS=8, CONCURRENT_REQUESTS_PER_DOMAIN=4,
+        STREAMS_REVISIT_EVERY_SECONDS=3600,
+    )
+    f = Frontier(redis.Redis.from_url(redis_url), crawl)
+    want = SyntheticWeb(sites=3, pages=100).all_urls()
+
+    def waiting() -> Counter[str]:
+        return Counter(p.url for p in tracked_pages(f, limit=10_000))
+
+    first = Worker({**settings, "RECORD_TAG": "first"}, tmp_path / "first.log")
+    second = None
+    try:
+        wait_for(lambda: len(read_items(items)) >= 120, timeout=60, what="the first worker to crawl 120 pages")
+        first.kill()
+        assert sum(waiting().values()) < len(want)
+        second = Worker({**settings, "RECORD_TAG": "second"}, tmp_path / "second.log")
+        wait_for(lambda: set(waiting()) == want, timeout=90, what="every page waiting for its next visit")
+        wait_for(lambda: all(f.status(s).pending == 0 for s in f.sites()), timeout=30, what="no lease left")
+        assert second.alive()  # tracked pages keep the crawl open
+        assert "took over" in second.log()  # the killed worker's leases, tracked pages among them
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    counts = waiting()
+    assert set(counts) == want and max(counts.values()) == 1, counts.most_common(3)
+    assert sum(int(f.status(s).stats.get("tracked", 0)) for s in f.sites()) == len(want)
