@@ -1,0 +1,106 @@
+"""Redis bytes per tracked page waiting for its next visit, against a delayed request.
+
+Two crawls of the same pages (SITES sites x PAGES pages each, realistic product URLs,
+Scrapy's own fingerprints), each in a freshly flushed redis-server, through the real
+scripts:
+
+- ``delayed``: every page enqueued with a delay (``meta["not_before"]``, or a
+  Retry-After): what a waiting request costs today;
+- ``tracked``: every page enqueued, leased and acked as a tracked page
+  (``meta["revisit"]``), so it waits in its site's delayed ZSET with its state
+  (interval and last signature) in its meta.
+
+Bytes are the growth of ``used_memory`` over the empty crawl, divided by the pages;
+both include each page's fingerprint in its site's seen filter and the sites' stats.
+
+    python bench/revisit_memory.py                 # 100,000 pages on 100 sites
+    python bench/revisit_memory.py --pages 1000 --sites 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
+
+from streams_sched.connect.clients import connect
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.entries import entry_for
+from streams_sched.testing import RedisServer
+from streams_sched.wire.codec import RequestCodec
+
+WEIGHTS = (8, 3, 1)
+HOUR_MS = 3_600_000
+BATCH = 500
+
+
+def used(client: Any) -> int:
+    time.sleep(0.2)  # let lazy frees settle
+    return int(client.info("memory")["used_memory"])
+
+
+def requests(site: str, pages: int, meta: dict[str, Any]) -> list[Request]:
+    return [Request(f"https://{site}/products/item-{i:06d}?ref=catalog&page={i // 48}", meta=dict(meta))
+            for i in range(pages)]
+
+
+def run(url: str, kind: str, sites: int, pages: int) -> float:
+    client = connect(url)
+    client.flushall()
+    f = Frontier(client, "bench")
+    f.ensure_layout()
+    codec, fingerprinter = RequestCodec(None), RequestFingerprinter()
+    base = used(client)
+    for s in range(sites):
+        site = f"shop{s:05d}.test"
+        if kind == "delayed":
+            meta = {"depth": 2, "not_before": f.clock.now() + 3600}
+        else:
+            meta = {"depth": 2, "revisit": 3600}
+        batch = [entry_for(r, codec, fingerprinter, now=f.clock.now) for r in requests(site, pages, meta)]
+        for i in range(0, len(batch), BATCH):
+            f.enqueue(site, batch[i : i + BATCH])
+        if kind == "tracked":
+            left = pages
+            while left:
+                leased = f.lease(site, "w1", min(left, BATCH), WEIGHTS).entries
+                assert leased, "nothing leased"
+                revisits = []
+                for e in leased:
+                    assert e.payload is not None
+                    again = codec.decode(e.payload)
+                    again.meta["revisit_state"] = {"i": 3600.0, "s": "9f2c4b1a0e7d3c55"}
+                    revisits.append((e.stream, e.id, HOUR_MS, "n", codec.encode(again)))
+                f.ack(site, [], revisits=revisits)
+                left -= len(leased)
+        waiting = client.zcard(f.site(site).delayed)
+        assert waiting == pages, (site, waiting)
+    return (used(client) - base) / (sites * pages)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sites", type=int, default=100)
+    ap.add_argument("--pages", type=int, default=1000, help="pages per site")
+    ap.add_argument("--redis-url", help="a Redis to use (it gets FLUSHALL!); default: a throwaway redis-server")
+    args = ap.parse_args()
+    n = args.sites * args.pages
+
+    def both(url: str) -> None:
+        got = {kind: run(url, kind, args.sites, args.pages) for kind in ("delayed", "tracked")}
+        print(f"{n:,} pages on {args.sites:,} sites: Redis bytes per page waiting")
+        print(f"  delayed request  {got['delayed']:7.0f} B")
+        print(f"  tracked page     {got['tracked']:7.0f} B  ({got['tracked'] / got['delayed']:.2f}x)")
+
+    if args.redis_url:
+        both(args.redis_url)
+    else:
+        with RedisServer() as server:
+            both(server.url)
+
+
+if __name__ == "__main__":
+    main()
