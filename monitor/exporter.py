@@ -87,6 +87,9 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams_sched_timeouts": ("counter", ("crawl",), "Download timeouts the workers reported (kept in Redis)."),
     "streams_sched_backoffs": ("counter", ("crawl",), "Times a site's shared rate was cut by the adaptive back-off."),
     "streams_sched_over_cap": ("counter", ("crawl", "site"), "Requests dropped because their site reached its max_pages."),
+    "streams_sched_tracked_pages": ("gauge", ("crawl", "site"), "Pages tracked now: each comes back on its own schedule (continuous crawling)."),
+    "streams_sched_revisits": ("counter", ("crawl", "site"), "Visits of tracked pages scheduled by their acks."),
+    "streams_sched_revisits_changed": ("counter", ("crawl", "site"), "Revisits of adaptive pages that found a change (over the adaptive ones: how often pages change)."),
     "streams_sched_redis_evicted_keys": (
         "counter", ("server",),
         "Keys the Redis server evicted since it started (INFO stats evicted_keys); while a crawl runs they can be queued requests, lost silently.",
@@ -189,6 +192,8 @@ def _site_rows(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> di
             fam["streams_sched_site_paused_until_seconds"].add_metric([c, label], eff.paused_until_ms / 1000.0)
         row["throttled"] += st.stats.get("throttled", 0)
         row["over_cap"] += st.stats.get("over_cap", 0)
+        for name in ("tracked", "revisits", "changed"):
+            row[name] += st.stats.get(name, 0)
         for band in BANDS:
             row["bands"][band] += st.band_backlog(band)
         row["pending"] += st.pending
@@ -201,7 +206,7 @@ def _site_rows(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> di
         labelled = [r for label, r in per.items() if label != OTHER]
         if snap.site_count > len(labelled) or OTHER in per:
             other = per.setdefault(OTHER, _blank_row())
-            for name in ("enqueued", "acked", "throttled", "over_cap"):
+            for name in ("enqueued", "acked", "throttled", "over_cap", "tracked", "revisits", "changed"):
                 other[name] = max(0, snap.stat(name) - sum(r[name] for r in labelled))
     return per
 
@@ -219,6 +224,9 @@ def _add_site_rows(fam: Families, snap: CrawlSnapshot, per: Mapping[str, Mapping
         fam["streams_sched_acked"].add_metric([c, label], row["acked"])
         fam["streams_sched_throttled"].add_metric([c, label], row["throttled"])
         fam["streams_sched_over_cap"].add_metric([c, label], row["over_cap"])
+        fam["streams_sched_tracked_pages"].add_metric([c, label], row["tracked"])
+        fam["streams_sched_revisits"].add_metric([c, label], row["revisits"])
+        fam["streams_sched_revisits_changed"].add_metric([c, label], row["changed"])
 
 
 def _add_crawl(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> None:
@@ -262,7 +270,7 @@ def _add_nodes(fam: Families, c: str, crawl_states: Mapping[str, NodeState]) -> 
 
 def _blank_row() -> dict[str, Any]:
     return {"bands": dict.fromkeys(BANDS, 0), "pending": 0, "oldest": 0.0, "delayed": 0, "enqueued": 0, "acked": 0,
-            "throttled": 0, "over_cap": 0}
+            "throttled": 0, "over_cap": 0, "tracked": 0, "revisits": 0, "changed": 0}
 
 
 def build_server_families(servers: Sequence[ServerMemory]) -> list[Metric]:

@@ -378,3 +378,30 @@ def test_a_worker_killed_while_holding_tracked_pages_loses_none_and_schedules_no
     counts = waiting()
     assert set(counts) == want and max(counts.values()) == 1, counts.most_common(3)
     assert sum(int(f.status(s).stats.get("tracked", 0)) for s in f.sites()) == len(want)
+
+
+def test_status_and_the_monitor_show_a_sites_tracked_pages_and_what_revisits_found(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """The site's stats reach `status` (TRACKED, REVISITS, CHANGED) and the monitor's per-site families."""
+    from monitor.exporter import SiteLabeller, build_families
+    from monitor.snapshot import read_crawl
+
+    from streams_sched.cli.report import read_report
+
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://fresh.test/", meta={"revisit": {"every": 0.1, "adaptive": True,
+                                                                             "min": 0.1}}))
+    answer(worker, worker.next_request(), body=b"v1")
+    answer(worker, worker.next_request(), body=b"v2")
+    f = Frontier(r, crawl)
+    [row] = [row for row in read_report(f).rows if row["site"] == "fresh.test"]
+    assert (row["tracked"], row["revisits"], row["changed"]) == (1, 2, 1)
+    snap = read_crawl(f)
+    labeller = SiteLabeller(10)
+    labeller.update(snap)
+    got = {m.name: [(x.labels["site"], x.value) for x in m.samples]
+           for m in build_families([snap], {}, labeller)
+           if m.name.startswith(("streams_sched_tracked", "streams_sched_revisits"))}
+    assert got == {"streams_sched_tracked_pages": [("fresh.test", 1)], "streams_sched_revisits": [("fresh.test", 2)],
+                   "streams_sched_revisits_changed": [("fresh.test", 1)]}

@@ -57,6 +57,9 @@ def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
         row["max_pages"] = int(st.policy.get("max_pages") or 0)
         row["over_cap"] = st.stats.get("over_cap", 0)
         row["throttled"] = st.stats.get("throttled", 0)
+        row["tracked"] = st.stats.get("tracked", 0)
+        row["revisits"] = st.stats.get("revisits", 0)
+        row["changed"] = st.stats.get("changed", 0)
         rows.append(row)
     return rows
 
@@ -79,6 +82,9 @@ STATUS_COLUMNS: list[Column] = [
     ("paused_until_ms", "PAUSED UNTIL", format_until),
     ("throttled", "429/503", str),
     ("over_cap", "OVER CAP", str),
+    ("tracked", "TRACKED", str),
+    ("revisits", "REVISITS", str),
+    ("changed", "CHANGED", str),
     ("paused", "PAUSED", lambda p: "yes" if p else ""),
 ]
 
@@ -102,7 +108,7 @@ def totals(rows: list[dict[str, Any]], report: Report | None = None) -> dict[str
     ``report`` the shards' figures: registered sites, sites in the indexes, enqueued, and
     ``done`` = enqueued less what is left (when the rows are not every site's)."""
     keys = ("high", "default", "low", "browser", "backlog", "pending", "delayed", "dead", "enqueued", "acked",
-            "throttled", "over_cap")
+            "throttled", "over_cap", "tracked", "revisits", "changed")
     out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
     out["rate_per_s"] = round(sum(r["rate_per_s"] for r in rows), 3)
     out["oldest_lease_ms"] = max((r["oldest_lease_ms"] for r in rows), default=-1)
