@@ -145,18 +145,41 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 class _Source:
-    """One Redis per back-end, started lazily and shared by the session."""
+    """One Redis per back-end, started lazily and shared by the session; the cluster is
+    started in the background as soon as collection shows a test that needs it."""
 
     def __init__(self) -> None:
         self.servers: dict[str, RedisServer] = {}
         self.containers: dict[str, Any] = {}
         self.cluster: LocalCluster | None = None
+        self._cluster_start: threading.Thread | None = None
+        self._cluster_error: BaseException | None = None
+
+    def start_cluster_soon(self) -> None:
+        """Start the local cluster on a thread of its own: a new master waits 2 s before it
+        serves, which the tests before the first cluster test need not wait for."""
+        if os.environ.get("REDIS_CLUSTER_URL") or not redis_server_binary() or self._cluster_start is not None:
+            return
+
+        def start() -> None:
+            with _SPAWNS.shared():
+                try:
+                    self.cluster = LocalCluster(3, bloom=find_redisbloom() is not None).start()
+                except BaseException as exc:  # raised again by the first test that asks
+                    self._cluster_error = exc
+
+        self._cluster_start = threading.Thread(target=start, name="cluster-start", daemon=True)
+        self._cluster_start.start()
 
     def cluster_url(self) -> str:
         """A local 3-master Redis Cluster (REDIS_CLUSTER_URL when set)."""
         env = os.environ.get("REDIS_CLUSTER_URL")
         if env:
             return env
+        if self._cluster_start is not None:
+            self._cluster_start.join()
+            if self._cluster_error is not None:
+                raise self._cluster_error
         if self.cluster is None:
             if not redis_server_binary():
                 _missing("no redis-server binary for the local Redis Cluster")
@@ -203,6 +226,8 @@ class _Source:
         return f"redis://{host}:{port}/0"
 
     def close(self) -> None:
+        if self._cluster_start is not None:
+            self._cluster_start.join()
         for server in self.servers.values():
             server.cleanup()
         for container in self.containers.values():
@@ -222,11 +247,21 @@ def _has_bf(url: str) -> bool:
         client.close()
 
 
+_SOURCE = _Source()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(getattr(item, "callspec", None) and item.callspec.params.get("target") == CLUSTER for item in session.items):
+        _SOURCE.start_cluster_soon()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _SOURCE.close()  # here, not in a fixture: the cluster may start with no test asking for it
+
+
 @pytest.fixture(scope="session")
-def redis_source() -> Iterator[_Source]:
-    source = _Source()
-    yield source
-    source.close()
+def redis_source() -> _Source:
+    return _SOURCE
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
