@@ -194,6 +194,7 @@ def _http_date(epoch_s: int) -> str:
     return formatdate(epoch_s, usegmt=True)
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_retries_wait_their_delay_not_the_skew_between_workers(
     plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any

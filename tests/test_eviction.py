@@ -314,6 +314,7 @@ def test_monitor_exports_used_memory_and_maxmemory(crawl: str, tmp_path: Path) -
             d.close()
 
 
+@pytest.mark.slow
 def test_policy_changed_to_allkeys_mid_crawl_shows_in_evicted_keys(crawl: str, tmp_path: Path, measured: Any) -> None:
     """A policy switched to allkeys-lru mid-crawl, and junk that pushes Redis past maxmemory: the monitor
     exports the evictions and the new policy, and alerts (redis_evicting) while the worker runs."""

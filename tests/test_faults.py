@@ -57,6 +57,7 @@ def no_tracebacks(*workers: Worker) -> None:
 
 @pytest.mark.cluster
 # on the cluster only: a worker killed on a single Redis is in test_e2e and test_zoo
+@pytest.mark.slow
 @pytest.mark.targets("cluster")
 def test_five_sigkills_at_random_moments_lose_no_page(
     redis_url: str, dedupe: str, crawl: str, tmp_path: Path, measured: Any
@@ -254,6 +255,7 @@ def _announced(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+@pytest.mark.slow
 @pytest.mark.scrapy_matrix
 def test_sigterm_hands_back_unstarted_leases_at_once_and_finishes_in_flight(crawl: str, tmp_path: Path, measured: Any) -> None:
     """SIGTERM: the worker stops leasing, hands back its prefetched leases at once, finishes the

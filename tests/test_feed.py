@@ -198,6 +198,7 @@ def test_producer_lpushes_while_two_workers_run(plain_redis_url: str, crawl: str
     assert len(per_worker) == 2, "both workers crawled"
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_worker_sigkilled_while_moving_the_feed_loses_nothing(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """A worker SIGKILLed in the middle of moving a 3000-entry feed loses no entry: a second worker crawls every URL."""

@@ -41,6 +41,7 @@ def recorded(path: Path) -> set[str]:
     return {json.loads(line)["url"] for line in path.read_text().splitlines() if line.endswith("}")} if path.exists() else set()
 
 
+@pytest.mark.slow
 def test_adaptive_backoff_keeps_three_workers_near_the_sites_limit(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """Three workers with no rate configured on a site that answers 429 + Retry-After above
     R pages/s: after a short settling time few answers are 429 and throughput stays near R."""
@@ -76,6 +77,7 @@ def test_adaptive_backoff_keeps_three_workers_near_the_sites_limit(plain_redis_u
     assert recorded(tmp_path / "rec.jsonl") == set(urls)  # the items, as the spider saw them
 
 
+@pytest.mark.slow
 def test_crawl_delay_holds_across_three_workers(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """With ROBOTSTXT_OBEY, a robots.txt Crawl-delay of 0.5 s spaces the site's pages 0.5 s apart
     at the server, all three workers together, from the first page on."""
@@ -98,6 +100,7 @@ def test_crawl_delay_holds_across_three_workers(plain_redis_url: str, crawl: str
     assert r.hget(Frontier(r, crawl).site("slow.test").policy, "robots_delay") == b"0.5"
 
 
+@pytest.mark.slow
 def test_domain_mode_keeps_two_subdomains_under_one_budget(plain_redis_url: str, crawl: str, tmp_path: Path, measured: Any) -> None:
     """STREAMS_SITE_KEY="domain": a.shop.co.uk and b.shop.co.uk are one site, shop.co.uk, with one
     rate for both (measured at the server), one set of streams."""

@@ -245,6 +245,7 @@ def test_same_client_writes_to_the_new_master_after_a_failover(fresh: LocalSenti
     client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_restarted_old_master_takes_no_writes(fresh: LocalSentinel, measured: Any) -> None:
     """After a failover the old master comes back empty and says it is a master until the
