@@ -222,5 +222,6 @@ class Revisits:
         return Ack(entry, (int(visit.delay_s * 1000), flags_new or visit.found, again))
 
     def clear(self) -> None:
+        """The worker closed: forget the tracked requests in flight."""
         self.live.clear()
         self.answers.clear()

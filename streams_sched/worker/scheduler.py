@@ -310,6 +310,8 @@ class StreamsScheduler(BaseScheduler):
         self.ready.local_busy.clear()
         self.ready.busy.clear()
         self.answers.stop()
+        if self.revisits is not None:
+            self.revisits.clear()  # answers and URLs of tracked pages whose leases were handed back
         flushed = io.finish(timeout=30.0)
         self.counts.apply(self._x)
         self._io = None
