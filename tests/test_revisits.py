@@ -299,6 +299,9 @@ def test_a_crawl_with_tracked_pages_does_not_drain_until_their_tracking_is_stopp
     st = Frontier(r, crawl).status("watch.test")
     assert st.stats.get("tracked") == 0 and r.hget(Frontier(r, crawl).site("watch.test").policy, "revisit") == b"off"
     worker.until(lambda: worker.exchange.drained, cycles=100, what="drained")
+    resumed = CliRunner().invoke(main, ["revisits", "-c", crawl, "--redis-url", url, "--resume", "watch.test"])
+    assert resumed.exit_code == 0 and "1 site(s)" in resumed.output, resumed.output
+    assert r.hget(Frontier(r, crawl).site("watch.test").policy, "revisit") is None
 
 
 def test_a_page_in_flight_when_its_site_is_stopped_is_not_scheduled_again(
@@ -319,7 +322,7 @@ def test_the_crawl_wide_setting_tracks_every_page_and_a_stopped_crawl_tracks_non
     redis_url: str, r: redis.Redis, crawl: str
 ) -> None:
     """STREAMS_REVISIT_EVERY_SECONDS tracks a page with no meta; once the crawl's tracking is stopped, a worker that read it tracks no new page."""
-    from streams_sched.admin.revisits import stop_tracking
+    from streams_sched.admin.revisits import resume_tracking, stop_tracking
 
     w = InProcessWorker(redis_url, crawl, STREAMS_REVISIT_EVERY_SECONDS=0.2, STREAMS_REVISIT_JITTER=0.0,
                         STREAMS_POLICY_REFRESH_SECONDS=0.05)
@@ -332,6 +335,11 @@ def test_the_crawl_wide_setting_tracks_every_page_and_a_stopped_crawl_tracks_non
         w.scheduler.enqueue_request(scrapy.Request("http://other.test/b"))
         answer(w, w.next_request())
         assert delayed(r, crawl, "other.test") == [] and delayed(r, crawl, "all.test") == []
+        resume_tracking(Frontier(r, crawl))
+        w.until(lambda: not w.io.frontier.revisits_stopped, what="the resume read by the worker")
+        w.scheduler.enqueue_request(scrapy.Request("http://third.test/c"))
+        answer(w, w.next_request())
+        assert len(delayed(r, crawl, "third.test")) == 1
     finally:
         w.close()
 

@@ -25,7 +25,7 @@ import msgpack
 
 from streams_sched.frontier.client import REVISITS_STOPPED, Frontier
 
-__all__ = ["TrackedPage", "sites_with_work", "stop_tracking", "tracked_pages"]
+__all__ = ["TrackedPage", "resume_tracking", "sites_with_work", "stop_tracking", "tracked_pages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +122,22 @@ def stop_tracking(frontier: Frontier, site: str | None = None, url: str | None =
             frontier.reindex(s)
         removed += gone
     return removed
+
+
+def resume_tracking(frontier: Frontier, site: str | None = None) -> int:
+    """Undo a stop of a site (its policy revisit "off" goes) or of the crawl (its meta flag
+    and every "off" of a site with work go): pages tracked by meta or setting are tracked
+    again from their next ack; a site's policy revisit, which the stop replaced, is set
+    again by ``site set --revisit``, and the visits a stop removed do not come back.
+    Returns the sites turned back on."""
+    if site is None:
+        frontier.client.hdel(frontier.keys.meta, REVISITS_STOPPED)
+        sites = sites_with_work(frontier)
+    else:
+        sites = [site]
+    back = 0
+    for s in sites:
+        policy = frontier.site(s).policy
+        if frontier.client.hget(policy, "revisit") == b"off":
+            back += int(frontier.client.hdel(policy, "revisit"))
+    return back

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from streams_sched.admin.revisits import stop_tracking, tracked_pages
+from streams_sched.admin.revisits import resume_tracking, stop_tracking, tracked_pages
 from streams_sched.cli.formatting import Column, render_table
 from streams_sched.cli.options import CliError, connect, known_crawl, shared_options
 
@@ -19,13 +19,23 @@ __all__ = ["revisits"]
 @click.argument("url", required=False)
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Most pages listed.")
 @click.option("--stop", is_flag=True, help="Stop tracking the URL, the site, or (neither given) every page of the crawl.")
+@click.option("--resume", is_flag=True, help="Undo a --stop of the site, or (no site given) of the crawl.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def revisits(redis_url: str, crawl: str, site: str | None, url: str | None, limit: int, stop: bool, as_json: bool) -> None:
+def revisits(redis_url: str, crawl: str, site: str | None, url: str | None, limit: int, stop: bool, resume: bool,
+             as_json: bool) -> None:
     """List tracked pages waiting for their next visit (soonest first per site), or --stop
     their tracking: a crawl whose tracking is stopped drains as any other."""
     frontier = known_crawl(connect(redis_url), crawl, redis_url)
     if site is not None and not frontier.client.sismember(frontier.site(site).index.sites, site):
         raise CliError(f"site {site!r} is not registered in crawl {crawl!r}")
+    if stop and resume:
+        raise click.UsageError("give --stop or --resume, not both")
+    if resume:
+        if url is not None:
+            raise click.UsageError("--resume takes a site or nothing: a stopped URL is tracked again when it is enqueued again")
+        back = resume_tracking(frontier, site)
+        click.echo(f"tracking resumed for {f'site {site}' if site else f'crawl {crawl}'} ({back} site(s) turned back on)")
+        return
     if stop:
         removed = stop_tracking(frontier, site, url)
         what = url or (f"site {site}" if site else f"crawl {crawl}")
