@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from .results import PassResult
 
 __all__ = ["ReclaimerMetrics"]

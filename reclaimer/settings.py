@@ -6,8 +6,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from streams_sched.config import check_port, check_positive, validate_redis_url
-from streams_sched.config import default_of
+from streams_sched.config import check_port, check_positive, default_of, validate_redis_url
 from streams_sched.errors import ConfigError
 from streams_sched.frontier.keys import validate_crawl_name
 

@@ -41,7 +41,7 @@ class InProcessWorker:
     """A StreamsScheduler plus the cycles of its I/O thread, run by the test."""
 
     def __init__(
-        self, redis_url: str, crawl: str, *, dedupe: str = "bitmap", limits: Limits = Limits(4, 4),
+        self, redis_url: str, crawl: str, *, dedupe: str = "bitmap", limits: Limits | None = None,
         spider: scrapy.Spider | None = None, **settings: Any,
     ) -> None:
         config = StreamsConfig.from_settings(
@@ -49,7 +49,9 @@ class InProcessWorker:
              "STREAMS_IDLE_POLL_SECONDS": 0.1, "STREAMS_FLUSH_INTERVAL_SECONDS": 0.005, **settings},
             "unit",
         )
-        self.scheduler = StreamsScheduler(config, fingerprinter=RequestFingerprinter(), limits=limits, io_thread=False)
+        self.scheduler = StreamsScheduler(
+            config, fingerprinter=RequestFingerprinter(), limits=limits or Limits(4, 4), io_thread=False,
+        )
         self.scheduler.open(spider or HarnessSpider())
         assert self.io is not None and not self.io.is_alive()
         self.closed = False

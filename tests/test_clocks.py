@@ -28,7 +28,16 @@ from streams_sched.service.liveness import ALIVE, DEAD
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.scheduler import Limits, StreamsScheduler
 
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, subscribe_events, wait_for, wait_heartbeats
+from helpers import (
+    Worker,
+    base_settings,
+    crawled_urls,
+    frontier,
+    read_items,
+    subscribe_events,
+    wait_for,
+    wait_heartbeats,
+)
 
 #: how far the skewed workers' wall clocks are off
 SKEW_S = 30.0

@@ -7,13 +7,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 import scrapy
+from harness import InProcessWorker
 from scrapy.http import HtmlResponse
 
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import GROUP
 from streams_sched.worker.ops import Ack
-
-from harness import InProcessWorker
 
 
 @pytest.fixture

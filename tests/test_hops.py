@@ -21,11 +21,10 @@ from types import FrameType
 from typing import Any
 
 import scrapy
+from harness import InProcessWorker
 
 from streams_sched.frontier.records import Entry, LeasedEntry
 from streams_sched.worker.exchange import Exchange
-
-from harness import InProcessWorker
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = str(ROOT / "streams_sched")

@@ -8,8 +8,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus import Prometheus
 
-from monitor.scaling import DEFAULT_WORKER_RATE, Demand, WorkerRates, crawl_demand, site_demand, workers_wanted
+from monitor.scaling import (
+    DEFAULT_WORKER_RATE,
+    Demand,
+    WorkerRates,
+    crawl_demand,
+    site_demand,
+    workers_wanted,
+)
 from monitor.snapshot import CrawlSnapshot
 from streams_sched.frontier.indexes import ShardSizes
 from streams_sched.frontier.records import SiteStatus, StreamStatus
@@ -19,7 +27,6 @@ from streams_sched.testing import free_port
 
 from daemons import Daemon, try_scrape
 from helpers import ROOT, frontier, wait_for
-from prometheus import Prometheus
 
 SCALED_OBJECT = ROOT / "deploy" / "kubernetes" / "components" / "keda" / "scaledobject.yaml"
 NOW_MS = 1_800_000_000_000

@@ -27,7 +27,13 @@ from redis.retry import Retry
 
 from streams_sched.connect.sentinel import sentinel_master
 from streams_sched.connect.server_checks import server_name
-from streams_sched.connect.urls import cluster_nodes, has_cluster_flag, is_sentinel_url, redact, validate_redis_url
+from streams_sched.connect.urls import (
+    cluster_nodes,
+    has_cluster_flag,
+    is_sentinel_url,
+    redact,
+    validate_redis_url,
+)
 from streams_sched.connect.waiting import Waiter
 
 if TYPE_CHECKING:

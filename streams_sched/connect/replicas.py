@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["LOSS_GRACE_S", "NodeView", "ReplicaBook", "ReplicaGuard", "Verdict", "parse_replication", "rolled_back"]

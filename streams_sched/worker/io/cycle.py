@@ -55,7 +55,6 @@ from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import shard_of
 from streams_sched.frontier.records import Entry
 from streams_sched.frontier.scripts._call import Call
-from streams_sched.frontier.scripts.enqueue import EnqueueReply
 from streams_sched.politeness.adaptive import FeedbackBatch
 from streams_sched.scrapy_redis.legacy import LEGACY_FIELD
 from streams_sched.wire.codec import RequestCodec
@@ -80,7 +79,17 @@ from streams_sched.worker.io.sent import (
 from streams_sched.worker.io.takeover import Takeover, claim_mask
 from streams_sched.worker.io.trouble import Trouble
 from streams_sched.worker.leasebook import LeaseBook
-from streams_sched.worker.ops import ENDS_LEASE, Ack, AckGate, DeadLetter, Extend, Failed, LeaseOp, Op, Release
+from streams_sched.worker.ops import (
+    ENDS_LEASE,
+    Ack,
+    AckGate,
+    DeadLetter,
+    Extend,
+    Failed,
+    LeaseOp,
+    Op,
+    Release,
+)
 
 if TYPE_CHECKING:
     from streams_sched.scrapy_redis.feed import FeedMover

@@ -19,9 +19,9 @@ from typing import Any
 
 from streams_sched.config import StreamsConfig
 from streams_sched.errors import EntryError
+from streams_sched.frontier import scripts as lua
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import BROWSER_FIRST_STREAM, shard_of
-from streams_sched.frontier import scripts as lua
 from streams_sched.frontier.records import LeasedEntry, LeaseReply, ShardLease
 from streams_sched.frontier.scripts.lease import LeaseOptions
 from streams_sched.wire.codec import RequestCodec
