@@ -326,16 +326,19 @@ def test_an_expired_lease_outside_a_claimers_mask_stays_due_for_the_others(redis
     due for takeover at once, so a browser worker's next look takes it, a lease sooner."""
     from streams_sched.frontier.keys import stream_for, stream_mask
 
+    # a lease of 100 ms: long enough that the lease the http-only worker takes is surely not
+    # expired again when the browser worker looks (at 20 ms, a loaded machine made it so)
+    lease_ms = 100
     f = frontier(redis_url, crawl, dedupe)
     f.enqueue("a.test", [out("page", stream=stream_for("browser", 1)), out("plain")])
     assert len(f.lease("a.test", "gone", 2, (1, 1, 1), max_browser=1).entries) == 2
-    time.sleep(0.03)
-    taken, _, entries = f.claim("a.test", "http-only", 20, 10, 5, mask=stream_mask(["http"]))
+    time.sleep(lease_ms / 1000 + 0.01)
+    taken, _, entries = f.claim("a.test", "http-only", lease_ms, 10, 5, mask=stream_mask(["http"]))
     assert taken == 1 and entries[0].payload == b"payload-plain"
-    assert f.expired_sites(20, 10) == ["a.test"]  # the browser lease is still expired
-    taken, _, entries = f.claim("a.test", "browser", 20, 10, 5)
+    assert f.expired_sites(lease_ms, 10) == ["a.test"]  # the browser lease is still expired
+    taken, _, entries = f.claim("a.test", "browser", lease_ms, 10, 5)
     assert taken == 1 and entries[0].payload == b"payload-page"
-    assert f.expired_sites(20, 10) == []  # both leases fresh again: looked at a lease from now
+    assert f.expired_sites(lease_ms, 10) == []  # both leases fresh again: looked at a lease from now
 
 
 def test_failed_deliveries_go_back_counted_then_to_dead_letters_with_the_reason(redis_url: str, dedupe: str, crawl: str) -> None:
