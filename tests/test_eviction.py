@@ -31,8 +31,6 @@ from helpers import (
     with_user,
 )
 
-pytestmark = pytest.mark.e2e
-
 ALLKEYS = ["--maxmemory-policy", "allkeys-lru"]
 
 
@@ -63,6 +61,7 @@ def keys_in(server: RedisServer) -> int:
 # -- the worker -------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_worker_refuses_an_allkeys_redis_at_start(allkeys: RedisServer, crawl: str, tmp_path: Path) -> None:
     """A worker on an allkeys-lru Redis exits 1 at start with one CRITICAL line naming the policy and noeviction, and crawls nothing."""
     items = tmp_path / "items.jsonl"
@@ -77,6 +76,7 @@ def test_worker_refuses_an_allkeys_redis_at_start(allkeys: RedisServer, crawl: s
     assert read_items(items) == [] and keys_in(allkeys) == 0
 
 
+@pytest.mark.e2e
 def test_worker_with_allow_eviction_starts_and_warns(allkeys: RedisServer, crawl: str, tmp_path: Path) -> None:
     """With STREAMS_ALLOW_EVICTION=True the same worker crawls everything, after one warning that pages can be lost."""
     items = tmp_path / "items.jsonl"
@@ -90,6 +90,7 @@ def test_worker_with_allow_eviction_starts_and_warns(allkeys: RedisServer, crawl
     assert set(crawled_urls(items)) == SyntheticWeb(sites=1, pages=20).all_urls()
 
 
+@pytest.mark.e2e
 def test_worker_on_volatile_lru_starts_with_the_warning(crawl: str, tmp_path: Path) -> None:
     """A volatile-lru Redis is accepted: one warning names our keys with a TTL, and the crawl completes."""
     items = tmp_path / "items.jsonl"
@@ -102,6 +103,7 @@ def test_worker_on_volatile_lru_starts_with_the_warning(crawl: str, tmp_path: Pa
     assert set(crawled_urls(items)) == SyntheticWeb(sites=1, pages=20).all_urls()
 
 
+@pytest.mark.e2e
 def test_noeviction_logs_nothing_about_the_policy(plain_redis_url: str, crawl: str, tmp_path: Path) -> None:
     """On the default policy (noeviction) a worker logs no line about maxmemory-policy."""
     items = tmp_path / "items.jsonl"
@@ -113,6 +115,7 @@ def test_noeviction_logs_nothing_about_the_policy(plain_redis_url: str, crawl: s
 # -- the daemons, the CLI and the Seeder ------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("daemon", ["reclaimer", "monitor"])
 def test_daemon_refuses_an_allkeys_redis_at_start(allkeys: RedisServer, daemon: str, tmp_path: Path) -> None:
     """Each daemon exits 1 at start with one error line naming the policy and the fix; --allow-eviction runs it, with a warning."""
@@ -135,6 +138,7 @@ def test_daemon_refuses_an_allkeys_redis_at_start(allkeys: RedisServer, daemon: 
     assert keys_in(allkeys) == 0
 
 
+@pytest.mark.e2e
 def test_cli_push_refuses_an_allkeys_redis(allkeys: RedisServer, crawl: str) -> None:
     """streams-sched push exits 1 with one error line and pushes nothing; with --allow-eviction it pushes, after a warning."""
     res = CliRunner().invoke(cli, ["push", "--redis-url", allkeys.url, "-c", crawl, "https://a.test/"])
@@ -146,6 +150,7 @@ def test_cli_push_refuses_an_allkeys_redis(allkeys: RedisServer, crawl: str) -> 
     assert "warning: Redis at" in res.output and "pushed 1 request(s)" in res.output
 
 
+@pytest.mark.e2e
 def test_seeder_refuses_an_allkeys_redis(allkeys: RedisServer, crawl: str, caplog: pytest.LogCaptureFixture,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Seeder raises EvictionPolicyError naming the policy and writes nothing; allow_eviction=True seeds, with a warning."""
@@ -162,6 +167,7 @@ def test_seeder_refuses_an_allkeys_redis(allkeys: RedisServer, crawl: str, caplo
 # -- where CONFIG (or INFO) is refused ----------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_role_user_without_config_is_checked_through_info(allkeys: RedisServer, crawl: str, tmp_path: Path) -> None:
     """A worker whose ACL user has only the worker rules (no CONFIG) is refused on an allkeys Redis
     all the same, through INFO, and ACL LOG shows no denial."""
@@ -184,6 +190,7 @@ def test_a_role_user_without_config_is_checked_through_info(allkeys: RedisServer
     assert read_items(items) == []
 
 
+@pytest.mark.e2e
 def test_config_renamed_away_still_checks_through_info(crawl: str) -> None:
     """With CONFIG renamed away (as managed Redis services do) the policy is still read and an allkeys Redis refused."""
     with RedisServer(extra_args=[*ALLKEYS, "--rename-command", "CONFIG", ""]) as server:
@@ -193,6 +200,7 @@ def test_config_renamed_away_still_checks_through_info(crawl: str) -> None:
             Seeder(server.url, crawl, allow_eviction=False)
 
 
+@pytest.mark.e2e
 def test_a_user_without_info_is_checked_through_config(allkeys: RedisServer, crawl: str) -> None:
     """Where INFO is refused the policy comes from CONFIG GET maxmemory-policy."""
     admin = connect(allkeys.url)
@@ -201,6 +209,7 @@ def test_a_user_without_info_is_checked_through_config(allkeys: RedisServer, cra
         Seeder(with_user(allkeys.url, "noinfo", "pw"), crawl, allow_eviction=False)
 
 
+@pytest.mark.e2e
 def test_neither_info_nor_config_warns_and_goes_on(allkeys: RedisServer, crawl: str, caplog: pytest.LogCaptureFixture) -> None:
     """A user that may run neither INFO nor CONFIG gets one warning that the policy could not be read, and seeds."""
     admin = connect(allkeys.url)
@@ -227,6 +236,7 @@ def oom_errors(log: str) -> list[str]:
     return [line for line in log.splitlines() if "ERROR" in line and OOM_LINE in line and "OOM" in line]
 
 
+@pytest.mark.e2e
 def test_worker_at_maxmemory_says_so_once_and_loses_nothing(crawl: str, tmp_path: Path, measured: Any) -> None:
     """A noeviction Redis whose maxmemory is reached mid-crawl: the worker logs one ERROR naming
     maxmemory and the fixes, retries, and once maxmemory is raised crawls every page and exits 0."""
@@ -296,6 +306,7 @@ def redis_metric(metrics: dict[str, Any], name: str, server: str) -> float | Non
     return value(metrics, name, server=server)
 
 
+@pytest.mark.e2e
 def test_monitor_exports_used_memory_and_maxmemory(crawl: str, tmp_path: Path) -> None:
     """The monitor exports the server's used_memory, maxmemory and policy as INFO gives them."""
     with RedisServer(extra_args=["--maxmemory", "64mb"]) as server:
@@ -314,6 +325,7 @@ def test_monitor_exports_used_memory_and_maxmemory(crawl: str, tmp_path: Path) -
             d.close()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_policy_changed_to_allkeys_mid_crawl_shows_in_evicted_keys(crawl: str, tmp_path: Path, measured: Any) -> None:
     """A policy switched to allkeys-lru mid-crawl, and junk that pushes Redis past maxmemory: the monitor
