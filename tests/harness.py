@@ -92,6 +92,17 @@ class InProcessWorker:
         """The next request the scheduler hands out, stepping cycles until it has one."""
         return self.until(self.scheduler.next_request, cycles=cycles, what="a leased request")
 
+    def crawl(self, n: int) -> set[str]:
+        """Hand out ``n`` requests and finish each, as the engine would; return their URLs
+        once every operation is confirmed."""
+        urls = set()
+        for _ in range(n):
+            request = self.next_request()
+            urls.add(request.url)
+            self.scheduler.request_done(request)
+        self.settle()
+        return urls
+
     def settle(self, cycles: int = 100) -> None:
         """Step until every queued operation is sent and confirmed."""
         x = self.exchange
