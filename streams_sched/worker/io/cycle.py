@@ -197,13 +197,19 @@ class IOThread(threading.Thread):
         self.exchange.kick()
 
     def begin_close(self, timeout: float = 5.0) -> None:
-        """Stop leasing; return once no more arrivals can appear."""
+        """Stop leasing; return once no more arrivals can appear: after two cycles, the
+        first of which may have been under way with a lease call. Each is started at once
+        (kicked), not after the thread's idle wait."""
+        deadline = time.monotonic() + timeout
         with self.cycle_done:
             self.closing = True
-            seen = self.cycles
-            self.exchange.kick()
-            if self.is_alive():
-                self.cycle_done.wait_for(lambda: self.cycles > seen + 1 or not self.is_alive(), timeout)
+            target = self.cycles + 2
+            while self.is_alive() and self.cycles < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.exchange.kick()
+                self.cycle_done.wait(left)
 
     def finish(self, timeout: float) -> bool:
         """Flush everything queued, then stop the thread. True if all was flushed."""
