@@ -192,6 +192,12 @@ SETTINGS: tuple[Setting, ...] = (
       CONTINUOUS, p.number, p.share("expected a share from 0 up to 1, e.g. 0.1")),
     S("STREAMS_REVISIT_STOP_AFTER", "revisit_stop_after", 3,
       "a tracked page that answers 404 or 410 this many times in a row is no longer tracked", CONTINUOUS, p.whole, p.at_least(1)),
+    S("STREAMS_REVISIT_BACKOFF_LIMIT", "revisit_backoff_limit", 8,
+      "a tracked page's temporary failures in a row (no answer, 429, 5xx) double its next delay, up to this many "
+      "times its interval", CONTINUOUS, p.whole, p.at_least(1)),
+    S("STREAMS_REVISIT_BUDGET_SHARE", "revisit_budget_share", 0.9,
+      "the share of a site's rate its tracked pages' revisits may need; beyond it every page's next visit is "
+      "stretched by the same factor", CONTINUOUS, p.number, p.above_0_up_to_1("expected a share above 0 and at most 1, e.g. 0.9")),
 
     S("STREAMS_HIGH_PRIORITY_MIN", "high_priority_min", 1, "`Request.priority` at or above this: high band (redirects get +2)",
       PRIORITIES, p.whole, p.check_whole),
@@ -350,6 +356,8 @@ class StreamsConfig:
     revisit_unchanged_factor: float = _field("revisit_unchanged_factor")
     revisit_jitter: float = _field("revisit_jitter")
     revisit_stop_after: int = _field("revisit_stop_after")
+    revisit_backoff_limit: int = _field("revisit_backoff_limit")
+    revisit_budget_share: float = _field("revisit_budget_share")
     high_priority_min: int = _field("high_priority_min")
     low_priority_max: int = _field("low_priority_max")
     band_ratio: tuple[int, int, int] = _field("band_ratio")

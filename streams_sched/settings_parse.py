@@ -231,6 +231,14 @@ def between_0_and_1(problem: str) -> Check:
     return check
 
 
+def above_0_up_to_1(problem: str) -> Check:
+    def check(name: str, value: Any) -> None:
+        if not (0 < value <= 1):
+            raise ConfigError(name, value, problem)
+
+    return check
+
+
 def above_1(problem: str) -> Check:
     def check(name: str, value: Any) -> None:
         if not (isinstance(value, (int, float)) and value > 1):

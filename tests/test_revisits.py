@@ -87,14 +87,32 @@ def test_a_gone_page_stops_after_the_count_and_a_temporary_failure_keeps_it() ->
     one = next_visit(ADAPTIVE, state, 404, None, CONFIG, 0.0)
     assert one is not None and one.state["f"] == 1 and one.delay_s == 40.0
     kept = next_visit(ADAPTIVE, one.state, 503, None, CONFIG, 0.0)
-    assert kept is not None and kept.state == one.state
+    assert kept is not None and kept.state["f"] == 1 and kept.interval_s == 40.0
     none = next_visit(ADAPTIVE, kept.state, None, None, CONFIG, 0.0)
-    assert none is not None and none.state == one.state
+    assert none is not None and none.state["f"] == 1 and none.interval_s == 40.0
     back = next_visit(ADAPTIVE, none.state, 200, "a", CONFIG, 0.0)
     assert back is not None and "f" not in back.state
     two = next_visit(ADAPTIVE, one.state, 410, None, CONFIG, 0.0)
     assert two is not None and two.state["f"] == 2
     assert next_visit(ADAPTIVE, two.state, 404, None, CONFIG, 0.0) is None
+
+
+def test_temporary_failures_in_a_row_back_the_next_visit_off_and_a_good_answer_ends_it() -> None:
+    """503, no answer and 429 in a row double the delay up to STREAMS_REVISIT_BACKOFF_LIMIT x the interval (and the page's max); the interval itself stays, and a 200 brings the page back to it."""
+    config = StreamsConfig(redis_url="redis://x", crawl="c", revisit_jitter=0.0, revisit_backoff_limit=8)
+    spec = Spec(10.0, False, 1.0, 1000.0)
+    state: dict[str, Any] = {"i": 10.0}
+    delays = []
+    for status in (503, None, 429, 500, 502):
+        visit = next_visit(spec, state, status, None, config, 0.0)
+        assert visit is not None and visit.interval_s == 10.0
+        delays.append(visit.delay_s)
+        state = visit.state
+    assert delays == [20.0, 40.0, 80.0, 80.0, 80.0]
+    capped = next_visit(Spec(10.0, False, 1.0, 30.0), {"i": 10.0, "t": 3}, 503, None, config, 0.0)
+    assert capped is not None and capped.delay_s == 30.0
+    ok = next_visit(spec, state, 200, None, config, 0.0)
+    assert ok is not None and ok.delay_s == 10.0 and "t" not in ok.state
 
 
 def test_jitter_moves_a_visit_by_at_most_its_share() -> None:
@@ -413,3 +431,48 @@ def test_status_and_the_monitor_show_a_sites_tracked_pages_and_what_revisits_fou
            if m.name.startswith(("streams_sched_tracked", "streams_sched_revisits"))}
     assert got == {"streams_sched_tracked_pages": [("fresh.test", 1)], "streams_sched_revisits": [("fresh.test", 2)],
                    "streams_sched_revisits_changed": [("fresh.test", 1)]}
+
+
+def test_tracked_pages_that_need_more_than_the_sites_budget_are_stretched_evenly(
+    r: redis.Redis, redis_url: str, dedupe: str, crawl: str
+) -> None:
+    """Four pages every 0.5 s need 8 fetches/s of a 5/s site (budget 0.9 x 5): each next visit is stretched by the same 8/4.5, status says so, and a page no longer tracked takes its share away."""
+    w = InProcessWorker(redis_url, crawl, dedupe=dedupe, spider=TrackingSpider(), STREAMS_REVISIT_JITTER=0.0,
+                        STREAMS_REVISIT_STOP_AFTER=1)
+    try:
+        stretched_evenly(w, r, crawl)
+    finally:
+        w.close()
+
+
+def stretched_evenly(worker: InProcessWorker, r: redis.Redis, crawl: str) -> None:
+    from streams_sched.admin.revisits import stop_tracking, tracked_pages
+    from streams_sched.politeness.policy import set_policy
+
+    f = Frontier(r, crawl)
+    set_policy(f, "busy.test", {"rate": 5, "burst": 4})
+    s = worker.scheduler
+    for n in range(4):
+        s.enqueue_request(scrapy.Request(f"http://busy.test/p{n}", meta={"revisit": 0.5}))
+    leased = [worker.next_request() for _ in range(4)]
+    revisits = s.revisits
+    assert revisits is not None
+    before = redis_ms(r)
+    for req in leased:
+        revisits.on_response(HtmlResponse(req.url, status=200, body=b"x"), req)
+        s.request_done(req)
+    worker.settle()
+    after = redis_ms(r)
+    dues = [due for _, due in delayed(r, crawl, "busy.test")]
+    stretched = 500 * 8 / 4.5
+    assert len(dues) == 4 and all(before + stretched - 2 <= d <= after + stretched + 2 for d in dues)
+    st = f.status("busy.test")
+    assert st.stats.get("tdemand") == 8_000_000 and st.stats.get("stretch") == round(8 / 4.5 * 1000)
+    one = tracked_pages(f, "busy.test")[0]
+    assert stop_tracking(f, "busy.test", one.url) == 1
+    assert f.status("busy.test").stats.get("tdemand") == 6_000_000
+    answer(worker, worker.next_request(), status=410)
+    st = f.status("busy.test")
+    assert st.stats.get("tdemand") == 4_000_000 and st.stats.get("tracked") == 2
+    stop_tracking(f, "busy.test")
+    assert "tdemand" not in f.status("busy.test").stats

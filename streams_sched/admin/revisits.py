@@ -25,7 +25,7 @@ import msgpack
 
 from streams_sched.frontier.client import REVISITS_STOPPED, Frontier
 
-__all__ = ["TrackedPage", "resume_tracking", "sites_with_work", "stop_tracking", "tracked_pages"]
+__all__ = ["TrackedPage", "demand_of", "resume_tracking", "sites_with_work", "stop_tracking", "tracked_pages"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,13 @@ def _page(site: str, member: bytes, score: float) -> TrackedPage | None:
     if not isinstance(state, dict):
         return None
     return TrackedPage(site, str(d.get("u", "")), int(score), float(state.get("i") or 0), member)
+
+
+def demand_of(interval_s: float) -> int:
+    """A page's share of its site's revisit demand (``tdemand``), in millionths of a fetch
+    per second, rounded as ack.lua rounds it."""
+    ms = round(interval_s * 1000)
+    return int(1e9 / ms + 0.5) if ms > 0 else 0
 
 
 def sites_with_work(frontier: Frontier) -> list[str]:
@@ -108,15 +115,23 @@ def stop_tracking(frontier: Frontier, site: str | None = None, url: str | None =
             # the site is registered (it has work, or the caller checked): the field the
             # policy of streams-sched site set --revisit would write (politeness/policy.py)
             frontier.client.hset(keys.policy, "revisit", "off")
+            # its tracked pages are gone or going: a page in flight or promoted takes its
+            # share off a demand that ack.lua keeps from falling below 0
+            frontier.client.hdel(keys.stats, "tdemand", "stretch")
         pages = list(_pages(frontier, s, url))
         if not pages:
             continue
         pipe = frontier.client.pipeline(transaction=False)
         for page in pages:
             pipe.zrem(keys.delayed, page.member)
-        gone = sum(int(n) for n in pipe.execute())
+        gone_each = [int(n) for n in pipe.execute()]
+        gone = sum(gone_each)
         if gone:
             frontier.client.hincrby(keys.stats, "tracked", -gone)
+            if url is not None:
+                share = sum(demand_of(p.interval_s) for p, n in zip(pages, gone_each, strict=True) if n)
+                if share:
+                    frontier.client.hincrby(keys.stats, "tdemand", -share)
             # the site stays in its ready index at the removed visit's time until a lease
             # looks at it: put it where its keys say now, so a drained crawl reads drained
             frontier.reindex(s)

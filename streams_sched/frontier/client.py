@@ -86,6 +86,9 @@ class Frontier(CrawlReads):
         self.politeness = ""
         #: ``streams-sched revisits --stop`` stopped the tracking of every page of the crawl
         self.revisits_stopped = False
+        #: the share of a site's rate its tracked pages may need before ack.lua stretches
+        #: their schedule (STREAMS_REVISIT_BUDGET_SHARE)
+        self.revisit_budget_share = 0.9
 
     def crawl_meta(self) -> dict[str, str]:
         """The crawl's meta hash, decoded (dedupe parameters, defaults, site key, ...)."""

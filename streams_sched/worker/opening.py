@@ -70,6 +70,7 @@ def set_up_crawl(client: Any, cfg: StreamsConfig, robots_obey: bool) -> Frontier
     frontier.load_scripts()
     frontier.register()
     frontier.politeness = ("a" if cfg.adaptive else "") + ("r" if robots_obey else "")
+    frontier.revisit_budget_share = cfg.revisit_budget_share
     _record_site_key(frontier, cfg)
     if cfg.sites:
         from streams_sched.politeness.policy import apply_site_policies

@@ -28,11 +28,12 @@ __all__ = ["Ack", "AckGate", "DeadLetter", "Entry", "Extend", "Failed", "LeaseOp
 @dataclass(slots=True, frozen=True)
 class Ack:
     """The engine is completely done with the request of ``entry``; a tracked page's ack
-    carries its next visit: (ms until it, flags, payload) as ack.lua takes them
-    (frontier/scripts/ack.py ``Revisit``; ms -1: no longer tracked)."""
+    carries its next visit: (ms until it, flags, payload, interval ms, previous interval
+    ms) as ack.lua takes them (frontier/scripts/ack.py ``Revisit``; ms -1: no longer
+    tracked)."""
 
     entry: LeasedEntry
-    revisit: tuple[int, str, bytes] | None = None
+    revisit: tuple[int, str, bytes, int, int] | None = None
 
 
 @dataclass(slots=True, frozen=True)

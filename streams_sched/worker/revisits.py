@@ -12,6 +12,7 @@ The page's state travels in its own request, ``meta["revisit_state"]``:
 - ``i``: the current interval (seconds),
 - ``s``: the signature of the last answer (adaptive pages),
 - ``f``: permanent failures (404, 410) in a row,
+- ``t``: temporary failures (no answer, 429, 5xx) in a row,
 
 so nothing per tracked page lives outside its delayed entry. :func:`next_visit` is the
 pure decision; :class:`Revisits` feeds it from Scrapy's signals and builds the ack.
@@ -57,12 +58,14 @@ class Spec:
 
 @dataclass(frozen=True, slots=True)
 class Visit:
-    """The next visit of a page: seconds until it, the state it carries, and what this
-    visit found ('c' changed, 'u' unchanged, '' neither)."""
+    """The next visit of a page: seconds until it, the state it carries, what this visit
+    found ('c' changed, 'u' unchanged, '' neither), and the page's interval (s), which
+    the delay differs from by jitter and a temporary failure's back-off."""
 
     delay_s: float
     state: dict[str, Any]
     found: str
+    interval_s: float
 
 
 def spec_of(value: Any, config: StreamsConfig) -> Spec | None:
@@ -101,25 +104,32 @@ def next_visit(
     """The page's next visit after an answer (``status`` None: no answer, a download error),
     or None when it is no longer tracked. ``jitter`` is drawn from [-1, 1].
 
-    A 404 or 410 counts towards STREAMS_REVISIT_STOP_AFTER and keeps the interval; any
-    other failure (no answer, 429, 5xx) keeps the interval and the count, since Scrapy's
-    retries and the site's back-off already answer it. An adaptive page's interval is
-    multiplied by the changed or unchanged factor when its signature can be compared with
-    the last one, within its bounds; a fixed page keeps ``every``.
+    A 404 or 410 counts towards STREAMS_REVISIT_STOP_AFTER and keeps the interval. Any
+    other failure (no answer, 429, 5xx) keeps the interval and backs the next visit off:
+    each one in a row doubles the delay, up to STREAMS_REVISIT_BACKOFF_LIMIT times the
+    interval (and the page's ``max``), so a site that is down is asked less and less
+    often, and the first good answer brings the page back to its interval. An adaptive
+    page's interval is multiplied by the changed or unchanged factor when its signature
+    can be compared with the last one, within its bounds; a fixed page keeps ``every``.
     """
     interval = float(state.get("i") or spec.every_s)
     fails = int(state.get("f") or 0)
+    temporary = int(state.get("t") or 0)
     last = state.get("s")
     found = ""
     out: dict[str, Any] = {"i": interval}
+    backoff = 1.0
     if status in PERMANENT:
         fails += 1
+        temporary = 0
         if fails >= config.revisit_stop_after:
             return None
     elif status is None or status == 429 or status >= 500:
-        pass
+        temporary += 1
+        backoff = min(2.0 ** temporary, float(config.revisit_backoff_limit))
     else:
         fails = 0
+        temporary = 0
         if spec.adaptive and signature is not None:
             if last is not None:
                 changed = signature != last
@@ -132,8 +142,21 @@ def next_visit(
         out["s"] = last
     if fails:
         out["f"] = fails
+    if temporary:
+        out["t"] = temporary
     delay = interval * (1.0 + config.revisit_jitter * jitter)
-    return Visit(max(0.0, delay), out, found)
+    if backoff > 1.0:
+        delay = max(delay, min(interval * backoff, spec.max_s))
+    return Visit(max(0.0, delay), out, found, interval)
+
+
+def _ms(seconds: Any) -> int:
+    """An interval in whole ms, the same way for the visit that adds it to its site's demand
+    and the one that takes it away (0: none)."""
+    try:
+        return max(0, round(float(seconds or 0) * 1000))
+    except (TypeError, ValueError):
+        return 0
 
 
 class Revisits:
@@ -178,7 +201,8 @@ class Revisits:
 
     def ack(self, entry: LeasedEntry, request: Request) -> Ack:
         """The ack of a tracked page (``entry.payload``: its request as leased): its next
-        visit, or -1 when it is no longer tracked."""
+        visit, or -1 when it is no longer tracked, with its interval before and after this
+        visit (ms; its site's revisit demand counts them, 0 = not counted)."""
         url = request.url
         n = self.live.get(url, 0)
         if n > 1:
@@ -193,10 +217,11 @@ class Revisits:
             meta = kept.meta
             state = meta.get(STATE)
             first = not isinstance(state, Mapping)
+            prev_ms = 0 if first else _ms(state.get("i"))
             if entry.revisit == "off" or self.crawl_stopped():
                 # tracking stopped (streams-sched revisits --stop): a page tracked until now
                 # leaves the site's tracked count
-                return Ack(entry) if first else Ack(entry, (-1, "", b""))
+                return Ack(entry) if first else Ack(entry, (-1, "", b"", 0, prev_ms))
             if "revisit" not in meta and entry.revisit:
                 # tracked by its site's policy: the page keeps it in its own meta from now
                 # on, so whoever takes its lease over knows it is tracked
@@ -207,19 +232,19 @@ class Revisits:
             return Ack(entry)
         flags_new = "n" if first else ""
         if spec is None:
-            return Ack(entry) if first else Ack(entry, (-1, "", b""))
+            return Ack(entry) if first else Ack(entry, (-1, "", b"", 0, prev_ms))
         signature = request.meta.get("revisit_signature")
         signature = str(signature) if signature is not None else body_sig
         visit = next_visit(spec, {} if first else state, status, signature, self.config, 2 * self.rand() - 1)
         if visit is None:
-            return Ack(entry, (-1, flags_new, b""))
+            return Ack(entry, (-1, flags_new, b"", 0, prev_ms))
         meta[STATE] = visit.state
         try:
             again = self.codec.encode(kept)
         except SerializationError as exc:
             logger.warning("visiting %s again with its state as it was: %s", url, exc)
             again = payload
-        return Ack(entry, (int(visit.delay_s * 1000), flags_new or visit.found, again))
+        return Ack(entry, (int(visit.delay_s * 1000), flags_new or visit.found, again, _ms(visit.interval_s), prev_ms))
 
     def clear(self) -> None:
         """The worker closed: forget the tracked requests in flight."""

@@ -17,9 +17,12 @@
 -- ARGV[2..]    per site: site name, n (0, or 11 when the site's healthy answers ride along:
 --              feedback.lua's ARGV[1..11], reported here instead of in a feedback.lua call of
 --              their own), those n values, m, then m pairs: stream index (1-6), entry id,
---              then r, then r tracked pages, 5 values each: stream index (1-6), entry id,
---              ms until the next visit (-1: no longer tracked), flags ('n' first visit,
---              'c' changed, 'u' unchanged, '' neither), payload (the request to visit again)
+--              then r; when r > 0, the crawl's default rate ('' none) and the share of the
+--              site's rate its revisits may need; then r tracked pages, 7 values each:
+--              stream index (1-6), entry id, ms until the next visit (-1: no longer
+--              tracked), flags ('n' first visit, 'c' changed, 'u' unchanged, '' neither),
+--              payload (the request to visit again), the page's interval after and before
+--              this visit (ms, 0 = none)
 -- Returns per site the number of entries acked and deleted now (an entry another worker
 -- already acked, after taking over an expired lease, counts 0; one whose lease a failover
 -- lost, but not the entry, counts 1).
@@ -36,7 +39,16 @@
 -- the site goes into its ready indexes from that time (ZADD LT keeps an earlier one).
 -- A site whose policy revisit is 'off' schedules none (its tracked pages stop).
 -- Stats: tracked (pages tracked now), revisits (visits rescheduled), changed (revisits
--- whose page had changed), unchanged.
+-- whose page had changed), unchanged, tdemand (the fetches per second the site's tracked
+-- pages need, in millionths: the sum of 1 / interval) and stretch (in thousandths, absent
+-- when 1).
+--
+-- The site's budget first: when tdemand is above the share of the site's rate its
+-- revisits may take, every next visit this call schedules is stretched by the factor
+-- between them. Every page's delay grows by the same factor, so the pages spread evenly
+-- over what the site allows instead of piling up overdue, where whichever came first
+-- would be fetched and the rest would wait. The rate is the site's own (policy rate, else
+-- the crawl's default, else its robots.txt Crawl-delay), not a back-off's, which passes.
 --
 -- Besides the total (field acked), acks of a site that still has work are counted in six
 -- 10-second buckets
@@ -48,15 +60,28 @@ local leased_ix = KEYS[1]
 local ready = { KEYS[2], KEYS[3] }
 local now = nil
 
+-- A page's share of its site's revisit demand, in millionths of a fetch per second.
+local function demand_of(interval_ms)
+  if interval_ms <= 0 then
+    return 0
+  end
+  return math.floor(1e9 / interval_ms + 0.5)
+end
+
 -- Ack the tracked pages of ARGV[first..] (r of them) and put each one this call deletes
--- in the delayed ZSET for its next visit. Returns the entries deleted.
+-- in the delayed ZSET for its next visit, stretched when the site's tracked pages need
+-- more than its budget. Returns the entries deleted.
 local function revisit(site, streams, stats, policy, delayed, first, r, counts)
+  local d_rate, share = ARGV[first - 2], tonumber(ARGV[first - 1])
   local deleted = 0
   local soonest = nil
+  local p = redis.call('HMGET', policy, 'revisit', 'rate', 'robots_delay')
   -- `streams-sched revisits --stop` sets the site's policy revisit to 'off': whatever a
   -- worker leased before it learned that, no page of the site is scheduled again
-  local off = redis.call('HGET', policy, 'revisit') == 'off'
-  for i = first, first + 5 * (r - 1), 5 do
+  local off = p[1] == 'off'
+  local due_pages = {}
+  local change = 0
+  for i = first, first + 7 * (r - 1), 7 do
     local idx = tonumber(ARGV[i])
     local stream = streams[idx]
     if stream then
@@ -65,8 +90,12 @@ local function revisit(site, streams, stats, policy, delayed, first, r, counts)
       if redis.call('XDEL', stream, id) == 1 then
         deleted = deleted + 1
         local delay, flags = tonumber(ARGV[i + 2]), ARGV[i + 3]
+        local interval, prev = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
         if off then
           delay = -1
+        end
+        if flags ~= 'n' then
+          change = change - demand_of(prev)
         end
         if delay < 0 then
           if flags ~= 'n' then
@@ -76,22 +105,41 @@ local function revisit(site, streams, stats, policy, delayed, first, r, counts)
           if flags == 'n' then
             tally(counts, 'tracked', 1)
           end
-          now = now or now_ms()
-          local due = now + delay
-          local seq = redis.call('HINCRBY', stats, 'delay_seq', 1)
-          redis.call('ZADD', delayed, due, idx .. ':' .. seq .. ':' .. ARGV[i + 4])
+          change = change + demand_of(interval)
+          due_pages[#due_pages + 1] = { idx, delay, ARGV[i + 4] }
           tally(counts, 'revisits', 1)
           if flags == 'c' then
             tally(counts, 'changed', 1)
           elseif flags == 'u' then
             tally(counts, 'unchanged', 1)
           end
-          if not soonest or due < soonest then
-            soonest = due
-          end
         end
       end
       retire_if_empty(stream)
+    end
+  end
+  local demand = tonumber(redis.call('HGET', stats, 'tdemand')) or 0
+  if change ~= 0 then
+    demand = math.max(0, demand + change)
+    redis.call('HSET', stats, 'tdemand', demand)
+  end
+  local stretch = 1
+  if #due_pages > 0 then
+    local rate = base_rate(p[2], d_rate, p[3], true)
+    if rate > 0 and demand / 1e6 > rate * share then
+      stretch = demand / 1e6 / (rate * share)
+      redis.call('HSET', stats, 'stretch', math.floor(stretch * 1000 + 0.5))
+    else
+      redis.call('HDEL', stats, 'stretch')
+    end
+  end
+  for _, page in ipairs(due_pages) do
+    now = now or now_ms()
+    local due = now + math.floor(page[2] * stretch)
+    local seq = redis.call('HINCRBY', stats, 'delay_seq', 1)
+    redis.call('ZADD', delayed, due, page[1] .. ':' .. seq .. ':' .. page[3])
+    if not soonest or due < soonest then
+      soonest = due
     end
   end
   if soonest then
@@ -112,7 +160,7 @@ local function ack_site(k, site, a, n_answers, first, last, r)
   end
   local acked = 0
   if r > 0 then
-    acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], last + 2, r, counts)
+    acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], last + 4, r, counts)
   end
   local by_stream = {}
   for i = first, last, 2 do
@@ -208,6 +256,9 @@ while i <= #ARGV do
   if r > 0 then
     k = k + 1
   end
-  i = first + 2 * m + 1 + 5 * r
+  i = first + 2 * m + 1
+  if r > 0 then
+    i = i + 2 + 7 * r
+  end
 end
 return replies

@@ -81,6 +81,7 @@ class Context(Protocol):
     default_task: str
     default_policy: tuple[str, ...]
     politeness: str
+    revisit_budget_share: float
 
     def site(self, site: str) -> SiteKeys: ...
 

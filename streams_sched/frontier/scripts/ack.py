@@ -10,13 +10,18 @@ from typing import Any
 from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_code
 from streams_sched.frontier.scripts import feedback
 from streams_sched.frontier.scripts._call import Arg, Call, Context
+from streams_sched.frontier.scripts.lease import DEFAULT_POLICY_FIELDS
 
 __all__ = ["Revisit", "SiteAcks", "args", "call", "keys", "parse"]
 
+_DEFAULT_RATE = DEFAULT_POLICY_FIELDS.index("rate")
+
 #: A tracked page's ack: stream index, entry id, ms until its next visit (-1: no longer
-#: tracked), flags ('n' first visit, 'c' changed, 'u' unchanged, '' neither) and the
-#: payload to visit again.
-Revisit = tuple[int, bytes, int, str, bytes]
+#: tracked), flags ('n' first visit, 'c' changed, 'u' unchanged, '' neither), the
+#: payload to visit again, then optionally the page's interval after and before this
+#: visit (ms, 0 = none), which its site's revisit demand counts (a caller that leaves
+#: them out schedules the page without counting it in the demand).
+Revisit = tuple[int, bytes, int, str, bytes] | tuple[int, bytes, int, str, bytes, int, int]
 
 #: One site's part of a call: the site, its entries (stream index, id), its healthy
 #: answers with the feedback params (as for feedback.lua) or None, and its tracked pages.
@@ -35,8 +40,9 @@ def keys(shard: ShardKeys, sites: Sequence[SiteKeys], tracked: Collection[str] =
     return out
 
 
-def args(group: str, sites: Sequence[SiteAcks], defaults: Sequence[str]) -> list[Arg]:
-    """``defaults``: the crawl's default policy, for the answers (feedback.args)."""
+def args(group: str, sites: Sequence[SiteAcks], defaults: Sequence[str], budget_share: float = 0.9) -> list[Arg]:
+    """``defaults``: the crawl's default policy, for the answers (feedback.args) and, with
+    ``budget_share``, a site's revisit budget."""
     out: list[Arg] = [group]
     for site, entries, answers, revisits in sites:
         out.append(site)
@@ -50,8 +56,11 @@ def args(group: str, sites: Sequence[SiteAcks], defaults: Sequence[str]) -> list
         for stream, entry_id in entries:
             pairs += (stream_code(stream), entry_id)
         out += (len(pairs) // 2, *pairs, len(revisits))
-        for stream, entry_id, delay_ms, flags, payload in revisits:
-            out += (stream_code(stream), entry_id, delay_ms, flags, payload)
+        if revisits:
+            out += (defaults[_DEFAULT_RATE], budget_share)
+        for stream, entry_id, delay_ms, flags, payload, *intervals in revisits:
+            interval_ms, prev_ms = intervals or (0, 0)
+            out += (stream_code(stream), entry_id, delay_ms, flags, payload, interval_ms, prev_ms)
     return out
 
 
@@ -72,4 +81,5 @@ def call(f: Context, sites: Sequence[SiteAcks]) -> Call[list[int]]:
     an untracked page."""
     keyed = [f.site(s[0]) for s in sites]
     tracked = {s[0] for s in sites if s[3]}
-    return Call(f.scripts["ack"], keys(keyed[0].index, keyed, tracked), args(f.group, sites, f.default_policy), parse)
+    return Call(f.scripts["ack"], keys(keyed[0].index, keyed, tracked),
+                args(f.group, sites, f.default_policy, f.revisit_budget_share), parse)
