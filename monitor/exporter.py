@@ -90,6 +90,13 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "streams_sched_tracked_pages": ("gauge", ("crawl", "site"), "Pages tracked now: each comes back on its own schedule (continuous crawling)."),
     "streams_sched_revisits": ("counter", ("crawl", "site"), "Visits of tracked pages scheduled by their acks."),
     "streams_sched_revisits_changed": ("counter", ("crawl", "site"), "Revisits of adaptive pages that found a change (over the adaptive ones: how often pages change)."),
+    "streams_sched_revisits_unchanged": ("counter", ("crawl", "site"), "Revisits of adaptive pages that found no change: fetches a fixed schedule would have wasted too."),
+    "streams_sched_revisits_change_share": ("gauge", ("crawl", "site"), "Share of adaptive revisits that found a change, over the site's counters (0 when none compared yet)."),
+    "streams_sched_overdue": ("gauge", ("crawl", "site"), "Delayed requests past their due time (tracked pages' revisits among them): waiting for their site's rate or for a worker."),
+    "streams_sched_oldest_overdue_seconds": ("gauge", ("crawl", "site"), "How long the oldest overdue delayed request has been due (0 when none)."),
+    "streams_sched_overdue_intervals": ("gauge", ("crawl", "site"), "How many of its own intervals the oldest overdue tracked page is late by (0 when none): the freshness alert's measure."),
+    "streams_sched_revisit_demand_requests_per_second": ("gauge", ("crawl", "site"), "Fetches per second the tracked pages need at their own intervals (sum of 1/interval)."),
+    "streams_sched_revisit_stretch": ("gauge", ("crawl", "site"), "Factor the revisits are stretched by because their site's tracked pages need more than its rate allows (1 = none). Labelled sites, and the largest of _other's."),
     "streams_sched_redis_evicted_keys": (
         "counter", ("server",),
         "Keys the Redis server evicted since it started (INFO stats evicted_keys); while a crawl runs they can be queued requests, lost silently.",
@@ -192,8 +199,13 @@ def _site_rows(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> di
             fam["streams_sched_site_paused_until_seconds"].add_metric([c, label], eff.paused_until_ms / 1000.0)
         row["throttled"] += st.stats.get("throttled", 0)
         row["over_cap"] += st.stats.get("over_cap", 0)
-        for name in ("tracked", "revisits", "changed"):
+        for name in ("tracked", "revisits", "changed", "unchanged"):
             row[name] += st.stats.get(name, 0)
+        row["overdue"] += st.overdue
+        row["oldest_overdue"] = max(row["oldest_overdue"], st.oldest_overdue_s)
+        row["overdue_intervals"] = max(row["overdue_intervals"], st.overdue_ratio)
+        row["demand"] += st.revisit_demand_per_s
+        row["stretch"] = max(row["stretch"], st.revisit_stretch)
         for band in BANDS:
             row["bands"][band] += st.band_backlog(band)
         row["pending"] += st.pending
@@ -206,7 +218,7 @@ def _site_rows(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> di
         labelled = [r for label, r in per.items() if label != OTHER]
         if snap.site_count > len(labelled) or OTHER in per:
             other = per.setdefault(OTHER, _blank_row())
-            for name in ("enqueued", "acked", "throttled", "over_cap", "tracked", "revisits", "changed"):
+            for name in ("enqueued", "acked", "throttled", "over_cap", "tracked", "revisits", "changed", "unchanged"):
                 other[name] = max(0, snap.stat(name) - sum(r[name] for r in labelled))
     return per
 
@@ -227,6 +239,14 @@ def _add_site_rows(fam: Families, snap: CrawlSnapshot, per: Mapping[str, Mapping
         fam["streams_sched_tracked_pages"].add_metric([c, label], row["tracked"])
         fam["streams_sched_revisits"].add_metric([c, label], row["revisits"])
         fam["streams_sched_revisits_changed"].add_metric([c, label], row["changed"])
+        fam["streams_sched_revisits_unchanged"].add_metric([c, label], row["unchanged"])
+        compared = row["changed"] + row["unchanged"]
+        fam["streams_sched_revisits_change_share"].add_metric([c, label], row["changed"] / compared if compared else 0.0)
+        fam["streams_sched_overdue"].add_metric([c, label], row["overdue"])
+        fam["streams_sched_oldest_overdue_seconds"].add_metric([c, label], row["oldest_overdue"])
+        fam["streams_sched_overdue_intervals"].add_metric([c, label], row["overdue_intervals"])
+        fam["streams_sched_revisit_demand_requests_per_second"].add_metric([c, label], row["demand"])
+        fam["streams_sched_revisit_stretch"].add_metric([c, label], row["stretch"])
 
 
 def _add_crawl(fam: Families, snap: CrawlSnapshot, labeller: SiteLabeller) -> None:
@@ -270,7 +290,8 @@ def _add_nodes(fam: Families, c: str, crawl_states: Mapping[str, NodeState]) -> 
 
 def _blank_row() -> dict[str, Any]:
     return {"bands": dict.fromkeys(BANDS, 0), "pending": 0, "oldest": 0.0, "delayed": 0, "enqueued": 0, "acked": 0,
-            "throttled": 0, "over_cap": 0, "tracked": 0, "revisits": 0, "changed": 0}
+            "throttled": 0, "over_cap": 0, "tracked": 0, "revisits": 0, "changed": 0, "unchanged": 0, "overdue": 0,
+            "oldest_overdue": 0.0, "overdue_intervals": 0.0, "demand": 0.0, "stretch": 1.0}
 
 
 def build_server_families(servers: Sequence[ServerMemory]) -> list[Metric]:

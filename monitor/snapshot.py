@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 #: the stats counters the crawl-wide families sum over every site
 SUMMED: tuple[str, ...] = ("enqueued", "acked", "dead", "reclaimed", "duplicates", "timeouts", "backoffs",
-                           "throttled", "over_cap", "tracked", "revisits", "changed")
+                           "throttled", "over_cap", "tracked", "revisits", "changed", "unchanged")
 #: a :class:`SiteBook` row: SUMMED, then dead letters, paused (0/1), seen filter size
 ROW_FIELDS: tuple[str, ...] = (*SUMMED, "dead_letters", "paused", "seen")
 

@@ -16,6 +16,7 @@ from streams_sched.frontier.client import Frontier
 from streams_sched.worker.revisits import Spec, next_visit, spec_of
 
 from harness import InProcessWorker
+from helpers import wait_for
 
 CONFIG = StreamsConfig(redis_url="redis://x", crawl="c", revisit_jitter=0.0, revisit_min_seconds=10.0,
                        revisit_max_seconds=100.0)
@@ -409,7 +410,7 @@ def test_a_worker_killed_while_holding_tracked_pages_loses_none_and_schedules_no
 def test_status_and_the_monitor_show_a_sites_tracked_pages_and_what_revisits_found(
     worker: InProcessWorker, r: redis.Redis, crawl: str
 ) -> None:
-    """The site's stats reach `status` (TRACKED, REVISITS, CHANGED) and the monitor's per-site families."""
+    """The site's stats reach `status` (TRACKED, REVISITS, CHANGED, OVERDUE) and the monitor's per-site families, and a page left waiting past its time shows as overdue by so many of its intervals."""
     from monitor.exporter import SiteLabeller, build_families
     from monitor.snapshot import read_crawl
 
@@ -430,7 +431,27 @@ def test_status_and_the_monitor_show_a_sites_tracked_pages_and_what_revisits_fou
            for m in build_families([snap], {}, labeller)
            if m.name.startswith(("streams_sched_tracked", "streams_sched_revisits"))}
     assert got == {"streams_sched_tracked_pages": [("fresh.test", 1)], "streams_sched_revisits": [("fresh.test", 2)],
-                   "streams_sched_revisits_changed": [("fresh.test", 1)]}
+                   "streams_sched_revisits_changed": [("fresh.test", 1)],
+                   "streams_sched_revisits_unchanged": [("fresh.test", 0)],
+                   "streams_sched_revisits_change_share": [("fresh.test", 1.0)]}
+    # nobody leases the page: once due it is overdue, by more and more of its 0.1 s interval
+    late = wait_for(lambda: (st := f.status("fresh.test")).overdue_ratio >= 3 and st, timeout=10, what="3 intervals late")
+    assert late.overdue == 1 and late.oldest_overdue_interval_s == pytest.approx(0.1)
+    snap = read_crawl(f)
+    got = {m.name: m.samples[0].value for m in build_families([snap], {}, labeller)
+           if m.name in ("streams_sched_overdue", "streams_sched_overdue_intervals", "streams_sched_oldest_overdue_seconds",
+                         "streams_sched_revisit_demand_requests_per_second")}
+    assert got["streams_sched_overdue"] == 1 and got["streams_sched_overdue_intervals"] >= 3
+    assert got["streams_sched_oldest_overdue_seconds"] >= 0.3
+    assert got["streams_sched_revisit_demand_requests_per_second"] == pytest.approx(10.0)
+    from click.testing import CliRunner
+
+    from streams_sched.cli import main
+
+    out = CliRunner().invoke(main, ["status", "-c", crawl, "--redis-url", worker.scheduler.config.redis_url])
+    assert out.exit_code == 0, out.output
+    assert "tracked 1 page(s), needing 10.0/s; overdue 1 (oldest " in out.output
+    assert "adaptive revisits found a change in 100% (1/1)" in out.output
 
 
 def test_tracked_pages_that_need_more_than_the_sites_budget_are_stretched_evenly(
@@ -468,6 +489,13 @@ def stretched_evenly(worker: InProcessWorker, r: redis.Redis, crawl: str) -> Non
     assert len(dues) == 4 and all(before + stretched - 2 <= d <= after + stretched + 2 for d in dues)
     st = f.status("busy.test")
     assert st.stats.get("tdemand") == 8_000_000 and st.stats.get("stretch") == round(8 / 4.5 * 1000)
+    from click.testing import CliRunner
+
+    from streams_sched.cli import main
+
+    out = CliRunner().invoke(main, ["status", "-c", crawl, "--redis-url", worker.scheduler.config.redis_url])
+    assert "site busy.test: its tracked pages need 8.0/s, its revisit budget is 4.5/s (rate 5.0/s" in out.output
+    assert "stretched x1.78" in out.output
     one = tracked_pages(f, "busy.test")[0]
     assert stop_tracking(f, "busy.test", one.url) == 1
     assert f.status("busy.test").stats.get("tdemand") == 6_000_000

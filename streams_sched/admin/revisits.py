@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import msgpack
 
 from streams_sched.frontier.client import REVISITS_STOPPED, Frontier
+from streams_sched.frontier.delayed import waiting_page
 
 __all__ = ["TrackedPage", "demand_of", "resume_tracking", "sites_with_work", "stop_tracking", "tracked_pages"]
 
@@ -41,18 +39,8 @@ class TrackedPage:
 
 def _page(site: str, member: bytes, score: float) -> TrackedPage | None:
     """The tracked page of a delayed member, or None (a delayed request, not a tracked page)."""
-    parts = member.split(b":", 2)
-    if len(parts) != 3:
-        return None
-    try:
-        d: Any = msgpack.unpackb(parts[2], raw=False, strict_map_key=False)
-    except Exception:  # noqa: BLE001 - anything unreadable is not ours to list
-        return None
-    meta = d.get("mt") if isinstance(d, dict) else None
-    state = meta.get("revisit_state") if isinstance(meta, dict) else None
-    if not isinstance(state, dict):
-        return None
-    return TrackedPage(site, str(d.get("u", "")), int(score), float(state.get("i") or 0), member)
+    page = waiting_page(member)
+    return None if page is None else TrackedPage(site, page.url, int(score), page.interval_s, member)
 
 
 def demand_of(interval_s: float) -> int:

@@ -24,7 +24,7 @@ from streams_sched.frontier.keys import BANDS
 from streams_sched.frontier.records import SiteStatus
 from streams_sched.politeness.rates import ack_rate_per_s
 
-__all__ = ["DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "read_report", "sort_rows",
+__all__ = ["DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "freshness_lines", "read_report", "sort_rows",
            "status_rows", "summary_line", "totals"]
 
 #: sites with work a report reads a row for, unless told otherwise (--top)
@@ -60,6 +60,12 @@ def status_rows(statuses: list[SiteStatus]) -> list[dict[str, Any]]:
         row["tracked"] = st.stats.get("tracked", 0)
         row["revisits"] = st.stats.get("revisits", 0)
         row["changed"] = st.stats.get("changed", 0)
+        row["unchanged"] = st.stats.get("unchanged", 0)
+        row["overdue"] = st.overdue
+        row["oldest_overdue_ms"] = int(st.oldest_overdue_s * 1000) if st.overdue else -1
+        row["overdue_intervals"] = round(st.overdue_ratio, 2)
+        row["revisit_demand_per_s"] = round(st.revisit_demand_per_s, 4)
+        row["revisit_stretch"] = round(st.revisit_stretch, 3)
         rows.append(row)
     return rows
 
@@ -85,6 +91,8 @@ STATUS_COLUMNS: list[Column] = [
     ("tracked", "TRACKED", str),
     ("revisits", "REVISITS", str),
     ("changed", "CHANGED", str),
+    ("overdue", "OVERDUE", str),
+    ("oldest_overdue_ms", "OLDEST OVERDUE", format_age),
     ("paused", "PAUSED", lambda p: "yes" if p else ""),
 ]
 
@@ -108,8 +116,11 @@ def totals(rows: list[dict[str, Any]], report: Report | None = None) -> dict[str
     ``report`` the shards' figures: registered sites, sites in the indexes, enqueued, and
     ``done`` = enqueued less what is left (when the rows are not every site's)."""
     keys = ("high", "default", "low", "browser", "backlog", "pending", "delayed", "dead", "enqueued", "acked",
-            "throttled", "over_cap", "tracked", "revisits", "changed")
+            "throttled", "over_cap", "tracked", "revisits", "changed", "unchanged", "overdue")
     out: dict[str, Any] = {k: sum(r[k] for r in rows) for k in keys}
+    out["oldest_overdue_ms"] = max((r["oldest_overdue_ms"] for r in rows), default=-1)
+    out["overdue_intervals"] = max((r["overdue_intervals"] for r in rows), default=0.0)
+    out["revisit_demand_per_s"] = round(sum(r["revisit_demand_per_s"] for r in rows), 4)
     out["rate_per_s"] = round(sum(r["rate_per_s"] for r in rows), 3)
     out["oldest_lease_ms"] = max((r["oldest_lease_ms"] for r in rows), default=-1)
     out["paused"] = sum(1 for r in rows if r["paused"])
@@ -147,6 +158,34 @@ def summary_line(t: dict[str, Any]) -> str:
     if not t["complete"]:
         line += f" (the {t['rows']} site(s) read of more with work: figures are partial; --top or --all)"
     return line + "; dead letters, acks and rate of these sites only (--all: every site)"
+
+
+def freshness_lines(t: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """What continuous crawling looks like, under the summary: pages tracked, overdue and
+    how late, the share of revisits that found a change, and each site whose tracked pages
+    need more fetches than its rate allows (their revisits are stretched to fit)."""
+    if not (t["tracked"] or t["overdue"]):
+        return []
+    line = f"tracked {t['tracked']} page(s), needing {format_rate(t['revisit_demand_per_s'])}; overdue {t['overdue']}"
+    if t["overdue"]:
+        line += f" (oldest {format_age(t['oldest_overdue_ms'])}"
+        if t["overdue_intervals"]:
+            line += f", {t['overdue_intervals']:.1f} of its interval(s) late"
+        line += ")"
+    compared = t["changed"] + t["unchanged"]
+    if compared:
+        line += f"; adaptive revisits found a change in {100 * t['changed'] / compared:.0f}% ({t['changed']}/{compared})"
+    out = [line]
+    for r in sorted(rows, key=lambda r: -r["revisit_stretch"]):
+        if r["revisit_stretch"] <= 1:
+            break
+        budget = r["revisit_demand_per_s"] / r["revisit_stretch"]
+        out.append(
+            f"site {r['site']}: its tracked pages need {format_rate(r['revisit_demand_per_s'])}, its revisit budget is"
+            f" {format_rate(budget)} (rate {format_rate(r['limit_per_s'])} x STREAMS_REVISIT_BUDGET_SHARE): every"
+            f" revisit is stretched x{r['revisit_stretch']:.2f}; raise its rate or lengthen its pages' intervals"
+        )
+    return out
 
 
 @dataclass

@@ -21,6 +21,7 @@ from streams_sched.cli.report import (
     DEFAULT_TOP,
     SORT_KEYS,
     STATUS_COLUMNS,
+    freshness_lines,
     read_report,
     sort_rows,
     summary_line,
@@ -49,8 +50,9 @@ def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int,
     """The crawl's totals (sites, sites with work, enqueued, finished) and, per site with
     work: backlog by band, pending leases, oldest lease age, delayed, dead letters, the ack
     rate over the last minute, the rate limit in force and why (policy, robots, backoff,
-    retry-after, paused, unlimited), until when a Retry-After pauses it, 429/503 answers
-    and requests dropped over its page cap."""
+    retry-after, paused, unlimited), until when a Retry-After pauses it, 429/503 answers,
+    requests dropped over its page cap, and with continuous crawling the pages tracked,
+    overdue and how late, and the sites whose revisits are stretched to fit their rate."""
     client = connect(redis_url)
     frontier = known_crawl(client, crawl, redis_url)
     report = read_report(frontier, top, all_sites)
@@ -63,6 +65,8 @@ def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int,
     click.echo(render_table(shown, STATUS_COLUMNS))
     more = f" ({len(rows) - len(shown)} more not shown)" if len(shown) < len(rows) else ""
     click.echo(f"\n{summary_line(t)}{more}")
+    for line in freshness_lines(t, rows):
+        click.echo(line)
 
 
 class Progress:

@@ -140,6 +140,10 @@ class SiteStatus:
     stats: dict[str, int]
     policy: dict[str, str]
     rate: EffectiveRate = EffectiveRate(0.0, "unlimited")
+    #: delayed requests past their due time (tracked pages' revisits among them)
+    overdue: int = 0
+    #: the interval (s) of the first overdue request when it is a tracked page, else 0
+    oldest_overdue_interval_s: float = 0.0
 
     @property
     def backlog(self) -> int:
@@ -152,6 +156,30 @@ class SiteStatus:
     @property
     def oldest_pending_ms(self) -> int:
         return max((s.oldest_pending_ms for s in self.streams.values()), default=-1)
+
+    @property
+    def oldest_overdue_s(self) -> float:
+        """How long the first overdue request has been due (s), 0 none."""
+        if not self.overdue or self.next_due_ms < 0:
+            return 0.0
+        return max(0.0, (self.now_ms - self.next_due_ms) / 1000.0)
+
+    @property
+    def overdue_ratio(self) -> float:
+        """How many of its intervals the first overdue tracked page is late by (0: none)."""
+        if self.oldest_overdue_interval_s <= 0:
+            return 0.0
+        return self.oldest_overdue_s / self.oldest_overdue_interval_s
+
+    @property
+    def revisit_demand_per_s(self) -> float:
+        """The fetches per second the site's tracked pages need (ack.lua's ``tdemand``)."""
+        return max(0, self.stats.get("tdemand", 0)) / 1e6
+
+    @property
+    def revisit_stretch(self) -> float:
+        """The factor ack.lua stretches the site's revisits by to fit its budget (1: none)."""
+        return max(1000, self.stats.get("stretch", 1000)) / 1000.0
 
     @property
     def is_empty(self) -> bool:

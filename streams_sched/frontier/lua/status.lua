@@ -17,7 +17,12 @@
 --          entry (-1 none), then delayed, next due ms (-1 none), dead letters,
 --          stats as a flat field/value list, policy as a flat field/value list, then the
 --          site's effective rate (lib/rate.lua; string, '0' unlimited or paused), why,
---          and until when a Retry-After pauses it (ms, 0 none)}
+--          and until when a Retry-After pauses it (ms, 0 none), then the delayed requests
+--          past their due time (overdue) and the first of them ('' none), whose payload
+--          tells a tracked page's interval}
+--
+-- Overdue requests cost one ZCOUNT, and the oldest a ZRANGE of one member: what a read
+-- costs does not grow with the site's waiting pages.
 --
 -- The rate is the one workers that back off and obey robots.txt apply: a site's back-off,
 -- Retry-After and Crawl-delay are written only by workers that do.
@@ -82,4 +87,11 @@ end
 reply[#reply + 1] = tostring(rate)
 reply[#reply + 1] = why
 reply[#reply + 1] = until_ms
+local overdue, oldest = 0, ''
+if next_due >= 0 and next_due <= reply[1] then
+  overdue = redis.call('ZCOUNT', KEYS[1], '-inf', reply[1])
+  oldest = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+end
+reply[#reply + 1] = overdue
+reply[#reply + 1] = oldest
 return reply

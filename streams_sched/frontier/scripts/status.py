@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streams_sched.connect.server_checks import text
+from streams_sched.frontier.delayed import waiting_page
 from streams_sched.frontier.keys import STREAMS, SiteKeys
 from streams_sched.frontier.records import EffectiveRate, SiteStatus, StreamStatus
 from streams_sched.frontier.scripts._call import Arg, Call, Context
@@ -53,7 +54,14 @@ def parse(site: str, reply: Sequence[Any]) -> SiteStatus:
         stats=stats,
         policy=_fields(reply[tail + 4]),
         rate=EffectiveRate(float(reply[tail + 5]), text(reply[tail + 6]), int(reply[tail + 7])),
+        overdue=int(reply[tail + 8]),
+        oldest_overdue_interval_s=_interval_of(reply[tail + 9]),
     )
+
+
+def _interval_of(member: Any) -> float:
+    page = waiting_page(member) if isinstance(member, bytes) and member else None
+    return page.interval_s if page is not None else 0.0
 
 
 def call(f: Context, site: str) -> Call[SiteStatus]:
