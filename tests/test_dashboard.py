@@ -48,6 +48,10 @@ EMPTY_HERE: dict[tuple[str, str], str] = {
         "the monitor's render counter is per live worker with the browser capability only",
     ("Redis memory against maxmemory", "B"):
         "the tests' redis-server has no maxmemory (0, which the query leaves out as no limit)",
+    ("Revisits per second, and the share that found a change", "B"):
+        "this crawl tracks no page, so no adaptive revisit compared a signature: the share is 0/0, NaN",
+    ("Revisit demand (requests/s) and sites stretched to fit their rate", "B"):
+        "no site has tracked pages that need more than its rate, so no stretch is above 1",
 }
 
 #: Grafana's own interval variables, as it would fill them for a 3-hour range
