@@ -217,6 +217,30 @@ def test_a_gone_page_stops_being_tracked_after_the_count(worker: InProcessWorker
     assert (st.stats.get("tracked"), st.backlog, st.pending, st.delayed) == (0, 0, 0, 0)
 
 
+def test_a_dead_lettered_tracked_page_leaves_the_tracked_count_and_comes_back_to_it_when_requeued(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """A tracked page moved to dead letters is no longer tracked (count and demand go down); `dlq requeue` brings it back, counted once, and its next ack schedules it again."""
+    s = worker.scheduler
+    f = Frontier(r, crawl)
+    s.enqueue_request(scrapy.Request("http://dl.test/x", meta={"revisit": 0.2}))
+    answer(worker, worker.next_request())
+    req = worker.next_request()
+    entry = s.lease_of(req)
+    assert entry is not None and f.status("dl.test").stats.get("tdemand") == 5_000_000
+    assert f.dead_letter("dl.test", s.node_id, [(entry.stream, entry.id, "the spider crashed on it")]) == 1
+    st = f.status("dl.test")
+    assert (st.stats.get("tracked"), st.stats.get("tdemand"), st.dead_letters) == (0, 0, 1)
+    [(letter, _)] = r.xrange(f.site("dl.test").dlq)
+    assert f.requeue_dead("dl.test", [letter.decode()]).requeued == 1
+    st = f.status("dl.test")
+    assert (st.stats.get("tracked"), st.stats.get("tdemand")) == (1, 5_000_000)
+    again = worker.next_request()
+    assert again.url == "http://dl.test/x"
+    answer(worker, again)
+    assert len(delayed(r, crawl, "dl.test")) == 1 and f.status("dl.test").stats.get("tracked") == 1
+
+
 def test_dedupe_drops_a_rediscovered_copy_while_the_revisit_goes_through(
     worker: InProcessWorker, r: redis.Redis, crawl: str
 ) -> None:

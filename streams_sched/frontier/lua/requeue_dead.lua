@@ -48,6 +48,7 @@ for i = 3, #ARGV do
     if target and payload and payload ~= '' then
       ensure_group(target, group)
       redis.call('XADD', target, '*', 'r', payload)
+      count_tracked(KEYS[2], payload, 1)
       mark_ready({ KEYS[9], KEYS[10] }, typed, ARGV[2], now)
       redis.call('XDEL', KEYS[1], ARGV[i])
       requeued = requeued + 1

@@ -64,10 +64,45 @@ local function entry_fields(fields)
   return payload, d
 end
 
+-- A tracked page's part of its site's tracked count and revisit demand (ack.lua), read
+-- from its payload: 0, 0 for a request that is not a tracked page. The payload is
+-- msgpack with the request's meta under 'mt', and a tracked page's state under
+-- meta.revisit_state, its interval (s) in 'i'. Only a payload that names revisit_state
+-- is decoded, so an untracked request costs a substring search; one cmsgpack cannot read
+-- still counts as a page, without its demand, which ack.lua keeps from falling below 0.
+local function tracked_share(payload)
+  if not payload or not string.find(payload, 'revisit_state', 1, true) then
+    return 0, 0
+  end
+  local ok, d = pcall(cmsgpack.unpack, payload)
+  local state = ok and type(d) == 'table' and type(d.mt) == 'table' and d.mt.revisit_state
+  local interval = type(state) == 'table' and tonumber(state.i)
+  if not interval or interval <= 0 then
+    return 1, 0
+  end
+  return 1, math.floor(1e9 / math.floor(interval * 1000 + 0.5) + 0.5)
+end
+
+-- A tracked page that becomes a dead letter is no longer tracked; requeued, it is again
+-- (sign -1 and 1): its site's tracked count and demand follow.
+local function count_tracked(stats, payload, sign)
+  local n, demand = tracked_share(payload)
+  if n > 0 then
+    redis.call('HINCRBY', stats, 'tracked', sign)
+    if demand > 0 then
+      local left = redis.call('HINCRBY', stats, 'tdemand', sign * demand)
+      if left < 0 then
+        redis.call('HSET', stats, 'tdemand', 0)
+      end
+    end
+  end
+end
+
 local function dead_letter(dlq, stats, stream, id, payload, reason, deliveries, node, now)
   redis.call('XADD', dlq, '*', 'r', payload or '', 'reason', reason, 'stream', stream,
     'id', id, 'deliveries', deliveries, 'node', node, 'ts', now)
   redis.call('HINCRBY', stats, 'dead', 1)
+  count_tracked(stats, payload, -1)
 end
 
 -- 1 if any of a site's streams has a pending entry, else 0.
