@@ -241,6 +241,30 @@ def test_a_dead_lettered_tracked_page_leaves_the_tracked_count_and_comes_back_to
     assert len(delayed(r, crawl, "dl.test")) == 1 and f.status("dl.test").stats.get("tracked") == 1
 
 
+def test_a_page_tracked_by_its_site_policy_is_scheduled_by_a_worker_that_took_its_lease_over_without_ever_leasing_the_site(
+    r: redis.Redis, redis_url: str, crawl: str
+) -> None:
+    """The first visit of a policy-tracked page leased by a worker that never acks it: a second worker, which never leased the site, takes the lease over (claim.lua carries the policy revisit) and its ack schedules the next visit."""
+    from streams_sched.politeness.policy import set_policy
+
+    set_policy(Frontier(r, crawl), "claimed.test", {"revisit": "1h"})
+    first = InProcessWorker(redis_url, crawl, STREAMS_LEASE_SECONDS=0.3)
+    second = InProcessWorker(redis_url, crawl, STREAMS_LEASE_SECONDS=0.3, STREAMS_REVISIT_JITTER=0.0)
+    try:
+        first.scheduler.enqueue_request(scrapy.Request("http://claimed.test/p"))
+        first.next_request()  # leased, never acked: first stops here
+        req = second.next_request()
+        entry = second.scheduler.lease_of(req)
+        assert entry is not None and entry.suspect and entry.revisit == "1h"
+        answer(second, req)
+        [(_, due)] = delayed(r, crawl, "claimed.test")
+        assert due >= redis_ms(r) + 3_500_000
+        assert Frontier(r, crawl).status("claimed.test").stats.get("tracked") == 1
+    finally:
+        first.close()
+        second.close()
+
+
 def test_dedupe_drops_a_rediscovered_copy_while_the_revisit_goes_through(
     worker: InProcessWorker, r: redis.Redis, crawl: str
 ) -> None:

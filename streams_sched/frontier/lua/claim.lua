@@ -15,6 +15,7 @@
 -- KEYS[9]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[11]     leased         ZSET of the shard's sites with leased entries
+-- KEYS[12]     policy         HASH of the site's policy (its revisit, for the claim mode)
 -- ARGV[1]      consumer group
 -- ARGV[2]      consumer claiming (node id, or the reclaimer's name)
 -- ARGV[3]      minimum idle time in ms (the lease time)
@@ -23,7 +24,12 @@
 -- ARGV[6]      mode: 'claim' or 'requeue'
 -- ARGV[7]      stream mask: six chars, '1' = consider that stream
 -- ARGV[8]      the site's name (its member in the shard's indexes)
--- Returns {taken, dead, then (claim mode) per entry: stream index, id, payload, prior deliveries}
+-- Returns {taken, dead, the site's policy revisit ('' none; claim mode), then (claim mode)
+--          per entry: stream index, id, payload, prior deliveries}
+--
+-- The policy revisit goes with the entries a worker takes over, as with those lease.lua
+-- gives: a page tracked by its site's policy is tracked whoever finishes it, even a worker
+-- that never leased the site.
 
 local group, consumer = ARGV[1], ARGV[2]
 local min_idle, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -105,7 +111,11 @@ if pending > 0 then
 else
   redis.call('ZREM', KEYS[11], ARGV[8])
 end
-local reply = { taken, dead }
+local revisit = ''
+if #out > 0 then
+  revisit = redis.call('HGET', KEYS[12], 'revisit') or ''
+end
+local reply = { taken, dead, revisit }
 for _, v in ipairs(out) do
   reply[#reply + 1] = v
 end

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from streams_sched.frontier.keys import TASK_TYPES, SiteKeys, stream_mask
 from streams_sched.frontier.records import LeasedEntry
+from streams_sched.frontier.replies import text
 from streams_sched.frontier.scripts._call import Arg, Call, Context
 from streams_sched.frontier.scripts.lease import leased_entries
 
@@ -26,8 +27,8 @@ class ClaimReply(NamedTuple):
 
 
 def keys(k: SiteKeys) -> list[str]:
-    """dlq, stats, streams, the shard's ready indexes and leased index."""
-    return [k.dlq, k.stats, *k.streams, *k.index.readies, k.index.leased]
+    """dlq, stats, streams, the shard's ready indexes and leased index, the site's policy."""
+    return [k.dlq, k.stats, *k.streams, *k.index.readies, k.index.leased, k.policy]
 
 
 def args(
@@ -37,7 +38,13 @@ def args(
 
 
 def parse(site: str, reply: Sequence[Any]) -> ClaimReply:
-    return ClaimReply(int(reply[0]), int(reply[1]), leased_entries(site, reply, 2, claimed=True))
+    """Each entry taken carries its site's policy revisit, as a leased one does."""
+    entries = leased_entries(site, reply, 3, claimed=True)
+    revisit = text(reply[2])
+    if revisit:
+        for e in entries:
+            e.revisit = revisit
+    return ClaimReply(int(reply[0]), int(reply[1]), entries)
 
 
 def call(

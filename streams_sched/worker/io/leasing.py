@@ -316,7 +316,7 @@ class Leasing:
                 continue
             if site_revisit and e.site in site_revisit:
                 e.revisit = site_revisit[e.site]
-            elif not (track_all or "revisit" in request.meta):
+            if not (e.revisit or track_all or "revisit" in request.meta):
                 # a tracked page keeps its payload as leased: its ack sends it back for the
                 # next visit (worker/revisits.py); any other is dropped here
                 e.payload = None
