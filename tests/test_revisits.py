@@ -301,6 +301,32 @@ def test_a_retry_copy_of_a_tracked_page_is_crawled_once_and_the_page_stays_track
     assert Frontier(r, crawl).status("flaky.test").stats.get("tracked") == 1
 
 
+def test_a_tracked_page_that_redirects_stays_tracked_by_its_url_and_the_target_is_fetched_each_time_untracked(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """Scrapy's redirect of a tracked page (redirect_urls starts with it) is crawled once per visit, past the seen filter and untracked; the page's ack counts the redirect as an answer, so its next visit is at its interval, not backed off."""
+    s = worker.scheduler
+    f = Frontier(r, crawl)
+    s.enqueue_request(scrapy.Request("http://moved.test/old", meta={"revisit": 0.3}))
+    for visit in range(2):
+        source = worker.next_request()
+        assert source.url == "http://moved.test/old"
+        # what RedirectMiddleware returns instead of the 301 (response_received does not fire)
+        target = source.replace(url="http://moved.test/new")
+        target.meta["redirect_urls"] = [source.url]
+        assert s.enqueue_request(target) is True  # the second time too: not a duplicate
+        before = redis_ms(r)
+        s.request_done(source)
+        worker.settle()
+        dues = [due for m, due in delayed(r, crawl, "moved.test")]
+        assert len(dues) == 1 and before + 300 <= dues[0] <= redis_ms(r) + 300  # its interval, no back-off
+        got = worker.next_request()
+        assert got.url == "http://moved.test/new" and got.meta["revisit"] is False and "revisit_state" not in got.meta
+        answer(worker, got)
+        assert len(delayed(r, crawl, "moved.test")) == 1
+    assert f.status("moved.test").stats.get("tracked") == 1
+
+
 def test_an_ack_sent_twice_schedules_the_next_visit_once(r: redis.Redis, redis_url: str, crawl: str) -> None:
     """Two acks of one tracked entry (a slow worker and the one that took its lease over): only the one that deletes the entry schedules."""
     w = InProcessWorker(redis_url, crawl, STREAMS_REVISIT_JITTER=0.0)

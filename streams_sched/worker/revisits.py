@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 #: answers that count towards STREAMS_REVISIT_STOP_AFTER: the page is gone
 PERMANENT = frozenset((404, 410))
+#: the status a tracked page's ack counts when Scrapy followed its redirect (Scrapy's
+#: response_received does not fire for it): an answer, neither changed nor a failure
+REDIRECTED = 300
 #: the meta key of a page's tracking state
 STATE = "revisit_state"
 
@@ -181,6 +184,8 @@ class Revisits:
         self.crawl_stopped: Callable[[], bool] = lambda: False
         #: tracked request in flight -> (status, body signature) of its answer
         self.answers: dict[Request, tuple[int, str]] = {}
+        #: URLs of tracked requests in flight that answered with a redirect
+        self.redirected: set[str] = set()
 
     def handed_out(self, request: Request) -> None:
         """A tracked request went to the engine."""
@@ -191,13 +196,28 @@ class Revisits:
         if request.url in self.live and self.is_tracked(request):
             self.answers[request] = (response.status, signature_of(response.body))
 
+    def copy_of_tracked(self, request: Request) -> bool:
+        """Whether ``request`` is a copy Scrapy made of a tracked request in flight, which is
+        then crawled once and not tracked on its own (the page's own ack schedules its next
+        visit): a retry's (dont_filter, the same URL) or a redirect's (``redirect_urls``
+        starts with its URL; the page stays tracked by the URL it was tracked by, and its
+        ack counts the redirect as an answer, not as a failure to back off from)."""
+        if request.dont_filter and request.url in self.live:
+            self.untrack_copy(request)
+            return True
+        urls = request.meta.get("redirect_urls")
+        if urls and urls[0] in self.live:
+            self.untrack_copy(request)
+            self.redirected.add(urls[0])
+            return True
+        return False
+
     def untrack_copy(self, request: Request) -> None:
-        """``request`` (dont_filter) has the URL of a tracked request in flight: a retry's
-        copy, crawled once; the page's own ack schedules its next visit."""
+        """``request`` is a copy of a tracked request in flight: it is not tracked on its own,
+        whether by its meta, the crawl's setting or its site's policy."""
         meta = request.meta
-        if "revisit" in meta or self.track_all or STATE in meta:
-            meta["revisit"] = False
-            meta.pop(STATE, None)
+        meta["revisit"] = False
+        meta.pop(STATE, None)
 
     def ack(self, entry: LeasedEntry, request: Request) -> Ack:
         """The ack of a tracked page (``entry.payload``: its request as leased): its next
@@ -210,6 +230,10 @@ class Revisits:
         else:
             self.live.pop(url, None)
         status, body_sig = self.answers.pop(request, (None, None))
+        if url in self.redirected:
+            self.redirected.discard(url)
+            if status is None:
+                status = REDIRECTED
         payload = entry.payload
         assert payload is not None
         try:
@@ -250,3 +274,4 @@ class Revisits:
         """The worker closed: forget the tracked requests in flight."""
         self.live.clear()
         self.answers.clear()
+        self.redirected.clear()

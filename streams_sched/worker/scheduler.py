@@ -391,11 +391,13 @@ class StreamsScheduler(BaseScheduler):
         dedupe = self.dedupe
         if x is not None and x.seen_epoch != dedupe.epoch:
             dedupe.forget(x.seen_epoch)
-        if request.dont_filter:
+        revisits = self.revisits
+        if revisits is not None and revisits.live and revisits.copy_of_tracked(request):
+            # a retry's or a redirect's copy of a tracked page in flight: crawled once, past
+            # the seen filter as the page's own revisit is, and not tracked on its own
             fp = b""
-            revisits = self.revisits
-            if revisits is not None and revisits.live and request.url in revisits.live:
-                revisits.untrack_copy(request)
+        elif request.dont_filter:
+            fp = b""
         else:
             if dedupe.url_shortcut and request.method == "GET" and not request.body and not request.meta.get("verbatim_url"):
                 url_key = request.url.encode()
