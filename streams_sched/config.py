@@ -407,6 +407,18 @@ class StreamsConfig:
             )
         if self.feed_as_set and self.feed_as_zset:
             raise ConfigError("REDIS_START_URLS_AS_ZSET", True, "REDIS_START_URLS_AS_SET is set too; choose one")
+        if self.revisit_every_seconds > 0 and self.revisit_after_seconds > 0:
+            raise ConfigError(
+                "STREAMS_REVISIT_EVERY_SECONDS", self.revisit_every_seconds,
+                f"STREAMS_REVISIT_AFTER_SECONDS={self.revisit_after_seconds} is set too: a page found again after that"
+                " window passes the seen filter and is tracked a second time. Tracked pages come back on their own:"
+                " set STREAMS_REVISIT_AFTER_SECONDS = 0",
+            )
+        if self.revisit_min_seconds > self.revisit_max_seconds:
+            raise ConfigError(
+                "STREAMS_REVISIT_MIN_SECONDS", self.revisit_min_seconds,
+                f"must not be above STREAMS_REVISIT_MAX_SECONDS={self.revisit_max_seconds}",
+            )
 
     @property
     def lease_ms(self) -> int:

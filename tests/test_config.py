@@ -198,3 +198,13 @@ def test_allow_eviction_from_the_setting_or_the_environment(monkeypatch: pytest.
     assert build(STREAMS_ALLOW_EVICTION=False).allow_eviction is False
     with pytest.raises(ConfigError, match="STREAMS_ALLOW_EVICTION='sometimes': expected True or False"):
         build(STREAMS_ALLOW_EVICTION="sometimes")
+
+
+def test_tracking_every_page_and_a_revisit_window_together_is_refused_with_the_fix() -> None:
+    """STREAMS_REVISIT_EVERY_SECONDS with STREAMS_REVISIT_AFTER_SECONDS would track a rediscovered page twice: refused at start, naming both and the fix; min above max is refused too."""
+    with pytest.raises(ConfigError, match=r"STREAMS_REVISIT_EVERY_SECONDS=3600.0: STREAMS_REVISIT_AFTER_SECONDS=86400.0 is set too.*= 0"):
+        StreamsConfig.from_settings({"REDIS_URL": "redis://x", "STREAMS_REVISIT_EVERY_SECONDS": 3600,
+                                     "STREAMS_REVISIT_AFTER_SECONDS": 86400}, "s")
+    with pytest.raises(ConfigError, match="STREAMS_REVISIT_MIN_SECONDS=600.0: must not be above STREAMS_REVISIT_MAX_SECONDS=60.0"):
+        StreamsConfig.from_settings({"REDIS_URL": "redis://x", "STREAMS_REVISIT_MIN_SECONDS": 600,
+                                     "STREAMS_REVISIT_MAX_SECONDS": 60}, "s")
