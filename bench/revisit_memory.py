@@ -12,6 +12,9 @@ scripts:
 
 Bytes are the growth of ``used_memory`` over the empty crawl, divided by the pages;
 both include each page's fingerprint in its site's seen filter and the sites' stats.
+Then where the difference is: the mean length of a delayed ZSET member of each kind
+(``<stream>:<seq>:<payload>``), and the msgpack bytes of each meta field that only one
+kind carries.
 
     python bench/revisit_memory.py                 # 100,000 pages on 100 sites
     python bench/revisit_memory.py --pages 1000 --sites 1000
@@ -20,8 +23,11 @@ both include each page's fingerprint in its site's seen filter and the sites' st
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Any
+
+import msgpack
 
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
@@ -47,7 +53,20 @@ def requests(site: str, pages: int, meta: dict[str, Any]) -> list[Request]:
             for i in range(pages)]
 
 
-def run(url: str, kind: str, sites: int, pages: int) -> float:
+def member_sizes(client: Any, f: Frontier, sites: int) -> dict[str, Any]:
+    """Mean delayed-member length (a sample of sites), and one member's meta fields with
+    their msgpack bytes."""
+    lengths: list[int] = []
+    for s in range(0, sites, max(1, sites // 20)):
+        lengths += [len(m) for m in client.zrange(f.site(f"shop{s:05d}.test").delayed, 0, -1)]
+    member = client.zrange(f.site("shop00000.test").delayed, 0, 0)[0]
+    payload = member.split(b":", 2)[2]
+    meta = msgpack.unpackb(payload, raw=False, strict_map_key=False).get("mt") or {}
+    fields = {k: len(msgpack.packb(k)) + len(msgpack.packb(v)) for k, v in meta.items()}
+    return {"member": statistics.fmean(lengths), "payload": len(payload), "meta": fields}
+
+
+def run(url: str, kind: str, sites: int, pages: int) -> tuple[float, dict[str, Any]]:
     client = connect(url)
     client.flushall()
     f = Frontier(client, "bench")
@@ -78,7 +97,8 @@ def run(url: str, kind: str, sites: int, pages: int) -> float:
                 left -= len(leased)
         waiting = client.zcard(f.site(site).delayed)
         assert waiting == pages, (site, waiting)
-    return (used(client) - base) / (sites * pages)
+    per_page = (used(client) - base) / (sites * pages)
+    return per_page, member_sizes(client, f, sites)
 
 
 def main() -> None:
@@ -90,10 +110,19 @@ def main() -> None:
     n = args.sites * args.pages
 
     def both(url: str) -> None:
-        got = {kind: run(url, kind, args.sites, args.pages) for kind in ("delayed", "tracked")}
+        runs = {kind: run(url, kind, args.sites, args.pages) for kind in ("delayed", "tracked")}
+        got = {kind: r[0] for kind, r in runs.items()}
+        sizes = {kind: r[1] for kind, r in runs.items()}
         print(f"{n:,} pages on {args.sites:,} sites: Redis bytes per page waiting")
         print(f"  delayed request  {got['delayed']:7.0f} B")
         print(f"  tracked page     {got['tracked']:7.0f} B  ({got['tracked'] / got['delayed']:.2f}x)")
+        d, t = sizes["delayed"], sizes["tracked"]
+        print(f"where: the ZSET member is {t['member'] - d['member']:+.0f} B"
+              f" ({d['member']:.0f} B delayed, {t['member']:.0f} B tracked; payloads {d['payload']} and {t['payload']} B)")
+        for kind, other in (("delayed", "tracked"), ("tracked", "delayed")):
+            own = {k: v for k, v in sizes[kind]["meta"].items() if k not in sizes[other]["meta"]}
+            print(f"  meta only a {kind} one carries: "
+                  + (", ".join(f"{k} {v} B" for k, v in own.items()) or "none"))
 
     if args.redis_url:
         both(args.redis_url)
