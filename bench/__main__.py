@@ -19,6 +19,8 @@ ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revis
 add one-URL sites, on one Redis and on a 3-master cluster (bench/push.py).
 ``python -m bench browser`` measures whether plain pages keep flowing while browser
 workers render (Debian's Chromium through scrapy-playwright; bench/browser.py).
+``python -m bench recrawl-scale`` measures worker and Redis CPU per fetch with 1,000,000
+tracked pages waiting on 10,000 sites, against a one-off crawl (bench/recrawl_scale.py).
 ``python -m bench faults --minutes 30`` runs the seeded random fault campaign seed after
 seed on a 3+3 Redis Cluster and under Sentinel, and tabulates the faults survived
 (bench/faults.py, the engine in tests/campaign.py).
@@ -161,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         from .push import main as push_main
 
         return push_main(rest[1:])
+    if rest[:1] == ["recrawl-scale"]:  # python -m bench recrawl-scale: CPU per fetch with tracked pages waiting
+        from .recrawl_scale import main as recrawl_scale_main
+
+        return recrawl_scale_main(rest[1:])
     if rest[:1] == ["faults"]:  # python -m bench faults: the seeded fault campaign (bench/faults.py)
         from .faults import main as faults_main
 
