@@ -411,6 +411,29 @@ def test_a_page_in_flight_when_its_site_is_stopped_is_not_scheduled_again(
     assert Frontier(r, crawl).status("late.test").stats.get("tracked") == 0
 
 
+def test_a_url_stopped_while_its_visit_is_in_flight_is_not_scheduled_again(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """`revisits SITE URL --stop` with the page's visit leased (none waiting): the visit's ack schedules no next one, the page leaves the tracked count and demand, and the stopped-URL set is emptied."""
+    from streams_sched.admin.revisits import stop_tracking
+
+    f = Frontier(r, crawl)
+    s = worker.scheduler
+    for n, every in ((1, 0.2), (2, 60)):
+        s.enqueue_request(scrapy.Request(f"http://inflight.test/p{n}", meta={"revisit": every}))
+    for _ in range(2):
+        answer(worker, worker.next_request())
+    req = worker.next_request()
+    assert req.url == "http://inflight.test/p1"
+    assert stop_tracking(f, "inflight.test", req.url) == 0  # nothing waiting: it is in flight
+    answer(worker, req)
+    [(member, _)] = delayed(r, crawl, "inflight.test")
+    assert b"http://inflight.test/p2" in member  # only the other page comes back
+    st = f.status("inflight.test")
+    assert (st.stats.get("tracked"), st.stats.get("tdemand")) == (1, round(1e9 / 60_000))
+    assert r.scard(f.site("inflight.test").revisit_stops) == 0
+
+
 def test_the_crawl_wide_setting_tracks_every_page_and_a_stopped_crawl_tracks_none(
     redis_url: str, r: redis.Redis, crawl: str
 ) -> None:

@@ -11,8 +11,9 @@ becomes ``off`` (ack.lua then schedules none of its pages, even from a worker th
 them before), the crawl's meta gets ``revisits_stopped`` for ``--stop`` of the whole crawl
 (each worker reads it with its default policy, every STREAMS_POLICY_REFRESH_SECONDS, and
 stops tracking new pages), and the waiting pages leave the delayed ZSETs. Stopping one
-URL removes its waiting visit; a visit of it in flight at that moment still schedules the
-next one, so stop again once it is back (``revisits`` shows it).
+URL removes its waiting visit or, when none is waiting (a visit of it is in flight, or
+queued in a stream), puts the URL in the site's ``revisit_stops`` set, so that visit's ack
+schedules no next one (ack.lua).
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def _page(site: str, member: bytes, score: float) -> TrackedPage | None:
     """The tracked page of a delayed member, or None (a delayed request, not a tracked page)."""
     page = waiting_page(member)
     return None if page is None else TrackedPage(site, page.url, int(score), page.interval_s, member)
+
+
+#: how long a stopped URL waits for its visit in flight or queued: a lease lasts
+#: STREAMS_LEASE_SECONDS and an expired one is taken over, so a visit of it is acked, or
+#: dead-lettered, well within this
+STOPS_TTL_MS = 3_600_000
 
 
 def demand_of(interval_s: float) -> int:
@@ -108,6 +115,13 @@ def stop_tracking(frontier: Frontier, site: str | None = None, url: str | None =
             frontier.client.hdel(keys.stats, "tdemand", "stretch")
         pages = list(_pages(frontier, s, url))
         if not pages:
+            if url is not None:
+                # no visit of it waiting: one may be in flight or queued in a stream, and
+                # ack.lua schedules none for a URL in this set (and takes it out)
+                pipe = frontier.client.pipeline(transaction=False)
+                pipe.sadd(keys.revisit_stops, url)
+                pipe.pexpire(keys.revisit_stops, STOPS_TTL_MS)
+                pipe.execute()
             continue
         pipe = frontier.client.pipeline(transaction=False)
         for page in pages:

@@ -41,8 +41,7 @@ def revisits(redis_url: str, crawl: str, site: str | None, url: str | None, limi
         what = url or (f"site {site}" if site else f"crawl {crawl}")
         click.echo(f"stopped tracking {what}: {removed} waiting visit(s) removed")
         if url is not None and removed == 0:
-            click.echo("none was waiting: if a visit of it is in flight now, its ack schedules the next one;"
-                       " run this again once `revisits` lists it")
+            click.echo("none was waiting: a visit of it in flight or queued now will not be scheduled again")
         return
     pages = tracked_pages(frontier, site, url, limit)
     now_ms = frontier.clock.now() * 1000

@@ -356,6 +356,12 @@ class SiteKeys:
         return f"{self.base}:seen:{bucket}", f"{self.base}:seen:{bucket}:meta"
 
     @property
+    def revisit_stops(self) -> str:
+        """SET of URLs whose tracking was stopped while a visit of them may be in flight or
+        queued (admin/revisits.py): ack.lua schedules no next visit for them. It expires."""
+        return f"{self.base}:revisit_stops"
+
+    @property
     def sync(self) -> str:
         """The replica barrier key (replicas.py): the shard's, for all its sites."""
         return self.index.sync
@@ -372,4 +378,5 @@ class SiteKeys:
             self.stats,
             self.policy,
             self.window,
+            self.revisit_stops,
         )

@@ -8,7 +8,7 @@
 -- KEYS[1]      leased    ZSET of the shard's sites with leased entries
 -- KEYS[2]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
 -- KEYS[3]      ready:browser  ZSET of the shard's sites with browser work
--- KEYS[4..]    per site, 9 keys (+1 delayed, with tracked pages):
+-- KEYS[4..]    per site, 9 keys (+1 delayed, +1 revisit_stops with tracked pages):
 --              stats     HASH of counters
 --              streams   http:high http:default http:low browser:high browser:default browser:low
 --              policy    HASH of the site's policy and politeness state (see feedback.lua)
@@ -27,9 +27,15 @@
 -- already acked, after taking over an expired lease, counts 0; one whose lease a failover
 -- lost, but not the entry, counts 1).
 --
--- Only a site with tracked pages in the call (r > 0 below) has a 10th key, its delayed
--- ZSET of waiting requests (lib/delayed.lua): an untracked page's ack passes no key it
--- does not use.
+-- Only a site with tracked pages in the call (r > 0 below) has a 10th and 11th key, its
+-- delayed ZSET of waiting requests (lib/delayed.lua) and its revisit_stops SET: an
+-- untracked page's ack passes no key it does not use.
+--
+-- revisit_stops holds the URLs `streams-sched revisits --stop` stopped while no visit of
+-- them was waiting (one in flight, or promoted into a stream): a page whose URL is there
+-- is not scheduled again, and leaves the set. Its payloads are decoded only while the set
+-- is not empty; a page visited for the first time leaves the set too (it was enqueued
+-- again after the stop, and is tracked from now on).
 --
 -- A tracked page is rescheduled here, in the script that acks it, and only when this
 -- call deletes its entry: a worker killed before the ack leaves the entry pending (taken
@@ -71,7 +77,16 @@ end
 -- Ack the tracked pages of ARGV[first..] (r of them) and put each one this call deletes
 -- in the delayed ZSET for its next visit, stretched when the site's tracked pages need
 -- more than its budget. Returns the entries deleted.
-local function revisit(site, streams, stats, policy, delayed, first, r, counts)
+local function stopped_url(stops, payload)
+  local ok, d = pcall(cmsgpack.unpack, payload)
+  local url = ok and type(d) == 'table' and d.u
+  if type(url) == 'string' and redis.call('SREM', stops, url) == 1 then
+    return true
+  end
+  return false
+end
+
+local function revisit(site, streams, stats, policy, delayed, stops, first, r, counts)
   local d_rate, share = ARGV[first - 2], tonumber(ARGV[first - 1])
   local deleted = 0
   local soonest = nil
@@ -79,6 +94,7 @@ local function revisit(site, streams, stats, policy, delayed, first, r, counts)
   -- `streams-sched revisits --stop` sets the site's policy revisit to 'off': whatever a
   -- worker leased before it learned that, no page of the site is scheduled again
   local off = p[1] == 'off'
+  local any_stops = not off and redis.call('SCARD', stops) > 0
   local due_pages = {}
   local change = 0
   for i = first, first + 7 * (r - 1), 7 do
@@ -92,6 +108,8 @@ local function revisit(site, streams, stats, policy, delayed, first, r, counts)
         local delay, flags = tonumber(ARGV[i + 2]), ARGV[i + 3]
         local interval, prev = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
         if off then
+          delay = -1
+        elseif any_stops and delay >= 0 and stopped_url(stops, ARGV[i + 4]) and flags ~= 'n' then
           delay = -1
         end
         if flags ~= 'n' then
@@ -160,7 +178,7 @@ local function ack_site(k, site, a, n_answers, first, last, r)
   end
   local acked = 0
   if r > 0 then
-    acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], last + 4, r, counts)
+    acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], KEYS[k + 10], last + 4, r, counts)
   end
   local by_stream = {}
   for i = first, last, 2 do
@@ -254,7 +272,7 @@ while i <= #ARGV do
   replies[#replies + 1] = ack_site(k, ARGV[i], i + 2, n, first, first + 2 * m - 1, r)
   k = k + 9
   if r > 0 then
-    k = k + 1
+    k = k + 2
   end
   i = first + 2 * m + 1
   if r > 0 then

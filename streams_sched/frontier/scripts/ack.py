@@ -30,13 +30,13 @@ SiteAcks = tuple[str, Iterable[tuple[int, bytes]], tuple[int, Sequence[Any]] | N
 
 def keys(shard: ShardKeys, sites: Sequence[SiteKeys], tracked: Collection[str] = ()) -> list[str]:
     """The shard's leased and ready indexes, then per site: stats, streams, policy, window,
-    and its delayed ZSET when it is in ``tracked`` (it has tracked pages in the call), so an
-    untracked page's call passes no key it does not use."""
+    and its delayed ZSET and stopped URLs when it is in ``tracked`` (it has tracked pages in
+    the call), so an untracked page's call passes no key it does not use."""
     out = [shard.leased, *shard.readies]
     for k in sites:
         out += (k.stats, *k.streams, k.policy, k.window)
         if k.site in tracked:
-            out.append(k.delayed)
+            out += (k.delayed, k.revisit_stops)
     return out
 
 
