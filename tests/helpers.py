@@ -343,3 +343,93 @@ def same(a: Any, b: Any, where: str = "") -> None:
             if a.tzinfo is not None:
                 assert a.tzinfo.tzname(None if isinstance(a, dt.time) else a) == b.tzinfo.tzname(
                     None if isinstance(b, dt.time) else b), where
+
+
+# -- tracked pages (continuous crawling) --------------------------------------------
+
+#: one site's copies of requests, read in one script so that no page moving between its
+#: keys (due: delayed ZSET -> stream; acked: stream -> delayed ZSET) is missed or seen twice.
+#: KEYS: the site's delayed ZSET, its six streams, its shard's inbox HASH; ARGV[1]: the site.
+_SITE_COPIES = """
+local out = {redis.call('ZRANGE', KEYS[1], 0, -1)}
+for i = 2, 7 do
+  local payloads = {}
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[i], '-', '+')) do
+    local fields = entry[2]
+    for j = 1, #fields, 2 do
+      if fields[j] == 'r' then payloads[#payloads + 1] = fields[j + 1] end
+    end
+  end
+  out[#out + 1] = payloads
+end
+out[#out + 1] = redis.call('HGET', KEYS[8], ARGV[1]) or ''
+return out
+"""
+
+
+def _tracked_url(payload: bytes) -> str | None:
+    """The URL of a request payload if it is a tracked page's own request (its meta has
+    ``revisit_state``, or a ``revisit`` that tracks it), else None (untracked, or a retry's copy)."""
+    import msgpack
+
+    d = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    meta = d.get("mt") if isinstance(d, dict) else None
+    if not isinstance(meta, dict):
+        return None
+    if isinstance(meta.get("revisit_state"), dict) or meta.get("revisit") not in (None, False, 0):
+        return str(d["u"])
+    return None
+
+
+def tracked_copies(url: str, crawl: str) -> Counter[str]:
+    """How many times each tracked page is in the crawl's frontier: as a member of its site's
+    delayed ZSET (waiting for its next visit) or as a request queued in one of its streams
+    (leased or not) or in its shard's inbox. Each site is read in one script, so the count
+    is exact while workers run; on a cluster each site is read on the master that holds it."""
+    import msgpack
+
+    f = frontier(url, crawl)
+    counts: Counter[str] = Counter()
+    for site in f.sites():
+        keys = f.site(site)
+        reply = f.client.eval(_SITE_COPIES, 8, keys.delayed, *keys.streams, keys.index.inbox, site)
+        members, *streams, inbox = reply
+        payloads = [bytes(m).split(b":", 2)[2] for m in members]
+        payloads += [bytes(p) for stream in streams for p in stream]
+        if inbox:
+            unpacker = msgpack.Unpacker(raw=True)
+            unpacker.feed(bytes(inbox))
+            flat = next(unpacker)
+            payloads += [bytes(p) for p in flat[1::2]]
+        counts.update(u for u in map(_tracked_url, payloads) if u is not None)
+    return counts
+
+
+def tracked_once_problems(url: str, crawl: str, want: set[str], *, mid_crawl: bool = False) -> list[str]:
+    """What is wrong with the tracked pages ``want`` in the frontier: pages missing from it
+    (lost), pages in it more than once (scheduled twice) and tracked pages that are not
+    in ``want``. Empty when each of them is there exactly once. ``mid_crawl``: pages not
+    found yet are not missing."""
+    copies = tracked_copies(url, crawl)
+    lost = [] if mid_crawl else sorted(want - set(copies))
+    twice = sorted(u for u, n in copies.items() if n > 1)
+    other = sorted(set(copies) - want)
+    out = []
+    if lost:
+        out.append(f"{len(lost)} tracked pages lost (in no delayed ZSET and no stream), e.g. {lost[:5]}")
+    if twice:
+        out.append(f"{len(twice)} tracked pages in the frontier more than once, e.g. "
+                   f"{[(u, copies[u]) for u in twice[:5]]}")
+    if other:
+        out.append(f"{len(other)} tracked pages that should not be, e.g. {other[:5]}")
+    return out
+
+
+def first_visits(path: Path) -> Counter[str]:
+    """crawled_urls without the revisits of tracked pages (TrackedSpider's items say which)."""
+    return Counter(item["url"] for item in read_items(path) if not item.get("revisit"))
+
+
+def revisited(path: Path, since: int = 0) -> set[str]:
+    """The URLs revisited in the items from line ``since`` on."""
+    return {item["url"] for item in read_items(path)[since:] if item.get("revisit")}

@@ -328,3 +328,42 @@ class MetaObjectsSpider(SyntheticSpider):
                   str(offer.price), offer.seen.isoformat(), list(offer.tags)]
         yield {"url": response.url, "arrived": json.dumps([arrived, values], sort_keys=True)}
         yield from self._follow(response)
+
+
+def tracked_page(url: str, one_in: int) -> bool:
+    """Whether TrackedSpider tracks ``url``: its page number is a multiple of ``one_in``
+    (page 0 of every site, the seeds, always)."""
+    return _page_number(url) % max(1, one_in) == 0
+
+
+class TrackedSpider(SyntheticSpider):
+    """The synthetic crawl with a share of its pages tracked (continuous crawling): a page
+    whose number is a multiple of TRACK_ONE_IN (default 1: every page) gets
+    ``meta["revisit"] = TRACK_EVERY_SECONDS``, whichever link finds it first, and priority
+    TRACK_PRIORITY (default 1, the high band: its revisits are crawled while the first
+    pass still has a backlog, not after it). Each item says
+    whether it was a revisit (``revisit_state`` in its meta), so a test counts first visits
+    apart. With TRACK_FOLLOW_REVISITS false a revisit yields its item and no link, as a price
+    page does: the crawl's steady state then sends acks and no enqueue."""
+
+    name = "tracked"
+
+    def _tracking(self, url: str) -> dict[str, Any]:
+        """The arguments of a request for ``url``: meta and priority if it is tracked."""
+        if not tracked_page(url, self.settings.getint("TRACK_ONE_IN", 1)):
+            return {}
+        return {"meta": {"revisit": self.settings.getfloat("TRACK_EVERY_SECONDS", 3.0)},
+                "priority": self.settings.getint("TRACK_PRIORITY", 1)}
+
+    async def start(self) -> Any:
+        async for request in super().start():
+            yield request.replace(**self._tracking(request.url))
+
+    def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
+        revisit = "revisit_state" in response.meta
+        yield {"url": response.url, "status": response.status, "revisit": revisit}
+        if revisit and not self.settings.getbool("TRACK_FOLLOW_REVISITS", True):
+            return
+        for href in response.css("a::attr(href)").getall():
+            url = response.urljoin(href)
+            yield response.follow(url, callback=self.parse, **self._tracking(url))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,28 @@ from streams_sched.errors import RedisUnavailable
 from streams_sched.frontier.seeding import Seeder
 from streams_sched.testing import RedisServer, find_redisbloom
 
-from helpers import Worker, base_settings, crawled_urls, frontier, read_items, wait_for
+from helpers import (
+    Worker,
+    base_settings,
+    crawled_urls,
+    first_visits,
+    frontier,
+    read_items,
+    tracked_once_problems,
+    wait_for,
+)
+from spiders import tracked_page
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SITES, PAGES = 8, 450
 #: how long a replica lags behind its master when the master dies
 LAG_S = 0.5
+#: with tracked pages (tests/spiders.py TrackedSpider): one page in TRACK_ONE_IN of a crawl of
+#: SITES x PAGES is tracked (a longer crawl tracks as many), back every TRACK_EVERY_S, so the
+#: early ones are revisited several times around each failover. At most 45 revisits a second
+#: at the end of the crawl, against about 100 pages a second on 2 cores.
+TRACK_ONE_IN, TRACK_EVERY_S = 20, 4.0
 
 
 @pytest.fixture
@@ -41,47 +57,90 @@ def replicated_cluster() -> Iterator[LocalCluster]:
         yield cluster
 
 
+def check_tracked_once(url: str, crawl: str, want: set[str], timeout: float = 60.0, mid_crawl: bool = False) -> list[str]:
+    """tracked_once_problems, read again while a node is still failing over (the map of a
+    cluster that just lost a node, a sentinel still electing)."""
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return tracked_once_problems(url, crawl, want, mid_crawl=mid_crawl)
+        except redis.RedisError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def stop_tracking_at(url: str, crawl: str) -> None:
+    """streams-sched revisits --stop: the waiting visits go, the crawl drains."""
+    from streams_sched.admin.revisits import stop_tracking
+
+    stop_tracking(frontier(url, crawl))
+
+
 def crawl_through_failovers(
     url: str, crawl: str, tmp_path: Path, failovers: int, fail_over: Any, measured: Any, *, longer: bool = False,
-    within_bound: bool | None = None,
+    within_bound: bool | None = None, tracked: bool = False, check_url: Any = None,
 ) -> None:
     """Two workers crawl SITES x PAGES (more for more failovers); ``fail_over(i)`` is called at
     evenly spread moments of the crawl. Asserts that every failover came while both workers
     were crawling, that every page is crawled, that both workers exit 0 by themselves, and
     (``within_bound``, by default for one failover; several in a row are reported against
     it) that a failover crawled twice no more than what was in flight at the kill plus one
-    second of the crawl."""
+    second of the crawl. ``tracked``: one page in TRACK_ONE_IN is tracked; once every page
+    was crawled, each tracked page must be in the frontier exactly once (waiting in its
+    site's delayed ZSET or queued in a stream), then tracking is stopped so the crawl
+    drains; pages crawled twice count first visits only. ``check_url()``: a URL to read the
+    frontier through after the failovers (by default ``url``; a cluster's must name a live node)."""
+    check_url = check_url or (lambda: url)
     pages = PAGES if failovers <= 2 and not longer else PAGES * 2
     total = SITES * pages
+    every = SyntheticWeb(sites=SITES, pages=pages).all_urls()
+    one_in = TRACK_ONE_IN * pages // PAGES
+    want = {u for u in every if tracked_page(u, one_in)} if tracked else set()
     items = tmp_path / "items.jsonl"
     settings = base_settings(
         url, crawl, "bitmap", items,
         SYNTH_SEED=True, SYNTH_SITES=SITES, SYNTH_PAGES=pages, SYNTH_DELAY_SECONDS=0.02,
         STREAMS_LEASE_SECONDS=10, STREAMS_SOCKET_TIMEOUT_SECONDS=2,
         CONCURRENT_REQUESTS=16, CONCURRENT_REQUESTS_PER_DOMAIN=4,
+        TRACK_ONE_IN=one_in, TRACK_EVERY_SECONDS=TRACK_EVERY_S,
     )
-    workers = [Worker({**settings, "RECORD_TAG": "w0", "STREAMS_NODE_ID": "w0"}, tmp_path / "w0.log")]
+    spider = "spiders.TrackedSpider" if tracked else "streams_sched.demo.spider.SyntheticSpider"
+    crawled = first_visits if tracked else crawled_urls
+    workers = [Worker({**settings, "RECORD_TAG": "w0", "STREAMS_NODE_ID": "w0"}, tmp_path / "w0.log", spider=spider)]
     moments: list[int] = []
     mid_crawl: list[bool] = []
+    problems: list[str] = []
+    revisits_during = 0
     started = time.monotonic()
     try:
         wait_for(lambda: len(read_items(items)) >= 5, timeout=60, what="the crawl to start")
-        workers.append(
-            Worker({**settings, "SYNTH_SEED": False, "RECORD_TAG": "w1", "STREAMS_NODE_ID": "w1"}, tmp_path / "w1.log")
-        )
+        workers.append(Worker(
+            {**settings, "SYNTH_SEED": False, "RECORD_TAG": "w1", "STREAMS_NODE_ID": "w1"}, tmp_path / "w1.log",
+            spider=spider,
+        ))
         for i in range(failovers):
             threshold = total * (i + 1) // (failovers + 2)
-            wait_for(lambda t=threshold: len(read_items(items)) >= t, timeout=180, what=f"{threshold} pages")
-            moments.append(len(read_items(items)))
-            mid_crawl.append(all(w.alive() for w in workers) and len(crawled_urls(items)) < total)
+            wait_for(lambda t=threshold: sum(crawled(items).values()) >= t, timeout=180, what=f"{threshold} pages")
+            moments.append(sum(crawled(items).values()))
+            mid_crawl.append(all(w.alive() for w in workers) and len(crawled(items)) < total)
             fail_over(i)
+            if tracked:  # right after the failover: none there twice
+                problems += check_tracked_once(check_url(), crawl, want, mid_crawl=True)
+        if tracked:
+            wait_for(lambda: set(first_visits(items)) == every, timeout=180, what="every page crawled once")
+            revisits_during = len(read_items(items)) - sum(first_visits(items).values())
+            problems += check_tracked_once(check_url(), crawl, want)
+            stop_tracking_at(check_url(), crawl)
         codes = [w.wait(240) for w in workers]
     finally:
         for w in workers:
             w.close()
     elapsed = time.monotonic() - started
-    seen = crawled_urls(items)
-    missing = SyntheticWeb(sites=SITES, pages=pages).all_urls() - set(seen)
+    seen = crawled(items)
+    missing = every - set(seen)
     repeats = sum(n - 1 for n in seen.values())
     # what one failover may crawl twice: every request in flight or prefetched at the kill
     # (CONCURRENT_REQUESTS, and a prefetch as large, per worker), plus one second of the crawl
@@ -89,7 +148,10 @@ def crawl_through_failovers(
     measured(
         f"{failovers} failovers at pages {moments}: crawled {len(seen)}/{total}, never crawled {len(missing)},"
         f" crawled twice {repeats} (bound {bound}), in {elapsed:.0f}s"
+        + (f"; {revisits_during} revisits of {len(want)} tracked pages, each in the frontier once"
+           f" after the crawl: {not problems}" if tracked else "")
     )
+    assert not problems, problems
     assert codes == [0, 0], [w.log()[-3000:] for w in workers]
     assert all(mid_crawl), f"failovers {mid_crawl} came after the crawl was done: make it longer"
     assert not missing, (len(missing), sorted(missing)[:10])
@@ -97,21 +159,28 @@ def crawl_through_failovers(
         assert repeats <= bound, f"{repeats} pages crawled twice, more than {bound} for {failovers} failover(s)"
     for w in workers:
         assert "Traceback" not in w.log(), w.log()[-5000:]
+    if tracked:
+        f = frontier(check_url(), crawl)
+        statuses = {s: f.status(s) for s in f.sites()}
+        left = {s: (st.backlog, st.pending, st.delayed) for s, st in statuses.items() if st.delayed or st.backlog}
+        assert not left, left
 
 
 @pytest.mark.parametrize(
-    ("restart", "failovers"),
+    ("restart", "failovers", "pages"),
     # three shards with one replica each: left down, a third failover would leave a shard without
     # any. Restarted at once is run three times in a row, each after the node restarted last
     # time is back in sync; Sentinel below runs restarted-at-once with a single replica, as
-    # most run it.
-    [("left_down", 2), ("at_once", 3)],
+    # most run it. Left down runs with one page in 20 tracked (continuous crawling), which
+    # the rest of the crawl does not notice beyond their revisits.
+    [("left_down", 2, "tracked"), ("at_once", 3, "untracked")],
 )
 def test_cluster_failovers_lose_no_page(
-    replicated_cluster: LocalCluster, restart: str, failovers: int, tmp_path: Path, measured: Any
+    replicated_cluster: LocalCluster, restart: str, failovers: int, pages: str, tmp_path: Path, measured: Any
 ) -> None:
     """SIGKILLs of the busiest cluster master mid-crawl, its replica lagging and then promoted,
-    the dead node restarted at once or left down: every page is crawled, both workers exit 0."""
+    the dead node restarted at once or left down: every page is crawled, both workers exit 0,
+    and each tracked page is in the frontier exactly once."""
     cluster = replicated_cluster
     crawl = spread_crawl_name(connect(cluster.url), tuple(f"site{i}.test" for i in range(SITES)))
 
@@ -125,7 +194,12 @@ def test_cluster_failovers_lose_no_page(
         if restart == "at_once":
             cluster.restart(victim)
 
-    crawl_through_failovers(cluster.url, crawl, tmp_path, failovers, fail_over, measured)
+    def check_url() -> str:  # the node the URL names may be the one left down
+        return cluster.url_naming([n for n in cluster.nodes if n.proc is not None and n.proc.poll() is None])
+
+    crawl_through_failovers(
+        cluster.url, crawl, tmp_path, failovers, fail_over, measured, tracked=pages == "tracked", check_url=check_url
+    )
 
 
 def cut_off_and_kill(master_client: Any, replicas: list[Any], kill: Any) -> None:
@@ -143,15 +217,16 @@ def cut_off_and_kill(master_client: Any, replicas: list[Any], kill: Any) -> None
 
 
 @pytest.mark.parametrize(
-    ("restart", "failovers"),
+    ("restart", "failovers", "pages"),
     # the single replica restarted at once: it must be demoted and resync before the next
-    # failover. Left down and three failovers in a row run on the cluster above.
-    [("at_once", 2)],
+    # failover. Left down and three failovers in a row run on the cluster above. One page in
+    # 20 tracked: the sentinel tests below crawl without.
+    [("at_once", 2, "tracked")],
 )
-def test_sentinel_failovers_lose_no_page(restart: str, failovers: int, tmp_path: Path, measured: Any) -> None:
+def test_sentinel_failovers_lose_no_page(restart: str, failovers: int, pages: str, tmp_path: Path, measured: Any) -> None:
     """SIGKILLs of the Sentinel-managed primary mid-crawl, its replica lagging and then
     promoted, the dead node restarted at once or left down: every page is crawled, both
-    workers exit 0."""
+    workers exit 0, and each tracked page is in the frontier exactly once."""
     # One replica, as most run it: before the next failover, the restarted node must be demoted
     # and resync (Sentinel takes 7-18 s), so the crawl is longer. Left down, each failover uses a
     # replica up.
@@ -169,7 +244,8 @@ def test_sentinel_failovers_lose_no_page(restart: str, failovers: int, tmp_path:
                 sentinel.restart(old)
 
         crawl_through_failovers(
-            sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, failovers, fail_over, measured, longer=replicas == 1
+            sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, failovers, fail_over, measured, longer=replicas == 1,
+            tracked=pages == "tracked",
         )
 
 
@@ -351,3 +427,52 @@ def test_sentinel_url_first_sentinel_and_the_primary_killed_and_left_down(tmp_pa
             sentinel.wait_failover(old.port)
 
         crawl_through_failovers(sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, 1, fail_over, measured)
+
+
+
+class NotReported(AssertionError):
+    """Raised when no worker reported a primary that came back empty."""
+
+
+@pytest.mark.xfail(
+    strict=True, raises=NotReported,
+    reason="a primary is asked whether it restarted empty only when it confirmed enqueues that wait for a replica"
+    " (worker/io/barrier.py _resend); once every page was crawled, the links a revisit finds are all in the"
+    " worker's seen cache, so nothing is enqueued and the loss of the tracked pages is never said",
+)
+def test_a_primary_that_rejoins_empty_while_only_revisits_run_is_called_a_loss(tmp_path: Path, measured: Any) -> None:
+    """Past the first pass (revisits only, every link they find already sent): a cluster primary with no
+    persistence SIGKILLed and restarted at once comes back empty without its tracked pages, and a worker says so at ERROR."""
+    sites = tuple(f"site{i}.test" for i in range(3))
+    with LocalCluster(3, replicas=1, node_timeout_ms=3000, bloom=find_redisbloom() is not None) as cluster:
+        crawl = spread_crawl_name(connect(cluster.url), sites)
+        items = tmp_path / "items.jsonl"
+        every = SyntheticWeb(sites=3, pages=30).all_urls()
+        settings = base_settings(
+            cluster.url, crawl, "bitmap", items, SYNTH_SEED=True, SYNTH_SITES=3, SYNTH_PAGES=30,
+            STREAMS_LEASE_SECONDS=10, STREAMS_SOCKET_TIMEOUT_SECONDS=2, TRACK_ONE_IN=1, TRACK_EVERY_SECONDS=1.0,
+        )
+        w = Worker({**settings, "RECORD_TAG": "w0"}, tmp_path / "w0.log", spider="spiders.TrackedSpider")
+        try:
+            wait_for(lambda: set(first_visits(items)) == every, timeout=60, what="every page crawled once")
+            wait_for(lambda: len(read_items(items)) >= 2 * len(every), timeout=60, what="a round of revisits")
+            f = frontier(cluster.url, crawl)
+            owner = {s: f.client.get_node_from_key(f.site(s).delayed).port for s in sites}
+            port = Counter(owner.values()).most_common(1)[0][0]  # the master with most of the sites
+            victim = next(n for n in cluster.nodes if n.port == port)
+            held = sorted(s for s, p in owner.items() if p == port)
+            cluster.kill(victim)
+            cluster.restart(victim)  # within cluster-node-timeout: no failover, it is still the primary
+            wait_for(lambda: cluster.role(victim) == "master", timeout=30, what="the restarted primary")
+            wait_for(lambda: "Redis is reachable again" in w.log(), timeout=30, what="the worker back")
+            lost = check_tracked_once(cluster.url, crawl, {u for u in every if tracked_page(u, 1)})
+            assert lost and "lost" in lost[0], lost  # Redis threw them away: the loss to report
+            reported = "restarted empty (appendonly no, nothing loaded)"
+            try:
+                wait_for(lambda: reported in w.log(), timeout=10, what="a worker to report the empty primary",
+                         error=NotReported)
+            finally:
+                measured(f"the primary of {held} restarted empty: {lost[0].split(', e.g.')[0]};"
+                         f" reported at ERROR: {reported in w.log()}")
+        finally:
+            w.close()

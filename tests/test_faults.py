@@ -22,7 +22,17 @@ from streams_sched.demo.web import SyntheticWeb
 from streams_sched.testing import RedisServer, find_redisbloom, free_port
 from streams_sched.worker.io.recovery import find_orphans
 
-from helpers import Worker, base_settings, crawl_to_end, crawled_urls, frontier, read_items, wait_for
+from helpers import (
+    Worker,
+    base_settings,
+    crawl_to_end,
+    crawled_urls,
+    first_visits,
+    frontier,
+    read_items,
+    tracked_once_problems,
+    wait_for,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -37,8 +47,10 @@ def leases_of(url: str, crawl: str, node: str) -> int:
     return sum(len(v) for v in find_orphans(f, node, f.sites(), set()).values())
 
 
-def assert_drained(url: str, crawl: str) -> dict[str, int]:
-    """Nothing left anywhere in the crawl; returns the summed Redis counters."""
+def assert_drained(url: str, crawl: str, *, balanced: bool = True) -> dict[str, int]:
+    """Nothing left anywhere in the crawl; returns the summed Redis counters. ``balanced``:
+    every request enqueued was acked or dead-lettered once (not so with tracked pages, whose
+    revisits are acked again and were never enqueued)."""
     f = frontier(url, crawl)
     totals: dict[str, int] = {}
     for site in f.sites():
@@ -46,7 +58,8 @@ def assert_drained(url: str, crawl: str) -> dict[str, int]:
         assert (st.backlog, st.pending, st.delayed) == (0, 0, 0), (site, st)
         for k, v in st.stats.items():
             totals[k] = totals.get(k, 0) + v
-    assert totals.get("enqueued", 0) == totals.get("acked", 0) + totals.get("dead", 0), totals
+    if balanced:
+        assert totals.get("enqueued", 0) == totals.get("acked", 0) + totals.get("dead", 0), totals
     return totals
 
 
@@ -176,6 +189,130 @@ def test_redis_killed_and_restarted_mid_crawl_loses_nothing(crawl: str, tmp_path
         no_tracebacks(*workers)
         assert after_restart < 60  # nothing waited for a lease to expire
     finally:
+        server.cleanup()
+
+
+#: continuous crawling: every page of a small crawl tracked, back every second
+TRACKED_SPIDER = "spiders.TrackedSpider"
+TRACKED_SITES, TRACKED_PAGES = 2, 30
+
+
+def tracked_settings(url: str, crawl: str, items: Path, **extra: Any) -> dict[str, Any]:
+    return base_settings(url, crawl, "bitmap", items, **{
+        "SYNTH_SEED": True, "SYNTH_SITES": TRACKED_SITES, "SYNTH_PAGES": TRACKED_PAGES, "TRACK_ONE_IN": 1,
+        "TRACK_EVERY_SECONDS": 1.0, "CONCURRENT_REQUESTS": 8, "CONCURRENT_REQUESTS_PER_DOMAIN": 4, **extra,
+    })
+
+
+def revisits_and_held(f: Any) -> tuple[int, int]:
+    """The crawl's revisits scheduled so far (each site's stats field ``revisits``, bumped by
+    the ack that schedules one) and the leases held now (leased less acked: with one worker
+    alive, that worker's)."""
+    revisits = held = 0
+    for site in f.sites():
+        r, leased, acked = f.client.hmget(f.site(site).stats, "revisits", "leased", "acked")
+        revisits += int(r or 0)
+        held += int(leased or 0) - int(acked or 0)
+    return revisits, held
+
+
+def revisits_scheduled(url: str, crawl: str) -> int:
+    return revisits_and_held(frontier(url, crawl))[0]
+
+
+def revisited_by(items: Path, worker: str) -> set[str]:
+    return {i["url"] for i in read_items(items) if i.get("revisit") and i.get("worker") == worker}
+
+
+def stop_and_drain(url: str, crawl: str, *workers: Worker) -> dict[str, int]:
+    """Stop the crawl's tracking, let the workers drain and exit 0; nothing may be left."""
+    from streams_sched.admin.revisits import stop_tracking
+
+    stop_tracking(frontier(url, crawl))
+    crawl_to_end(*workers, timeout=60)
+    totals = assert_drained(url, crawl, balanced=False)
+    assert totals.get("tracked", 0) == 0, totals
+    return totals
+
+
+@pytest.mark.targets("bitmap")
+def test_a_worker_killed_right_after_acking_revisits_leaves_each_tracked_page_once(
+    redis_url: str, crawl: str, tmp_path: Path, measured: Any
+) -> None:
+    """Only revisits left: a worker SIGKILLed right after an ack scheduled a next visit leaves every tracked page once in the frontier, and the next worker revisits them all."""
+    items = tmp_path / "items.jsonl"
+    # slow answers: the worker has revisits in progress when one of its acks lands (8 at a
+    # time at 0.2 s: 40 pages/s, for 20 revisits due a second)
+    settings = tracked_settings(redis_url, crawl, items, STREAMS_LEASE_SECONDS=2, SYNTH_DELAY_SECONDS=0.2,
+                                TRACK_EVERY_SECONDS=3.0)
+    want = expected(TRACKED_SITES, TRACKED_PAGES)
+    first = Worker({**settings, "STREAMS_NODE_ID": "first", "RECORD_TAG": "first"}, tmp_path / "first.log",
+                   spider=TRACKED_SPIDER)
+    second = None
+    try:
+        wait_for(lambda: set(first_visits(items)) == want, timeout=60, what="every page crawled once")
+        # the crawl is over but for the revisits: wait for a round of them, then for an ack
+        at_least = revisits_scheduled(redis_url, crawl) + len(want)
+        wait_for(lambda: revisits_scheduled(redis_url, crawl) >= at_least, timeout=60, what="a round of revisits")
+        f = frontier(redis_url, crawl)
+        last = [revisits_and_held(f)[0]]
+
+        def just_acked_holding_more() -> bool:
+            revisits, held = revisits_and_held(f)
+            acked, last[0] = revisits > last[0], revisits
+            return acked and held > 0
+
+        wait_for(just_acked_holding_more, timeout=30, interval=0.001,
+                 what="an ack that schedules a next visit while the worker holds more revisits")
+        first.kill()
+        held = leases_of(redis_url, crawl, "first")  # the dead worker's, pending until taken over
+        assert held > 0
+        assert tracked_once_problems(redis_url, crawl, want) == []
+        second = Worker({**settings, "SYNTH_SEED": False, "STREAMS_NODE_ID": "second", "RECORD_TAG": "second"},
+                        tmp_path / "second.log", spider=TRACKED_SPIDER)
+        wait_for(lambda: revisited_by(items, "second") == want, timeout=60, what="every page revisited by the second")
+        assert tracked_once_problems(redis_url, crawl, want) == []
+        assert "took over" in second.log()
+        totals = stop_and_drain(redis_url, crawl, second)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    measured(f"killed right after an ack, holding {held} revisits, taken over; {totals.get('revisits', 0)} revisits"
+             f" scheduled over the crawl; each of the {len(want)} tracked pages in the frontier once after the kill")
+    assert set(first_visits(items)) == want
+    no_tracebacks(second)
+
+
+def test_redis_restarted_from_aof_keeps_each_waiting_tracked_page_once(
+    crawl: str, tmp_path: Path, measured: Any
+) -> None:
+    """Redis (AOF, appendfsync always) SIGKILLed and restarted while tracked pages wait for their next visit: each is in the frontier once after the restart, and each is revisited."""
+    server = redis_with_aof().start()
+    items = tmp_path / "items.jsonl"
+    want = expected(TRACKED_SITES, TRACKED_PAGES)
+    w = Worker({**tracked_settings(server.url, crawl, items, STREAMS_LEASE_SECONDS=10, STREAMS_SOCKET_TIMEOUT_SECONDS=2),
+                "RECORD_TAG": "w"}, tmp_path / "w.log", spider=TRACKED_SPIDER)
+    try:
+        wait_for(lambda: set(first_visits(items)) == want, timeout=60, what="every page crawled once")
+        at_least = revisits_scheduled(server.url, crawl) + len(want)
+        wait_for(lambda: revisits_scheduled(server.url, crawl) >= at_least, timeout=60, what="a round of revisits")
+        server.kill()
+        wait_for(lambda: "Redis unreachable" in w.log(), timeout=30, what="the worker to notice the outage")
+        server.start()
+        after_aof = tracked_once_problems(server.url, crawl, want)  # before the worker is back, or as it comes back
+        since = len(read_items(items))
+        wait_for(lambda: "Redis is reachable again" in w.log(), timeout=30, what="the worker back")
+        wait_for(lambda: {i["url"] for i in read_items(items)[since:] if i.get("revisit")} == want, timeout=60,
+                 what="every page revisited after the restart")
+        assert after_aof == [] and tracked_once_problems(server.url, crawl, want) == []
+        totals = stop_and_drain(server.url, crawl, w)
+        measured(f"Redis killed with {len(want)} tracked pages waiting, restarted from its AOF: each once,"
+                 f" each revisited; {totals.get('revisits', 0)} revisits scheduled over the crawl")
+        assert set(first_visits(items)) == want and max(first_visits(items).values()) == 1
+        no_tracebacks(w)
+    finally:
+        w.close()
         server.cleanup()
 
 
