@@ -6,7 +6,9 @@ restarted with their data or empty) or SIGSTOPped, the node REDIS_URL names firs
 included, ``maxmemory`` reached at start or mid-crawl, connections cut by a proxy,
 workers SIGKILLed, SIGTERMed or joining with a clock off. Seeds run one after another,
 alternating the set-ups (a 3+3 Redis Cluster, a primary with two replicas under three
-sentinels), until ``--minutes`` have passed. The table counts, per set-up and kind of
+sentinels), until ``--minutes`` have passed; with ``--tracked`` one page in 20 is tracked
+(continuous crawling) and each run checks too that every tracked page is in the frontier
+exactly once after the crawl. The table counts, per set-up and kind of
 fault: how often it was drawn and fired, pages lost and pages crawled twice in the runs
 it was in (a repeat counts for the fault that explains it: the SIGKILL of the worker that
 had crawled it first, else the last fault on Redis before it), how long the crawl's
@@ -48,11 +50,15 @@ def _campaign() -> Any:
     return campaign
 
 
+def campaign_track_one_in() -> int:
+    return int(_campaign().TRACK_ONE_IN)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     campaign = _campaign()
     res: dict[str, Any] = {
         "command": "./scripts/bench.sh faults " + " ".join(shlex.quote(a) for a in args.argv),
-        "minutes": args.minutes, "setups": args.setups, "first_seed": args.first_seed,
+        "minutes": args.minutes, "setups": args.setups, "first_seed": args.first_seed, "tracked": args.tracked,
         "crawl": {"sites": campaign.SITES, "pages": campaign.PAGES, "workers": campaign.WORKERS,
                   "concurrent_requests": campaign.CONCURRENT_REQUESTS, **campaign.CRAWL_SETTINGS},
         "machine": {"cores": os.cpu_count(), "load_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg())},
@@ -67,7 +73,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             work = Path(tempfile.mkdtemp(prefix=f"bench-faults-{setup}-{seed}-"))
             try:
-                result = campaign.run_campaign(setup, seed, work, say=say if args.verbose else None)
+                result = campaign.run_campaign(setup, seed, work, say=say if args.verbose else None, tracked=args.tracked)
                 failed = result.failures()
                 say(result.summary())
                 if failed:
@@ -127,7 +133,9 @@ def render(res: dict[str, Any]) -> str:
         f" {res['first_seed']}; each a crawl of {crawl['sites']} sites x {crawl['pages']} pages by"
         f" {crawl['workers']} workers (CONCURRENT_REQUESTS {crawl['concurrent_requests']}, lease"
         f" {crawl['STREAMS_LEASE_SECONDS']} s, socket timeout {crawl['STREAMS_SOCKET_TIMEOUT_SECONDS']} s)"
-        f" with 3-5 faults. {res['machine']['cores']} cores, load {res['machine']['load_at_start']} at the start.",
+        f" with 3-5 faults"
+        + (f", one page in {campaign_track_one_in()} tracked" if res.get("tracked") else "")
+        + f". {res['machine']['cores']} cores, load {res['machine']['load_at_start']} at the start.",
         "",
     ]
     for setup in res["setups"]:
@@ -144,6 +152,9 @@ def render(res: dict[str, Any]) -> str:
             f"Pages lost: {sum(r['missing'] for r in mine)}. Crawled twice: {sum(twice)} in all, at most"
             f" {max(twice)} in one run; {len(over)} runs over their bound (in flight at each kill or stop plus"
             f" one second of the rate)" + (f": seeds {', '.join(str(r['seed']) for r in over)}" if over else "") + "."
+            + (f" Revisits of tracked pages: {sum(r.get('revisits', 0) for r in mine)}; runs with a tracked page"
+               f" lost or scheduled twice: {sum(1 for r in mine if r.get('tracked_problems'))}."
+               if res.get("tracked") else "")
             + (f" Counters that do not balance with nothing left (enqueued against acked + dead, reported, not"
                f" failed) after seeds {', '.join(str(r['seed']) for r in off)}." if off else ""),
             "",
@@ -162,8 +173,9 @@ def render(res: dict[str, Any]) -> str:
                 f" {row['twice']}, {row['twice_max']} | {back} | {row['unrecovered']} | {seeds} |"
             )
         if failed:
+            tracked_env = " STREAMS_CAMPAIGN_TRACKED=1" if res.get("tracked") else ""
             lines += ["", "Failing seeds (replay: `STREAMS_CAMPAIGN_SEED=SEED STREAMS_CAMPAIGN_SETUP="
-                      f"{setup} pytest tests/test_campaign.py`):", ""]
+                      f"{setup}{tracked_env} pytest tests/test_campaign.py`):", ""]
             for r in failed:
                 lines.append(f"- {r['seed']}: {'; '.join(r['failures'])[:400]}")
         lines.append("")
@@ -176,6 +188,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--setups", default="cluster,sentinel", help="which set-ups, alternating (default both)")
     p.add_argument("--first-seed", type=int, help="the first seed (default: a random one, printed)")
     p.add_argument("-v", "--verbose", action="store_true", help="log each fault as it fires")
+    p.add_argument("--tracked", action="store_true",
+                   help="track one page in 20 (continuous crawling) and check each is in the frontier once")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     args.argv = argv

@@ -28,7 +28,15 @@ data set) hit again while it has no replica in sync, at most one sentinel down.
 The invariants (:meth:`RunResult.failures`): every page crawled; every worker not
 SIGKILLed exits 0 by itself; no traceback in any worker's log; nothing left in Redis
 (backlog, leases, delayed requests, dead letters); no stall (no new page for
-:data:`STALL_S` while one is due). Pages crawled twice are measured against the bound of
+:data:`STALL_S` while one is due).
+
+With ``tracked`` (continuous crawling), one page in :data:`TRACK_ONE_IN` is tracked
+(tests/spiders.py TrackedSpider), back every :data:`TRACK_EVERY_S`, so pages are revisited
+through the faults. Once every page was crawled, each tracked page must be in the
+frontier exactly once (waiting in its site's delayed ZSET, or queued in a stream), none
+lost and none scheduled twice; then the crawl's tracking is stopped
+(``streams-sched revisits --stop``) and it drains as any other. Pages crawled twice count
+first visits only. Pages crawled twice are measured against the bound of
 :meth:`RunResult.twice_bound` and reported, not failed: a failover may legitimately
 repeat the dead master's last moments. So are a site's counters that do not balance
 (enqueued against acked + dead) with nothing left: they are statistics.
@@ -57,7 +65,8 @@ from redis_tools import LocalCluster, LocalSentinel, TcpProxy
 from streams_sched.demo.web import SyntheticWeb
 from streams_sched.testing import RedisServer
 
-from helpers import Worker, base_settings, frontier, wait_for
+from helpers import Worker, base_settings, frontier, tracked_once_problems, wait_for
+from spiders import tracked_page
 
 __all__ = ["SETUPS", "Fault", "RunResult", "draw_schedule", "replay_command", "run_campaign"]
 
@@ -78,6 +87,9 @@ CRAWL_SETTINGS: dict[str, Any] = {
     "CONCURRENT_REQUESTS": CONCURRENT_REQUESTS,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
 }
+#: with tracked pages: one page in TRACK_ONE_IN is tracked, back every TRACK_EVERY_S
+TRACK_ONE_IN, TRACK_EVERY_S = 20, 4.0
+TRACKED_SPIDER = "spiders.TrackedSpider"
 #: no new page for this long while pages are due: the run has stalled
 STALL_S = 90.0
 #: how long the workers get to finish by themselves after the last fault
@@ -261,8 +273,10 @@ def _draw_fault(rng: random.Random, kind: str, at: float, model: Any) -> Fault |
     return Fault(kind, at, f"worker:{rng.randrange(WORKERS)}")
 
 
-def replay_command(setup: str, seed: int) -> str:
-    return f"STREAMS_CAMPAIGN_SEED={seed} STREAMS_CAMPAIGN_SETUP={setup} .venv/bin/python -m pytest tests/test_campaign.py"
+def replay_command(setup: str, seed: int, tracked: bool = False) -> str:
+    tracked_env = " STREAMS_CAMPAIGN_TRACKED=1" if tracked else ""
+    return (f"STREAMS_CAMPAIGN_SEED={seed} STREAMS_CAMPAIGN_SETUP={setup}{tracked_env}"
+            " .venv/bin/python -m pytest tests/test_campaign.py")
 
 
 # -- what happened ----------------------------------------------------------------------------
@@ -306,6 +320,11 @@ class RunResult:
     error: str = ""
     elapsed_s: float = 0.0
     longest_gap_s: float = 0.0
+    #: a run with tracked pages: revisits crawled, and what was wrong with the tracked pages
+    #: in the frontier once every page was crawled (lost, or there twice)
+    tracked: bool = False
+    revisits: int = 0
+    tracked_problems: list[str] = field(default_factory=list)
 
     def twice_bound(self) -> int:
         """Pages a run may crawl twice: for each kill or stop, the pages in flight then
@@ -328,13 +347,16 @@ class RunResult:
             out.append(f"traceback in {w}'s log: {line}")
         if self.leftovers:
             out.append(f"left in Redis: {self.leftovers[:8]}")
+        out.extend(self.tracked_problems)
         return out
 
     def summary(self) -> str:
-        return (f"{self.setup} seed={self.seed}: {len([f for f in self.fired if not f.skipped])}/{len(self.schedule)} faults"
+        return (f"{self.setup} seed={self.seed}{' tracked' if self.tracked else ''}:"
+                f" {len([f for f in self.fired if not f.skipped])}/{len(self.schedule)} faults"
                 f" fired, crawled {self.crawled}/{self.total}, never crawled {len(self.missing)}, crawled twice"
                 f" {self.twice} (bound {self.twice_bound()})"
                 + (f", counters off on {len(self.counters_off)} sites" if self.counters_off else "")
+                + (f", {self.revisits} revisits" if self.tracked else "")
                 + f", longest gap {self.longest_gap_s:.1f}s,"
                 f" in {self.elapsed_s:.0f}s" + ("" if not self.failures() else " FAILED"))
 
@@ -354,7 +376,7 @@ class RunResult:
             lines.append(f"counters that do not balance (reported, not failed): {self.counters_off[:8]}")
         for problem in self.failures():
             lines.append(f"FAILED: {problem}")
-        lines.append(f"replay: {replay_command(self.setup, self.seed)}")
+        lines.append(f"replay: {replay_command(self.setup, self.seed, self.tracked)}")
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, Any]:
@@ -365,6 +387,7 @@ class RunResult:
             "twice_bound": self.twice_bound(), "exits": self.exits, "tracebacks": self.tracebacks,
             "leftovers": self.leftovers, "counters_off": self.counters_off, "stall": self.stall, "error": self.error, "elapsed_s": self.elapsed_s,
             "longest_gap_s": self.longest_gap_s, "failures": self.failures(),
+            "tracked": self.tracked, "revisits": self.revisits, "tracked_problems": self.tracked_problems,
         }
 
 
@@ -377,12 +400,15 @@ def _secs(value: float | None) -> str:
 
 class Progress:
     """Tails the items file on a thread: each page's URL and when it arrived (monotonic),
-    so rates and gaps do not depend on the workers' clocks (one of them may be off)."""
+    so rates and gaps do not depend on the workers' clocks (one of them may be off).
+    Revisits of tracked pages are counted apart, not as arrivals."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         #: (when it arrived, its URL, the worker that crawled it)
         self.arrivals: list[tuple[float, str, str]] = []
+        self.urls: set[str] = set()
+        self.revisits = 0
         self._offset = 0
         self._partial = b""
         self._stop = threading.Event()
@@ -407,7 +433,11 @@ class Progress:
         for line in lines:
             if line.strip():
                 item = json.loads(line)
+                if item.get("revisit"):
+                    self.revisits += 1
+                    continue
                 self.arrivals.append((now, item["url"], item.get("worker", "")))
+                self.urls.add(item["url"])
 
     def count(self) -> int:
         return len(self.arrivals)
@@ -645,14 +675,17 @@ class SentinelSetup:
 class Campaign:
     """One run: the set-up, the workers, the faults in schedule order, then the checks."""
 
-    def __init__(self, setup: str, seed: int, workdir: Path, say: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, setup: str, seed: int, workdir: Path, say: Callable[[str], None] | None = None, tracked: bool = False,
+    ) -> None:
         self.setup_name = setup
+        self.tracked = tracked
         self.seed = seed
         self.schedule = draw_schedule(seed, setup)
         self.dir = workdir
         self.say = say or (lambda _: None)
         self.items = workdir / "items.jsonl"
-        self.result = RunResult(setup, seed, self.schedule)
+        self.result = RunResult(setup, seed, self.schedule, tracked=tracked)
         self.workers: dict[str, Worker] = {}
         self.exits: dict[str, int | str] = {}
         self.serial = 0
@@ -669,7 +702,8 @@ class Campaign:
         self.serial += 1
         node = f"w{self.serial}"
         settings = {**self.settings, "SYNTH_SEED": seed, "STREAMS_NODE_ID": node, "RECORD_TAG": node}
-        self.workers[node] = Worker(settings, self.dir / f"{node}.log", clock_skew_s=clock_skew_s)
+        spider = TRACKED_SPIDER if self.tracked else "streams_sched.demo.spider.SyntheticSpider"
+        self.workers[node] = Worker(settings, self.dir / f"{node}.log", spider=spider, clock_skew_s=clock_skew_s)
         return node
 
     def live_workers(self) -> list[str]:
@@ -677,14 +711,15 @@ class Campaign:
 
     # -- waiting --
 
-    def wait_pages(self, pages: int) -> bool:
-        """Until ``pages`` items arrived; False if the crawl ended first. Raises Stalled."""
+    def wait_pages(self, pages: int, distinct: bool = False) -> bool:
+        """Until ``pages`` items arrived (``distinct``: ``pages`` URLs); False if the crawl ended
+        first. Raises Stalled."""
         assert self.progress is not None
         last_count, last_change = -1, time.monotonic()
         while True:
             if not self.live_workers():
                 return False
-            if self.progress.count() >= pages:
+            if (len(self.progress.urls) if distinct else self.progress.count()) >= pages:
                 return True
             count = self.progress.count()
             if count != last_count:
@@ -850,10 +885,13 @@ class Campaign:
         try:
             self.setup.start()
             crawl = "c" + f"{self.rng.getrandbits(40):010x}"
-            self.settings = base_settings(self.setup.url, crawl, "bitmap", self.items, **CRAWL_SETTINGS)
+            self.settings = base_settings(self.setup.url, crawl, "bitmap", self.items, **CRAWL_SETTINGS,
+                                          TRACK_ONE_IN=TRACK_ONE_IN, TRACK_EVERY_SECONDS=TRACK_EVERY_S)
             self.crawl = crawl
             self.progress = Progress(self.items)
             self._drive()
+            if self.tracked:
+                self._check_tracked()
             self._finish()
         except Stalled as exc:
             self.result.stall = str(exc)
@@ -914,6 +952,27 @@ class Campaign:
                 u()
             i += len(group)
 
+    def _check_tracked(self) -> None:
+        """Once every page was crawled: each tracked page in the frontier exactly once; then
+        stop the crawl's tracking (streams-sched revisits --stop), so that it drains."""
+        from streams_sched.admin.revisits import stop_tracking
+
+        if not self.wait_pages(SITES * PAGES, distinct=True):
+            return  # every worker gone: the checks after the crawl say what is missing
+        want = {u for u in SyntheticWeb(sites=SITES, pages=PAGES).all_urls() if tracked_page(u, TRACK_ONE_IN)}
+
+        def read() -> tuple[list[str]] | None:
+            try:  # a node may still be failing over: read again
+                return (tracked_once_problems(self.setup.check_url(), self.crawl, want),)
+            except (redis.RedisError, RuntimeError):
+                return None
+
+        (self.result.tracked_problems,) = _wait(read, 60, "the tracked pages read from Redis")
+        self.say(f"[{self.setup_name} {self.seed}] every page crawled; tracked pages: "
+                 + ("each in the frontier once" if not self.result.tracked_problems
+                    else "; ".join(self.result.tracked_problems)))
+        stop_tracking(frontier(self.setup.check_url(), self.crawl))
+
     def _finish(self) -> None:
         deadline = time.monotonic() + FINISH_S
         for node in list(self.workers):
@@ -935,6 +994,8 @@ class Campaign:
     def _check_redis(self) -> None:
         try:
             self.result.leftovers, self.result.counters_off = leftovers(self.setup.check_url(), self.crawl)
+            if self.tracked:  # revisits are acked without an enqueue: the counters do not balance
+                self.result.counters_off = []
         except Exception as exc:
             self.result.leftovers = [f"could not read the crawl: {type(exc).__name__}: {exc}"]
 
@@ -945,6 +1006,7 @@ class Campaign:
         if self.progress is None:  # the set-up did not start
             return
         arrivals = self.progress.arrivals
+        self.result.revisits = self.progress.revisits
         seen = Counter(url for _, url, _ in arrivals)
         self.result.crawled = len(seen)
         self.result.twice = sum(n - 1 for n in seen.values())
@@ -1024,8 +1086,10 @@ def oom_refusals(node: RedisServer) -> int:
     return int(info.get("errorstat_OOM", {}).get("count", 0)) if isinstance(info, dict) else 0
 
 
-def run_campaign(setup: str, seed: int, workdir: Path, say: Callable[[str], None] | None = None) -> RunResult:
-    """Run seed ``seed`` on ``setup`` with its files in ``workdir``; never raises for a
-    failure of the crawl (see :meth:`RunResult.failures`)."""
+def run_campaign(
+    setup: str, seed: int, workdir: Path, say: Callable[[str], None] | None = None, tracked: bool = False,
+) -> RunResult:
+    """Run seed ``seed`` on ``setup`` with its files in ``workdir`` (``tracked``: a share of
+    the pages tracked); never raises for a failure of the crawl (see :meth:`RunResult.failures`)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    return Campaign(setup, seed, workdir, say).run()
+    return Campaign(setup, seed, workdir, say, tracked=tracked).run()

@@ -2,11 +2,13 @@
 seed (node SIGKILL or SIGSTOP, the URL's node included, maxmemory reached, connections cut,
 workers killed, stopped or with a clock off) over one crawl on a 3+3 Redis Cluster or under
 Sentinel, then checks that every page was crawled, every worker exited 0 by itself with no
-traceback, and nothing was left in Redis. A failure prints the seed and the schedule.
+traceback, and nothing was left in Redis. A seed of TRACKED_SEEDS runs with one page in 20
+tracked (continuous crawling), and checks too that, after the first pass, each tracked page
+is in the frontier exactly once. A failure prints the seed and the schedule.
 
 Replay a seed: ``STREAMS_CAMPAIGN_SEED=SEED STREAMS_CAMPAIGN_SETUP=cluster pytest
-tests/test_campaign.py`` (several seeds: comma-separated); ``python -m bench faults`` runs
-many seeds for a given time."""
+tests/test_campaign.py`` (several seeds: comma-separated; ``STREAMS_CAMPAIGN_TRACKED=1``
+with tracked pages); ``python -m bench faults`` runs many seeds for a given time."""
 
 from __future__ import annotations
 
@@ -26,6 +28,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 #: the seeds CI runs: between them every kind of fault, the URL's node killed on both set-ups;
 #: cluster 215 starts a worker while a master it has just read is dead, not yet failed over
 CI_SEEDS = {"cluster": [474, 800, 215], "sentinel": [1819, 4670]}
+#: the CI seeds run with tracked pages: 474 stops a worker with SIGTERM (its tracked leases
+#: handed back), stops the URL's node, cuts connections, refuses writes (acks that carry
+#: next visits among them) and kills a master that lags behind
+TRACKED_SEEDS = {("cluster", 474)}
 
 
 def seeds(setup: str) -> list[int]:
@@ -37,23 +43,35 @@ def seeds(setup: str) -> list[int]:
     return [int(s) for s in wanted.split(",") if s.strip()] if chosen == setup else []
 
 
+def tracked(setup: str, seed: int) -> bool:
+    """Whether the run has tracked pages: a seed of TRACKED_SEEDS, or any replayed with STREAMS_CAMPAIGN_TRACKED=1."""
+    if os.environ.get("STREAMS_CAMPAIGN_SEED"):
+        return os.environ.get("STREAMS_CAMPAIGN_TRACKED", "") not in ("", "0")
+    return (setup, seed) in TRACKED_SEEDS
+
+
 def check(setup: str, seed: int, tmp_path: Path, measured: Any) -> None:
     if redis_server_binary() is None:
         missing("the fault campaign needs redis-server")
-    result = run_campaign(setup, seed, tmp_path, say=print)
+    result = run_campaign(setup, seed, tmp_path, say=print, tracked=tracked(setup, seed))
     measured(result.summary())
     assert not result.failures(), result.report()
 
 
-@pytest.mark.parametrize("seed", seeds("cluster"))
+def params(setup: str) -> list[Any]:
+    """seeds(setup), each named with "-tracked" when it runs with tracked pages."""
+    return [pytest.param(s, id=f"{s}-tracked" if tracked(setup, s) else str(s)) for s in seeds(setup)]
+
+
+@pytest.mark.parametrize("seed", params("cluster"))
 def test_cluster_campaign(seed: int, tmp_path: Path, measured: Any) -> None:
-    """A seed's faults over one crawl on a 3+3 Redis Cluster lose no page, and leave no worker failed and nothing in Redis."""
+    """A seed's faults over one crawl on a 3+3 Redis Cluster lose no page, leave no worker failed and nothing in Redis, and (tracked) each tracked page once."""
     check("cluster", seed, tmp_path, measured)
 
 
-@pytest.mark.parametrize("seed", seeds("sentinel"))
+@pytest.mark.parametrize("seed", params("sentinel"))
 def test_sentinel_campaign(seed: int, tmp_path: Path, measured: Any) -> None:
-    """A seed's faults over one crawl under Sentinel lose no page, and leave no worker failed and nothing in Redis."""
+    """A seed's faults over one crawl under Sentinel lose no page, leave no worker failed and nothing in Redis, and (tracked) each tracked page once."""
     check("sentinel", seed, tmp_path, measured)
 
 
