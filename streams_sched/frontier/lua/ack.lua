@@ -89,7 +89,6 @@ end
 local function revisit(site, streams, stats, policy, delayed, stops, first, r, counts)
   local d_rate, share = ARGV[first - 2], tonumber(ARGV[first - 1])
   local deleted = 0
-  local soonest = nil
   local p = redis.call('HMGET', policy, 'revisit', 'rate', 'robots_delay')
   -- `streams-sched revisits --stop` sets the site's policy revisit to 'off': whatever a
   -- worker leased before it learned that, no page of the site is scheduled again
@@ -136,34 +135,50 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
       retire_if_empty(stream)
     end
   end
-  local demand = tonumber(redis.call('HGET', stats, 'tdemand')) or 0
+  -- the site's demand, stretch and member sequence: one HMGET, and one HSET below
+  local cur = redis.call('HMGET', stats, 'tdemand', 'stretch', 'delay_seq')
+  local demand = tonumber(cur[1]) or 0
+  local out = {}
   if change ~= 0 then
     demand = math.max(0, demand + change)
-    redis.call('HSET', stats, 'tdemand', demand)
+    out[#out + 1] = 'tdemand'
+    out[#out + 1] = demand
   end
-  local stretch = 1
   if #due_pages > 0 then
+    local stretch = 1
     local rate = base_rate(p[2], d_rate, p[3], true)
     if rate > 0 and demand / 1e6 > rate * share then
       stretch = demand / 1e6 / (rate * share)
-      redis.call('HSET', stats, 'stretch', math.floor(stretch * 1000 + 0.5))
-    else
+      local permille = math.floor(stretch * 1000 + 0.5)
+      if tonumber(cur[2]) ~= permille then
+        out[#out + 1] = 'stretch'
+        out[#out + 1] = permille
+      end
+    elseif cur[2] then
       redis.call('HDEL', stats, 'stretch')
     end
-  end
-  for _, page in ipairs(due_pages) do
     now = now or now_ms()
-    local due = now + math.floor(page[2] * stretch)
-    local seq = redis.call('HINCRBY', stats, 'delay_seq', 1)
-    redis.call('ZADD', delayed, due, page[1] .. ':' .. seq .. ':' .. page[3])
-    if not soonest or due < soonest then
-      soonest = due
+    local seq = tonumber(cur[3]) or 0
+    local soonest = {}
+    for _, page in ipairs(due_pages) do
+      local due = now + math.floor(page[2] * stretch)
+      seq = seq + 1
+      redis.call('ZADD', delayed, due, page[1] .. ':' .. seq .. ':' .. page[3])
+      local t = task_of(page[1])
+      if not soonest[t] or due < soonest[t] then
+        soonest[t] = due
+      end
+    end
+    out[#out + 1] = 'delay_seq'
+    out[#out + 1] = seq
+    -- the site is ready, for its pages' task type, from its soonest visit (ZADD LT keeps
+    -- an earlier one)
+    for t, due in pairs(soonest) do
+      redis.call('ZADD', ready[t], 'LT', due, site)
     end
   end
-  if soonest then
-    for t = 1, 2 do
-      redis.call('ZADD', ready[t], 'LT', soonest, site)
-    end
+  if #out > 0 then
+    redis.call('HSET', stats, unpack(out))
   end
   return deleted
 end

@@ -87,11 +87,19 @@ local function lease_site(k, site, total, max_http, max_browser)
   -- flushes is all its backlog, so its streams need not be read
   local known = inbox_flush(inbox, site, streams, group, K[3])
   local delayed = redis.call('ZCARD', K[1])
+  local promoted = false
   if delayed > 0 then
-    if promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit) > 0 then
+    -- a site whose work is all delayed (tracked pages between visits, retries waiting)
+    -- has no stream: then its backlog is what the promotion moves, and its six streams
+    -- need not be read
+    local bare = not known and redis.call('EXISTS', unpack(streams)) == 0
+    local moved, left, per_stream = promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit)
+    delayed = delayed - left
+    if bare then
+      promoted = per_stream
+    elseif moved > 0 then
       known = false -- the streams now hold more than the inbox had
     end
-    delayed = redis.call('ZCARD', K[1])
   end
 
   local p = policy_fields(K[4], { 'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe', 'revisit' })
@@ -140,7 +148,9 @@ local function lease_site(k, site, total, max_http, max_browser)
   local out = {}
   local leased = 0
   local deferred = 0
-  if delayed > 0 then
+  if promoted then
+    known = promoted
+  elseif delayed > 0 then
     known = false -- delayed requests left: read the streams as they are
   end
   for t = 1, 2 do

@@ -3,18 +3,25 @@
 -- the next one is due.
 -- needs: codes, streams
 
--- Move up to `limit` due delayed requests into their streams. Returns the count moved.
+-- Move up to `limit` due delayed requests into their streams. Returns the count moved,
+-- the count that left the ZSET (moved, or dead-lettered as malformed) and the count moved
+-- per stream index.
 local function promote_due(delayed, dlq, stats, streams, group, now, limit)
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
   local moved = 0
+  local per_stream = {}
   for _, member in ipairs(due) do
     local sep1 = string.find(member, ':', 1, true)
     local sep2 = sep1 and string.find(member, ':', sep1 + 1, true)
     local idx = sep1 and tonumber(string.sub(member, 1, sep1 - 1))
     local stream = idx and streams[idx]
     if stream and sep2 then
-      ensure_group(stream, group)
+      if not per_stream[idx] then
+        ensure_group(stream, group)
+        per_stream[idx] = 0
+      end
       redis.call('XADD', stream, '*', 'r', string.sub(member, sep2 + 1))
+      per_stream[idx] = per_stream[idx] + 1
       moved = moved + 1
     else
       dead_letter(dlq, stats, delayed, '', member, 'malformed delayed-queue member', 0, '', now)
@@ -24,7 +31,7 @@ local function promote_due(delayed, dlq, stats, streams, group, now, limit)
   if moved > 0 then
     redis.call('HINCRBY', stats, 'promoted', moved)
   end
-  return moved
+  return moved, #due, per_stream
 end
 
 -- The due time (ms) of a site's first delayed request, -1 none.
