@@ -28,10 +28,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 #: the seeds CI runs: between them every kind of fault, the URL's node killed on both set-ups;
 #: cluster 215 starts a worker while a master it has just read is dead, not yet failed over
 CI_SEEDS = {"cluster": [474, 800, 215], "sentinel": [1819, 4670]}
-#: the CI seeds run with tracked pages: 474 stops a worker with SIGTERM (its tracked leases
-#: handed back), stops the URL's node, cuts connections, refuses writes (acks that carry
-#: next visits among them) and kills a master that lags behind
-TRACKED_SEEDS = {("cluster", 474)}
+#: the CI seeds run with tracked pages: both stop a worker with SIGTERM (its tracked leases
+#: handed back) and cut connections; cluster 474 stops the URL's node, refuses writes (acks
+#: that carry next visits among them) and kills a master that lags behind, Sentinel 4670
+#: kills the primary (restarted), then the first sentinel, and stops the new primary
+TRACKED_SEEDS = {("cluster", 474), ("sentinel", 4670)}
 
 
 def seeds(setup: str) -> list[int]:
