@@ -24,6 +24,10 @@ tracked pages waiting on 10,000 sites, against a one-off crawl (bench/recrawl_sc
 ``python -m bench faults --minutes 30`` runs the seeded random fault campaign seed after
 seed on a 3+3 Redis Cluster and under Sentinel, and tabulates the faults survived
 (bench/faults.py, the engine in tests/campaign.py).
+``python -m bench recrawl`` sets continuous crawling (fixed and adaptive revisits) against
+re-running the spider every 10 minutes, on pages that change on Poisson clocks, and
+simulates the three first to choose their parameters (bench/recrawl.py; ``--simulate``,
+``--time-scale``, ``--minutes``, ``--sites``).
 
 Crawl configs are interleaved and repeated; the tables show medians and
 ratios within this run (absolute numbers on a shared machine mean little).
@@ -171,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         from .faults import main as faults_main
 
         return faults_main(rest[1:])
+    if rest[:1] == ["recrawl"]:  # python -m bench recrawl: revisits against cron, on changing pages (bench/recrawl.py)
+        from .recrawl import main as recrawl_main
+
+        return recrawl_main(rest[1:])
     if rest[:1] == ["browser"]:  # python -m bench browser: http pages/s while browsers render (bench/browser.py)
         from .browser import main as browser_main
 
