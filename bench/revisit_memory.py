@@ -34,6 +34,7 @@ from scrapy.utils.request import RequestFingerprinter
 
 from streams_sched.connect.clients import connect
 from streams_sched.frontier.client import Frontier
+from streams_sched.worker.revisits import pack_state, signature_of
 from streams_sched.frontier.entries import entry_for
 from streams_sched.testing import RedisServer
 from streams_sched.wire.codec import RequestCodec
@@ -91,7 +92,7 @@ def run(url: str, kind: str, sites: int, pages: int) -> tuple[float, dict[str, A
                 for e in leased:
                     assert e.payload is not None
                     again = codec.decode(e.payload)
-                    again.meta["revisit_state"] = {"i": 3600.0, "s": "9f2c4b1a0e7d3c55"}
+                    again.meta["_rv"] = pack_state({"i": 3600.0, "s": signature_of(b"<html>a product page</html>")})
                     revisits.append((e.stream, e.id, HOUR_MS, "n", codec.encode(again)))
                 f.ack(site, [], revisits=revisits)
                 left -= len(leased)

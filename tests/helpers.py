@@ -369,14 +369,14 @@ return out
 
 def _tracked_url(payload: bytes) -> str | None:
     """The URL of a request payload if it is a tracked page's own request (its meta has
-    ``revisit_state``, or a ``revisit`` that tracks it), else None (untracked, or a retry's copy)."""
+    ``_rv``, or a ``revisit`` that tracks it), else None (untracked, or a retry's copy)."""
     import msgpack
 
     d = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     meta = d.get("mt") if isinstance(d, dict) else None
     if not isinstance(meta, dict):
         return None
-    if isinstance(meta.get("revisit_state"), dict) or meta.get("revisit") not in (None, False, 0):
+    if isinstance(meta.get("_rv"), list) or meta.get("revisit") not in (None, False, 0):
         return str(d["u"])
     return None
 

@@ -342,7 +342,7 @@ class TrackedSpider(SyntheticSpider):
     ``meta["revisit"] = TRACK_EVERY_SECONDS``, whichever link finds it first, and priority
     TRACK_PRIORITY (default 1, the high band: its revisits are crawled while the first
     pass still has a backlog, not after it). Each item says
-    whether it was a revisit (``revisit_state`` in its meta), so a test counts first visits
+    whether it was a revisit (``_rv`` in its meta), so a test counts first visits
     apart. With TRACK_FOLLOW_REVISITS false a revisit yields its item and no link, as a price
     page does: the crawl's steady state then sends acks and no enqueue."""
 
@@ -360,7 +360,7 @@ class TrackedSpider(SyntheticSpider):
             yield request.replace(**self._tracking(request.url))
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
-        revisit = "revisit_state" in response.meta
+        revisit = "_rv" in response.meta
         yield {"url": response.url, "status": response.status, "revisit": revisit}
         if revisit and not self.settings.getbool("TRACK_FOLLOW_REVISITS", True):
             return

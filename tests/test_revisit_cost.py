@@ -55,7 +55,7 @@ SLACK_US_PER_CALL = 100
 def tracked_payloads(codec: RequestCodec, site: str, n: int) -> list[bytes]:
     """Payloads of ``n`` tracked pages of ``site`` as ack.lua stores them: the request with
     its tracking meta and its state (interval, last signature)."""
-    meta = {"revisit": {"every": 3600, "adaptive": True}, "revisit_state": {"i": 3600.0, "s": "9f2c4b1a0e7d3c55"}}
+    meta = {"revisit": {"every": 3600, "adaptive": True}, "_rv": [3_600_000, 2_670_437_610]}
     return [codec.encode(Request(f"https://{site}/products/item-{i:06d}?ref=catalog", meta=meta)) for i in range(n)]
 
 
@@ -97,14 +97,14 @@ def build(client: redis.Redis, crawl: str, built: Built) -> Frontier:
         for i, p in enumerate(built.waiting[site]):
             seq += 1
             # not due: from an hour to a day from now
-            members[f"{code}:{seq}:".encode() + p] = now + 3_600_000 + i * 1000
+            members[f"{code}::".encode() + p] = now + 3_600_000 + i * 1000
         for p in built.due[site]:
             seq += 1
-            members[f"{code}:{seq}:".encode() + p] = now - 1000
+            members[f"{code}::".encode() + p] = now - 1000
         items = list(members.items())
         for i in range(0, len(items), 2000):
             pipe.zadd(k.delayed, dict(items[i : i + 2000]))
-        pipe.hset(k.stats, mapping={"delay_seq": seq, "tracked": seq, "revisits": seq})
+        pipe.hset(k.stats, mapping={"tracked": seq, "revisits": seq})
         for ready in k.index.readies:
             pipe.zadd(ready, {site: now - 1000}, lt=True)
         f.register_sites([site], pipe=pipe)

@@ -161,7 +161,7 @@ def test_a_tracked_page_comes_back_after_its_interval_on_redis_time_as_it_was_en
     again = worker.next_request()
     assert redis_ms(r) >= due
     assert again.url == "http://shop.test/p1" and again.callback == spider.parse_product and again.priority == 5
-    assert again.meta == {"revisit": 0.4, "sku": "A1", "revisit_state": {"i": 0.4}}
+    assert again.meta == {"revisit": 0.4, "sku": "A1", "_rv": [400]}
     stats = Frontier(r, crawl).status("shop.test").stats
     assert (stats.get("tracked"), stats.get("revisits")) == (1, 1)
 
@@ -176,13 +176,13 @@ def test_an_adaptive_page_comes_back_sooner_when_it_changed_and_later_when_not(
     req = worker.next_request()
     answer(worker, req, body=b"v1")
     req = worker.next_request()
-    assert req.meta["revisit_state"]["i"] == pytest.approx(0.3)
+    assert req.meta["_rv"][0] == 300
     answer(worker, req, body=b"v1")  # unchanged: 0.42
     req = worker.next_request()
-    assert req.meta["revisit_state"]["i"] == pytest.approx(0.42)
+    assert req.meta["_rv"][0] == 420
     answer(worker, req, body=b"v1")  # unchanged: 0.588, bounded to 0.5
     req = worker.next_request()
-    assert req.meta["revisit_state"]["i"] == pytest.approx(0.5)
+    assert req.meta["_rv"][0] == 500
     before = redis_ms(r)
     answer(worker, req, body=b"v2")  # changed: 0.4
     [(_, due)] = delayed(r, crawl, "news.test")
@@ -223,7 +223,8 @@ def test_a_dead_lettered_tracked_page_leaves_the_tracked_count_and_comes_back_to
     """A tracked page moved to dead letters is no longer tracked (count and demand go down); `dlq requeue` brings it back, counted once, and its next ack schedules it again."""
     s = worker.scheduler
     f = Frontier(r, crawl)
-    s.enqueue_request(scrapy.Request("http://dl.test/x", meta={"revisit": 0.2}))
+    # adaptive: its state holds a signature, which the scripts must read with the interval
+    s.enqueue_request(scrapy.Request("http://dl.test/x", meta={"revisit": {"every": 0.2, "adaptive": True, "min": 0.2}}))
     answer(worker, worker.next_request())
     req = worker.next_request()
     entry = s.lease_of(req)
@@ -281,7 +282,7 @@ def test_dedupe_drops_a_rediscovered_copy_while_the_revisit_goes_through(
     finally:
         other.close()
     again = worker.next_request()
-    assert again.url == "http://blog.test/" and "revisit_state" in again.meta
+    assert again.url == "http://blog.test/" and "_rv" in again.meta
     assert len(delayed(r, crawl, "blog.test")) == 0 and Frontier(r, crawl).status("blog.test").backlog == 0
 
 
@@ -295,7 +296,7 @@ def test_a_retry_copy_of_a_tracked_page_is_crawled_once_and_the_page_stays_track
     s.enqueue_request(req.replace(dont_filter=True))  # what RetryMiddleware does on a 503
     answer(worker, req, status=503)
     retry = worker.next_request()
-    assert retry.meta["revisit"] is False and "revisit_state" not in retry.meta
+    assert retry.meta["revisit"] is False and "_rv" not in retry.meta
     answer(worker, retry)
     assert len(delayed(r, crawl, "flaky.test")) == 1
     assert Frontier(r, crawl).status("flaky.test").stats.get("tracked") == 1
@@ -321,7 +322,7 @@ def test_a_tracked_page_that_redirects_stays_tracked_by_its_url_and_the_target_i
         dues = [due for m, due in delayed(r, crawl, "moved.test")]
         assert len(dues) == 1 and before + 300 <= dues[0] <= redis_ms(r) + 300  # its interval, no back-off
         got = worker.next_request()
-        assert got.url == "http://moved.test/new" and got.meta["revisit"] is False and "revisit_state" not in got.meta
+        assert got.url == "http://moved.test/new" and got.meta["revisit"] is False and "_rv" not in got.meta
         answer(worker, got)
         assert len(delayed(r, crawl, "moved.test")) == 1
     assert f.status("moved.test").stats.get("tracked") == 1
@@ -348,7 +349,7 @@ def test_an_ack_sent_twice_schedules_the_next_visit_once(r: redis.Redis, redis_u
 def test_a_site_policy_tracks_its_pages_and_each_page_keeps_it(
     worker: InProcessWorker, r: redis.Redis, crawl: str
 ) -> None:
-    """`site set --revisit` tracks a site's pages with no meta of their own; a page carries the policy in its meta from its first visit."""
+    """`site set --revisit` tracks a site's pages with no meta of their own, as the policy is at each visit: adaptive, then fixed once the policy changes."""
     from click.testing import CliRunner
 
     from streams_sched.cli import main
@@ -363,7 +364,19 @@ def test_a_site_policy_tracks_its_pages_and_each_page_keeps_it(
     first = worker.next_request()
     answer(worker, first)
     again = worker.next_request()
-    assert again.meta["revisit"] == {"every": 0.3, "adaptive": True, "min": 0.1, "max": 60.0}
+    assert "revisit" not in again.meta and again.meta["_rv"] == [300, again.meta["_rv"][1]]
+    answer(worker, again)  # unchanged: the policy's adaptive x1.4
+    third = worker.next_request()
+    assert third.meta["_rv"][0] == 420
+    # the site's policy as it is at each visit: a fixed 0.2 s from now on
+    out = CliRunner().invoke(main, ["site", "set", "-c", crawl, "--redis-url", worker.scheduler.config.redis_url,
+                                    "policy.test", "--revisit", "0.2s"])
+    assert out.exit_code == 0, out.output
+    answer(worker, third)  # leased before the change: its ack follows the policy it was leased with
+    fourth = worker.next_request()
+    assert fourth.meta["_rv"][0] == 588
+    answer(worker, fourth)  # leased after it
+    assert worker.next_request().meta["_rv"][0] == 200
     assert Frontier(r, crawl).status("policy.test").stats.get("tracked") == 1
 
 

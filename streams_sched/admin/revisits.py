@@ -1,7 +1,7 @@
 """Tracked pages waiting for their next visit: list them and stop their tracking.
 
 A tracked page waits in its site's delayed ZSET (member ``<stream>:<seq>:<payload>``)
-whose payload's meta has ``revisit_state`` (worker/revisits.py). A site with a delayed
+whose payload's meta has ``_rv`` (worker/revisits.py). A site with a delayed
 request is in its shard's ready indexes, and one with a page in flight in its leased
 index, so the sites to look at are read from those indexes, never from the registry:
 what this costs follows the sites with work, not every site the crawl ever saw.
@@ -121,6 +121,7 @@ def stop_tracking(frontier: Frontier, site: str | None = None, url: str | None =
                 pipe = frontier.client.pipeline(transaction=False)
                 pipe.sadd(keys.revisit_stops, url)
                 pipe.pexpire(keys.revisit_stops, STOPS_TTL_MS)
+                pipe.hset(keys.policy, "revisit_stops", "1")  # ack.lua reads the set only then
                 pipe.execute()
             continue
         pipe = frontier.client.pipeline(transaction=False)

@@ -1,8 +1,8 @@
 """A member of a site's delayed ZSET, ``<stream index>:<seq>:<payload>`` (lua/lib/delayed.lua),
 read back: the tracked page it holds, if any.
 
-A tracked page's payload has ``meta["revisit_state"]`` (worker/revisits.py), whose ``i`` is
-the page's interval. Only msgpack is read: nothing from the payload is evaluated.
+A tracked page's payload has ``meta["_rv"]`` (worker/revisits.py), whose first value is
+the page's interval in ms. Only msgpack is read: nothing from the payload is evaluated.
 """
 
 from __future__ import annotations
@@ -31,11 +31,7 @@ def waiting_page(member: bytes) -> Waiting | None:
     except Exception:  # noqa: BLE001 - anything unreadable is not ours to read
         return None
     meta = d.get("mt") if isinstance(d, dict) else None
-    state = meta.get("revisit_state") if isinstance(meta, dict) else None
-    if not isinstance(state, dict):
+    state = meta.get("_rv") if isinstance(meta, dict) else None
+    if not isinstance(state, list) or not state or not isinstance(state[0], (int, float)):
         return None
-    try:
-        interval = float(state.get("i") or 0)
-    except (TypeError, ValueError):
-        interval = 0.0
-    return Waiting(str(d.get("u", "")), interval)
+    return Waiting(str(d.get("u", "")), state[0] / 1000.0)

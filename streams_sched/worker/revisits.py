@@ -7,15 +7,20 @@ leased (io/leasing.py), and the page's ack carries the request back with its nex
 ack.lua deletes the entry and puts the payload in the site's delayed ZSET in one script,
 so a page is never lost or scheduled twice between the two.
 
-The page's state travels in its own request, ``meta["revisit_state"]``:
+The page's state travels in its own request, ``meta["_rv"]``, as a short list (a waiting
+page costs what the same request costs waiting as a delayed one; :func:`pack_state`):
 
-- ``i``: the current interval (seconds),
-- ``s``: the signature of the last answer (adaptive pages),
-- ``f``: permanent failures (404, 410) in a row,
-- ``t``: temporary failures (no answer, 429, 5xx) in a row,
+- the current interval (whole ms),
+- the signature of the last answer (adaptive pages; 32 bits of a hash),
+- permanent failures (404, 410) in a row,
+- temporary failures (no answer, 429, 5xx) in a row,
 
-so nothing per tracked page lives outside its delayed entry. :func:`next_visit` is the
-pure decision; :class:`Revisits` feeds it from Scrapy's signals and builds the ack.
+trailing empty values left out, so nothing per tracked page lives outside its delayed
+entry. :func:`next_visit` is the pure decision, on the state as a dict (``i`` seconds,
+``s``, ``f``, ``t``); :class:`Revisits` feeds it from Scrapy's signals and builds the ack.
+A page tracked by its site's policy is not marked in its meta: every lease and takeover
+of it carries the policy (lease.lua, claim.lua), so it follows the policy as it is at
+each visit.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from streams_sched.politeness.policy import parse_revisit
 from streams_sched.wire.codec import RequestCodec
 from streams_sched.worker.ops import Ack
 
-__all__ = ["PERMANENT", "Revisits", "Spec", "Visit", "next_visit", "signature_of", "spec_of"]
+__all__ = ["PERMANENT", "Revisits", "Spec", "Visit", "next_visit", "pack_state", "signature_of", "spec_of", "unpack_state"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +50,8 @@ PERMANENT = frozenset((404, 410))
 #: the status a tracked page's ack counts when Scrapy followed its redirect (Scrapy's
 #: response_received does not fire for it): an answer, neither changed nor a failure
 REDIRECTED = 300
-#: the meta key of a page's tracking state
-STATE = "revisit_state"
+#: the meta key of a page's tracking state (short: it is in every waiting page)
+STATE = "_rv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +100,32 @@ def spec_of(value: Any, config: StreamsConfig) -> Spec | None:
     return Spec(every, adaptive, lo, hi)
 
 
-def signature_of(body: bytes) -> str:
-    """The default change signature of an answer: a short hash of its body."""
-    return hashlib.blake2b(body, digest_size=8).hexdigest()
+def signature_of(body: bytes) -> int:
+    """The change signature of an answer's body, or of what the spider gave
+    (``meta["revisit_signature"]``, as bytes): 32 bits of a hash, so a change goes unseen
+    once in 4 billion changed visits. An integer, not bytes: the scripts read a waiting
+    page's state with Redis' cmsgpack, which does not read msgpack's bin type."""
+    return int.from_bytes(hashlib.blake2b(body, digest_size=4).digest(), "big")
+
+
+def pack_state(state: Mapping[str, Any]) -> list[Any]:
+    """The state dict as it travels in meta: [interval ms, signature, permanent failures,
+    temporary failures], trailing empty values left out."""
+    out: list[Any] = [round(float(state.get("i") or 0) * 1000), state.get("s"), state.get("f") or 0, state.get("t") or 0]
+    while len(out) > 1 and not out[-1]:
+        out.pop()
+    return out
+
+
+def unpack_state(packed: Any) -> dict[str, Any] | None:
+    """The state dict of ``meta["_rv"]``, or None when it is not a tracked page's."""
+    if not isinstance(packed, (list, tuple)) or not packed or not isinstance(packed[0], (int, float)):
+        return None
+    state: dict[str, Any] = {"i": packed[0] / 1000.0}
+    for key, value in zip(("s", "f", "t"), packed[1:]):
+        if value:
+            state[key] = value
+    return state
 
 
 def next_visit(
@@ -115,7 +143,8 @@ def next_visit(
     page's interval is multiplied by the changed or unchanged factor when its signature
     can be compared with the last one, within its bounds; a fixed page keeps ``every``.
     """
-    interval = float(state.get("i") or spec.every_s)
+    interval = float(state.get("i") or spec.every_s) if spec.adaptive else spec.every_s
+    interval = min(spec.max_s, max(spec.min_s, interval)) if spec.adaptive else interval
     fails = int(state.get("f") or 0)
     temporary = int(state.get("t") or 0)
     last = state.get("s")
@@ -183,7 +212,7 @@ class Revisits:
         #: whether the crawl's tracking was stopped (the frontier's, once the worker runs)
         self.crawl_stopped: Callable[[], bool] = lambda: False
         #: tracked request in flight -> (status, body signature) of its answer
-        self.answers: dict[Request, tuple[int, str]] = {}
+        self.answers: dict[Request, tuple[int, int]] = {}
         #: URLs of tracked requests in flight that answered with a redirect
         self.redirected: set[str] = set()
 
@@ -239,30 +268,30 @@ class Revisits:
         try:
             kept = self.codec.decode(payload)
             meta = kept.meta
-            state = meta.get(STATE)
-            first = not isinstance(state, Mapping)
-            prev_ms = 0 if first else _ms(state.get("i"))
+            state = unpack_state(meta.get(STATE))
+            first = state is None
+            prev_ms = 0 if state is None else _ms(state.get("i"))
             if entry.revisit == "off" or self.crawl_stopped():
                 # tracking stopped (streams-sched revisits --stop): a page tracked until now
                 # leaves the site's tracked count
                 return Ack(entry) if first else Ack(entry, (-1, "", b"", 0, prev_ms))
             if "revisit" not in meta and entry.revisit:
-                # tracked by its site's policy: the page keeps it in its own meta from now
-                # on, so whoever takes its lease over knows it is tracked
-                meta["revisit"] = parse_revisit(entry.revisit)
-            spec = spec_of(meta.get("revisit"), self.config)
+                # tracked by its site's policy, as it is now (a lease or a takeover carries it)
+                spec = spec_of(parse_revisit(entry.revisit), self.config)
+            else:
+                spec = spec_of(meta.get("revisit"), self.config)
         except (ValueError, SerializationError) as exc:
             logger.warning("not tracking %s: %s", url, exc)
             return Ack(entry)
         flags_new = "n" if first else ""
         if spec is None:
             return Ack(entry) if first else Ack(entry, (-1, "", b"", 0, prev_ms))
-        signature = request.meta.get("revisit_signature")
-        signature = str(signature) if signature is not None else body_sig
-        visit = next_visit(spec, {} if first else state, status, signature, self.config, 2 * self.rand() - 1)
+        given = request.meta.get("revisit_signature")
+        signature = signature_of(str(given).encode()) if given is not None else body_sig
+        visit = next_visit(spec, state or {}, status, signature, self.config, 2 * self.rand() - 1)
         if visit is None:
             return Ack(entry, (-1, flags_new, b"", 0, prev_ms))
-        meta[STATE] = visit.state
+        meta[STATE] = pack_state(visit.state)
         try:
             again = self.codec.encode(kept)
         except SerializationError as exc:

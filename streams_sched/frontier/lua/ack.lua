@@ -33,8 +33,9 @@
 --
 -- revisit_stops holds the URLs `streams-sched revisits --stop` stopped while no visit of
 -- them was waiting (one in flight, or promoted into a stream): a page whose URL is there
--- is not scheduled again, and leaves the set. Its payloads are decoded only while the set
--- is not empty; a page visited for the first time leaves the set too (it was enqueued
+-- is not scheduled again, and leaves the set. The site's policy field revisit_stops says
+-- the set may hold some, so the set is read only then, and payloads are decoded only
+-- while it is not empty; a page visited for the first time leaves the set too (it was enqueued
 -- again after the stop, and is tracked from now on).
 --
 -- A tracked page is rescheduled here, in the script that acks it, and only when this
@@ -89,11 +90,18 @@ end
 local function revisit(site, streams, stats, policy, delayed, stops, first, r, counts)
   local d_rate, share = ARGV[first - 2], tonumber(ARGV[first - 1])
   local deleted = 0
-  local p = redis.call('HMGET', policy, 'revisit', 'rate', 'robots_delay')
+  local p = redis.call('HMGET', policy, 'revisit', 'rate', 'robots_delay', 'revisit_stops')
   -- `streams-sched revisits --stop` sets the site's policy revisit to 'off': whatever a
   -- worker leased before it learned that, no page of the site is scheduled again
   local off = p[1] == 'off'
-  local any_stops = not off and redis.call('SCARD', stops) > 0
+  -- the policy's revisit_stops says the stopped-URL set may hold URLs (it expires)
+  local any_stops = false
+  if p[4] and not off then
+    any_stops = redis.call('SCARD', stops) > 0
+    if not any_stops then
+      redis.call('HDEL', policy, 'revisit_stops')
+    end
+  end
   local due_pages = {}
   local change = 0
   for i = first, first + 7 * (r - 1), 7 do
@@ -136,7 +144,7 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
     end
   end
   -- the site's demand, stretch and member sequence: one HMGET, and one HSET below
-  local cur = redis.call('HMGET', stats, 'tdemand', 'stretch', 'delay_seq')
+  local cur = redis.call('HMGET', stats, 'tdemand', 'stretch')
   local demand = tonumber(cur[1]) or 0
   local out = {}
   if change ~= 0 then
@@ -158,19 +166,17 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
       redis.call('HDEL', stats, 'stretch')
     end
     now = now or now_ms()
-    local seq = tonumber(cur[3]) or 0
     local soonest = {}
     for _, page in ipairs(due_pages) do
       local due = now + math.floor(page[2] * stretch)
-      seq = seq + 1
-      redis.call('ZADD', delayed, due, page[1] .. ':' .. seq .. ':' .. page[3])
+      -- no sequence number ("<stream>::<payload>"): a page is tracked once, so its member
+      -- is unique without one, and a waiting page is a few bytes shorter
+      redis.call('ZADD', delayed, due, page[1] .. '::' .. page[3])
       local t = task_of(page[1])
       if not soonest[t] or due < soonest[t] then
         soonest[t] = due
       end
     end
-    out[#out + 1] = 'delay_seq'
-    out[#out + 1] = seq
     -- the site is ready, for its pages' task type, from its soonest visit (ZADD LT keeps
     -- an earlier one)
     for t, due in pairs(soonest) do

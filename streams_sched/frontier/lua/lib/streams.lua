@@ -66,21 +66,28 @@ end
 
 -- A tracked page's part of its site's tracked count and revisit demand (ack.lua), read
 -- from its payload: 0, 0 for a request that is not a tracked page. The payload is
--- msgpack with the request's meta under 'mt', and a tracked page's state under
--- meta.revisit_state, its interval (s) in 'i'. Only a payload that names revisit_state
--- is decoded, so an untracked request costs a substring search; one cmsgpack cannot read
--- still counts as a page, without its demand, which ack.lua keeps from falling below 0.
+-- msgpack with the request's meta under 'mt', and a tracked page's state under meta._rv,
+-- a list whose first value is its interval in ms (worker/revisits.py). Only a payload
+-- with the string '_rv' is decoded, so an untracked request costs a substring search;
+-- one cmsgpack cannot read still counts as a page, without its demand, which ack.lua
+-- keeps from falling below 0.
 local function tracked_share(payload)
-  if not payload or not string.find(payload, 'revisit_state', 1, true) then
+  if not payload or not string.find(payload, '\163_rv', 1, true) then
     return 0, 0
   end
   local ok, d = pcall(cmsgpack.unpack, payload)
-  local state = ok and type(d) == 'table' and type(d.mt) == 'table' and d.mt.revisit_state
-  local interval = type(state) == 'table' and tonumber(state.i)
-  if not interval or interval <= 0 then
+  if not ok then
     return 1, 0
   end
-  return 1, math.floor(1e9 / math.floor(interval * 1000 + 0.5) + 0.5)
+  local state = type(d) == 'table' and type(d.mt) == 'table' and d.mt._rv
+  if type(state) ~= 'table' then
+    return 0, 0
+  end
+  local interval_ms = tonumber(state[1])
+  if not interval_ms or interval_ms <= 0 then
+    return 1, 0
+  end
+  return 1, math.floor(1e9 / interval_ms + 0.5)
 end
 
 -- A tracked page that becomes a dead letter is no longer tracked; requeued, it is again
