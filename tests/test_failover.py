@@ -441,8 +441,7 @@ class NotReported(AssertionError):
     " worker's seen cache, so nothing is enqueued and the loss of the tracked pages is never said",
 )
 def test_a_primary_that_rejoins_empty_while_only_revisits_run_is_called_a_loss(tmp_path: Path, measured: Any) -> None:
-    """Past the first pass (revisits only, every link they find already sent): a cluster primary with no
-    persistence SIGKILLed and restarted at once comes back empty without its tracked pages, and a worker says so at ERROR."""
+    """Revisits only: a cluster primary without AOF restarted at once loses its tracked pages, and a worker says so at ERROR."""
     sites = tuple(f"site{i}.test" for i in range(3))
     with LocalCluster(3, replicas=1, node_timeout_ms=3000, bloom=find_redisbloom() is not None) as cluster:
         crawl = spread_crawl_name(connect(cluster.url), sites)
