@@ -429,17 +429,6 @@ def test_sentinel_url_first_sentinel_and_the_primary_killed_and_left_down(tmp_pa
         crawl_through_failovers(sentinel.url, "t" + uuid.uuid4().hex[:8], tmp_path, 1, fail_over, measured)
 
 
-
-class NotReported(AssertionError):
-    """Raised when no worker reported a primary that came back empty."""
-
-
-@pytest.mark.xfail(
-    strict=True, raises=NotReported,
-    reason="a primary is asked whether it restarted empty only when it confirmed enqueues that wait for a replica"
-    " (worker/io/barrier.py _resend); once every page was crawled, the links a revisit finds are all in the"
-    " worker's seen cache, so nothing is enqueued and the loss of the tracked pages is never said",
-)
 def test_a_primary_that_rejoins_empty_while_only_revisits_run_is_called_a_loss(tmp_path: Path, measured: Any) -> None:
     """Revisits only: a cluster primary without AOF restarted at once loses its tracked pages, and a worker says so at ERROR."""
     sites = tuple(f"site{i}.test" for i in range(3))
@@ -468,8 +457,7 @@ def test_a_primary_that_rejoins_empty_while_only_revisits_run_is_called_a_loss(t
             assert lost and "lost" in lost[0], lost  # Redis threw them away: the loss to report
             reported = "restarted empty (appendonly no, nothing loaded)"
             try:
-                wait_for(lambda: reported in w.log(), timeout=10, what="a worker to report the empty primary",
-                         error=NotReported)
+                wait_for(lambda: reported in w.log(), timeout=10, what="a worker to report the empty primary")
             finally:
                 measured(f"the primary of {held} restarted empty: {lost[0].split(', e.g.')[0]};"
                          f" reported at ERROR: {reported in w.log()}")

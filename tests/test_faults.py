@@ -316,6 +316,31 @@ def test_redis_restarted_from_aof_keeps_each_waiting_tracked_page_once(
         server.cleanup()
 
 
+def test_redis_without_persistence_restarted_empty_under_tracked_pages_is_reported_at_error(
+    crawl: str, tmp_path: Path, measured: Any
+) -> None:
+    """The same restart with no AOF and no RDB, once only revisits run: every waiting page is gone, and the worker says so at ERROR instead of idling on an empty frontier."""
+    server = RedisServer(port=free_port()).start()
+    items = tmp_path / "items.jsonl"
+    want = expected(TRACKED_SITES, TRACKED_PAGES)
+    w = Worker({**tracked_settings(server.url, crawl, items, STREAMS_LEASE_SECONDS=10, STREAMS_SOCKET_TIMEOUT_SECONDS=2),
+                "RECORD_TAG": "w"}, tmp_path / "w.log", spider=TRACKED_SPIDER)
+    try:
+        wait_for(lambda: set(first_visits(items)) == want, timeout=60, what="every page crawled once")
+        server.kill()
+        wait_for(lambda: "Redis unreachable" in w.log(), timeout=30, what="the worker to notice the outage")
+        server.start()
+        wait_for(lambda: "Redis is reachable again" in w.log(), timeout=30, what="the worker back")
+        reported = "restarted empty (appendonly no, nothing loaded)"
+        wait_for(lambda: reported in w.log(), timeout=10, what="the worker to report the empty restart")
+        measured(f"no persistence, restarted with {len(want)} tracked pages: {len(tracked_once_problems(server.url, crawl, want))}"
+                 " problem line(s) (pages lost), reported at ERROR")
+        assert "ERROR" in w.log().split(reported)[0].splitlines()[-1]
+    finally:
+        w.close()
+        server.cleanup()
+
+
 def test_worker_waits_for_redis_that_is_not_up_yet(crawl: str, tmp_path: Path) -> None:
     """A worker started before Redis waits with back-off (one warning) and crawls once Redis is up."""
     server = RedisServer(port=free_port())

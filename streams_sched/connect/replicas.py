@@ -313,6 +313,20 @@ class ReplicaGuard:
         self.reported_empty |= new
         return bool(new)
 
+    def restarted_empty(self) -> list[str]:
+        """The primaries that have just restarted with no persistence and loaded nothing,
+        each reported once (:meth:`came_back_empty` for every primary, asked after an
+        outage: a crawl whose work is all revisits sends no enqueue whose resend would ask)."""
+        from streams_sched.connect.persistence import came_back_empty, read_persistence
+
+        try:
+            nodes = read_persistence(self.client)
+        except Exception:  # an unanswered question is not a loss
+            return []
+        new = [p for p in nodes if came_back_empty(p) and p.run_id not in self.reported_empty]
+        self.reported_empty |= {p.run_id for p in new}
+        return [p.name for p in new]
+
     def primary_of(self, key: str) -> str:
         """The name of the primary that owns ``key`` (a standalone server is "")."""
         if not self.cluster:

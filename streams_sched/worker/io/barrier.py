@@ -139,14 +139,28 @@ class ReplicaBarrier:
         self.exchange.seen_epoch += 1
         self.refresh_topology()
         if self.guard.came_back_empty(primary):
-            logger.error(
-                "Redis primary %s restarted empty (appendonly no, nothing loaded): the crawl's queued"
-                " requests, leases and seen filters it held are gone. Pages seen before will be crawled"
-                " again, and requests queued only there are lost unless another page links to them."
-                " Turn on appendonly, or keep it from restarting faster than the failover timeout",
-                self.guard.shown(primary),
-            )
-            self.exchange.stats.append(("streams/primary_restarted_empty", 1))
+            self._report_empty(primary)
+
+    def after_outage(self) -> None:
+        """Redis answers again after an outage: a primary may have restarted empty in the
+        meantime with nothing of this worker's to send again (a crawl whose work is all
+        revisits sends no enqueue), so ask every primary."""
+        self.refresh_topology()
+        for primary in self.guard.restarted_empty():
+            # what this worker remembers sending is gone too: let Redis' dedupe decide again
+            self.exchange.seen_epoch += 1
+            self._report_empty(primary)
+
+    def _report_empty(self, primary: str) -> None:
+        logger.error(
+            "Redis primary %s restarted empty (appendonly no, nothing loaded): the crawl's queued"
+            " requests, tracked pages waiting for their next visit, leases and seen filters it held"
+            " are gone. Pages seen before will be crawled again, and requests queued only there are"
+            " lost unless another page links to them. Turn on appendonly, or keep it from restarting"
+            " faster than the failover timeout",
+            self.guard.shown(primary),
+        )
+        self.exchange.stats.append(("streams/primary_restarted_empty", 1))
 
     def refresh_topology(self) -> None:
         """On a cluster, read the slot map again from any node that answers (at most once

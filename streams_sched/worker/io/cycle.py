@@ -315,6 +315,7 @@ class IOThread(threading.Thread):
             result = self._cycle()
             if trouble.reachable():
                 self._release_orphans()
+                self.barrier.after_outage()
         except TRANSIENT as exc:
             trouble.outage(exc)
             failed = True
