@@ -17,8 +17,11 @@ CONCURRENT_REQUESTS_PER_DOMAIN 2):
   ``streams-sched revisits`` lists). The worker fetches due pages only: each one's ack
   puts it back for its next visit, a day later, so every round finds due pages left as
   long as ``--due`` x sites exceeds ``--rounds`` x ``--fetches``;
-- ``one-off``: a frontier without a tracked page, the same ``--due`` pages of every site
-  seeded as ordinary requests, emptied and seeded again each round.
+- ``one-off``: a frontier without a tracked page, a one-off crawl of the same pages:
+  ``--one-off-pages`` pages of every site (default ``--pages``, so the same million) seeded
+  as ordinary requests, emptied and seeded again each round. Its Redis holds as much as
+  the tracked one's, so what a command costs in a large data set (cache misses) is in
+  both; ``--one-off-pages 7`` compares with a small frontier instead.
 
 Per run: worker CPU per fetch (the process's CPU from the start gate to its last item,
 bench/probe.py), Redis CPU per fetch (INFO cpu, used_cpu_sys + used_cpu_user, from the
@@ -368,6 +371,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--due", type=int, help="pages of each site due at the start (default 7; quick 5)")
     p.add_argument("--fetches", type=int, help="fetches per run (default 20,000; quick 60)")
     p.add_argument("--rounds", type=int, help="runs of each kind, alternating order (default 3; quick 1)")
+    p.add_argument("--one-off-pages", type=int, default=0,
+                   help="pages per site of the one-off crawl (default: --pages, the same pages)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="longest a run may take")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
@@ -413,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind in KINDS if rnd % 2 else tuple(reversed(KINDS)):
                 enqueue_us = 0.0
                 if kind == "one-off":
-                    added, cpu_s = seed_one_off(one_off_server.url, args.sites, args.due)
+                    added, cpu_s = seed_one_off(one_off_server.url, args.sites, args.one_off_pages or args.pages)
                     enqueue_us = 1e6 * cpu_s / max(added, 1)
                 r = run_worker(kind, urls[kind], args.sites, args.fetches, args.timeout_s)
                 if kind == "one-off":
