@@ -504,7 +504,7 @@ else:
             Path(s["RECRAWL_READY_FILE"]).write_text("ready")
             gate = s["RECRAWL_GATE_FILE"]
             deadline = time.monotonic() + 600
-            # Blocking the reactor is harmless here: nothing is crawled before the gate.
+            # Blocking the reactor is harmless here: nothing is crawled until the gate opens.
             while not os.path.exists(gate):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"start gate {gate} never opened")
@@ -541,7 +541,7 @@ class Plan:
 
 def _no_delay_jitter() -> dict[str, Any]:
     """The setting that makes DOWNLOAD_DELAY exact: DOWNLOAD_DELAY_JITTER from Scrapy 2.19 on
-    (which deprecates RANDOMIZE_DOWNLOAD_DELAY), RANDOMIZE_DOWNLOAD_DELAY before it."""
+    (which deprecates RANDOMIZE_DOWNLOAD_DELAY), RANDOMIZE_DOWNLOAD_DELAY in older versions."""
     from scrapy.settings import default_settings
 
     if hasattr(default_settings, "DOWNLOAD_DELAY_JITTER"):
