@@ -88,7 +88,12 @@ def refusing(kind: str) -> Iterator[Refusing]:
                 admin.config_set("dir", server.dir)
                 admin.bgsave()
 
-            yield Refusing(kind, server.url, admin, lift)
+            try:
+                yield Refusing(kind, server.url, admin, lift)
+            finally:
+                # a server that cannot save refuses SIGTERM's shutdown save, and its stop
+                # would wait 10 s for it: let it stop without one
+                admin.config_set("save", "")
     else:
         with RedisServer() as primary, RedisServer(extra_args=["--replicaof", "127.0.0.1", str(primary.port)]) as replica:
             admin = connect(replica.url)
