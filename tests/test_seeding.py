@@ -246,11 +246,20 @@ def _as_sent(seed_: Any, codec: RequestCodec) -> dict[str, Any]:
     }
 
 
+def _request_takes(url: str) -> bool:
+    try:
+        Request(url)
+    except ValueError:
+        return False
+    return True
+
+
 def test_plain_url_seeds_equal_request_seeds(plain_redis_url: str, crawl: str) -> None:
     """URL strings give the Request path's entry byte for byte (site, stream, fingerprint, payload), whatever the options."""
     spider = _Spider()
     codec = RequestCodec(spider)
-    urls = [u.strip() for u in VARIED_URLS if "://" in u and not u.startswith("ftp")]  # the Seeder strips lines
+    # the Seeder strips lines; a URL this w3lib refuses (2.6 refuses "http://a.1/") raises on both paths
+    urls = [u.strip() for u in VARIED_URLS if "://" in u and not u.startswith("ftp") and _request_takes(u.strip())]
     with Seeder(plain_redis_url, crawl) as seeder:
         options: list[dict[str, Any]] = [
             {}, {"priority": 5, "callback": "parse_list", "errback": "on_error"}, {"priority": -2, "dont_filter": True},

@@ -166,8 +166,8 @@ def entry_for(
 #: The JSON Scrapy's default fingerprinter hashes for a GET without body (json.dumps of
 #: {"method", "url", "body", "headers"} with sort_keys), up to the URL.
 _FP_HEAD = b'{"body": "", "headers": {}, "method": "GET", "url": '
-#: A URL that safe_url_string leaves as it is and that canonicalize_url leaves as it is
-#: (but for the "/" of an empty path): http(s), a lowercase host name whose last label
+#: A URL that safe_url_string and canonicalize_url leave as it is (but for the "/" of an
+#: empty path, which canonicalize_url always adds and safe_url_string adds from w3lib 2.6): http(s), a lowercase host name whose last label
 #: starts with a letter (no IP address, no IDNA, no port, no user), a path of unreserved
 #: characters with no "." or ".." segment and no "//", no query, no fragment. Segments
 #: are separated by exactly one "/", so a URL that does not match fails in linear time.
@@ -177,6 +177,14 @@ _PLAIN_URL = re.compile(
 )
 
 
+#: Whether w3lib's safe_url_string gives an empty path its "/" (w3lib 2.6 and newer do:
+#: ``Request("http://a.test").url == "http://a.test/"``; older releases keep the URL as
+#: it is). Asked of the installed w3lib once, so the plain-URL path gives ``request.url``
+#: as this Scrapy does on every release in range; the fingerprint is the same either way,
+#: since canonicalize_url always adds the "/".
+_SAFE_URL_ADDS_ROOT = safe_url_string("http://a.test") == "http://a.test/"
+
+
 def url_facts(url: str) -> tuple[str, str | None, bytes]:
     """(``request.url``, its host name, its fingerprint) of ``Request(url)`` as Scrapy has
     them: the URL made safe, ``urlparse(request.url).hostname`` and the default
@@ -184,7 +192,8 @@ def url_facts(url: str) -> tuple[str, str | None, bytes]:
     m = _PLAIN_URL.match(url)
     if m is not None:
         canonical = url if m.group(2) else url + "/"
-        return url, m.group(1), hashlib.sha1(_FP_HEAD + b'"' + canonical.encode() + b'"}').digest()
+        safe = canonical if _SAFE_URL_ADDS_ROOT else url
+        return safe, m.group(1), hashlib.sha1(_FP_HEAD + b'"' + canonical.encode() + b'"}').digest()
     safe = safe_url_string(url, "utf-8")
     if "://" not in safe and not safe.startswith(("about:", "data:")):
         raise ValueError(f"Missing scheme in request url: {safe}")
