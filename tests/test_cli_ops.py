@@ -39,16 +39,30 @@ def test_status_shows_bands_pending_and_rate_over_the_last_minute(plain_redis_ur
     f = seeded(plain_redis_url, crawl)
     leased = f.lease("a0.test", "w1", 3, (1, 1, 1)).entries
     f.ack("a0.test", [(e.stream, e.id) for e in leased[:2]])
-    res = cli("status", "-c", crawl)
+    res = cli("status", "-c", crawl, "--all")
     assert res.exit_code == 0, res.output
     header, a0 = res.output.splitlines()[:2]
     assert header.split()[:6] == ["SITE", "HIGH", "DEFAULT", "LOW", "BROWSER", "PENDING"] and "RATE 1M" in header
     assert a0.split()[:7] == ["a0.test", "0", "0", "0", "0", "1", a0.split()[6]]
     assert "/s" in a0  # 2 acks within the last minute
+    assert "TRACKED" in header and "OVERDUE" in header and "429/503" in header
     data = json.loads(cli("status", "-c", crawl, "--json", "--sort", "pending", "-n", "1").output)
     assert [r["site"] for r in data["sites"]] == ["a0.test"]
     assert data["totals"]["acked"] == 2 and data["totals"]["backlog"] == 6 and data["totals"]["sites"] == 3
     assert data["sites"][0]["rate_per_s"] == pytest.approx(2 / 50, rel=0.25)
+
+
+def test_status_leaves_out_the_columns_a_crawl_does_not_use(plain_redis_url: str, crawl: str, cli) -> None:
+    """Without --all, status shows the core columns and those a row has something in: a crawl
+    that tracks, renders and throttles nothing gets no revisit, browser or 429 columns."""
+    f = seeded(plain_redis_url, crawl)
+    f.lease("a0.test", "w1", 1, (1, 1, 1))
+    header = cli("status", "-c", crawl).output.splitlines()[0]
+    assert header.split() == ["SITE", "DEFAULT", "PENDING", "OLDEST", "LEASE", "DELAYED", "DEAD", "ENQUEUED", "ACKED",
+                              "RATE", "1M", "LIMIT", "WHY"]
+    seed(__import__("redis").Redis.from_url(plain_redis_url), crawl, ["http://b.test/"], meta={"task_type": "browser"})
+    header = cli("status", "-c", crawl).output.splitlines()[0]
+    assert "BROWSER" in header and "TRACKED" not in header and "HIGH" not in header
 
 
 def test_ack_of_a_finished_site_costs_one_counter(plain_redis_url: str, crawl: str) -> None:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Column", "format_age", "format_duration", "format_rate", "format_until", "render_table"]
+__all__ = ["Column", "format_age", "format_duration", "format_rate", "format_until", "render_table", "used_columns"]
 
 #: (row field, column title, how to print the field)
 Column = tuple[str, str, Callable[[Any], str]]
@@ -57,3 +57,24 @@ def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column]) -> s
     for r in body:
         lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
     return "\n".join(lines)
+
+
+#: what an unused field holds: no count, no age (-1), no time, no flag
+_EMPTY = (0, -1, "", None, False)
+
+
+def used_columns(
+    rows: Sequence[dict[str, Any]], columns: Sequence[Column], always: Sequence[str],
+) -> tuple[list[Column], list[Column]]:
+    """(the columns to print, the ones left out): a column not in ``always`` is left out
+    when every row holds nothing in it (0, -1 for an age, an empty string, False), so a
+    crawl that tracks no page or renders nothing is not shown a dozen columns of zeros."""
+    shown: list[Column] = []
+    hidden: list[Column] = []
+    for column in columns:
+        key = column[0]
+        if key in always or any(row[key] not in _EMPTY for row in rows):
+            shown.append(column)
+        else:
+            hidden.append(column)
+    return shown, hidden

@@ -17,15 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams_sched.cli.formatting import Column, format_age, format_rate, format_until
+from streams_sched.cli.formatting import Column, format_age, format_rate, format_until, used_columns
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.indexes import ShardSizes, indexed_sites, shard_sizes
 from streams_sched.frontier.keys import BANDS
 from streams_sched.frontier.records import SiteStatus
 from streams_sched.politeness.rates import ack_rate_per_s
 
-__all__ = ["DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "freshness_lines", "read_report", "sort_rows",
-           "status_rows", "summary_line", "totals"]
+__all__ = ["CORE_COLUMNS", "DEFAULT_TOP", "Report", "SORT_KEYS", "STATUS_COLUMNS", "freshness_lines", "read_report", "sort_rows",
+           "status_rows", "summary_line", "table_columns", "totals"]
 
 #: sites with work a report reads a row for, unless told otherwise (--top)
 DEFAULT_TOP = 1000
@@ -95,6 +95,20 @@ STATUS_COLUMNS: list[Column] = [
     ("oldest_overdue_ms", "OLDEST OVERDUE", format_age),
     ("paused", "PAUSED", lambda p: "yes" if p else ""),
 ]
+
+#: the columns `status` and `watch` print whatever the rows hold; the others only when a row
+#: of the table has something in them (--all and --json show every one)
+CORE_COLUMNS = ("site", "default", "pending", "delayed", "dead", "enqueued", "acked", "rate_per_s", "limit_per_s",
+                "limit_reason")
+
+
+
+def table_columns(rows: list[dict[str, Any]], all_columns: bool = False) -> list[Column]:
+    """The status table's columns: every one with ``all_columns`` (``--all``), else the core
+    ones and those a row of the table has something in (revisits, browser, throttling ...
+    when the crawl uses them)."""
+    return list(STATUS_COLUMNS) if all_columns else used_columns(rows, STATUS_COLUMNS, CORE_COLUMNS)[0]
+
 
 #: --sort keys: row field, largest first (site: alphabetical)
 SORT_KEYS = ("site", "backlog", "pending", "oldest", "delayed", "dead", "rate")

@@ -20,11 +20,11 @@ from streams_sched.cli.options import connect, known_crawl, shared_options
 from streams_sched.cli.report import (
     DEFAULT_TOP,
     SORT_KEYS,
-    STATUS_COLUMNS,
     freshness_lines,
     read_report,
     sort_rows,
     summary_line,
+    table_columns,
     totals,
 )
 from streams_sched.exit_codes import EXIT_INTERRUPTED, EXIT_TIMEOUT
@@ -35,7 +35,8 @@ __all__ = ["Progress", "progress_line", "status", "top_options", "watch"]
 def top_options(func: Any) -> Any:
     """--top and --all: how many sites a report reads a row for."""
     func = click.option("--all", "all_sites", is_flag=True,
-                        help="A row for every registered site (reads each one: slow on a crawl of many sites).")(func)
+                        help="A row for every registered site (reads each one: slow on a crawl of many sites),"
+                             " and every column, also those with nothing in them.")(func)
     return click.option("--top", type=click.IntRange(min=1), default=DEFAULT_TOP, show_default=True,
                         help="Rows for at most this many sites with work (leases first, then ready sites).")(func)
 
@@ -48,7 +49,7 @@ def top_options(func: Any) -> Any:
 @top_options
 def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int, top: int, all_sites: bool) -> None:
     """The crawl's totals (sites, sites with work, enqueued, finished) and, per site with
-    work: backlog by band, pending leases, oldest lease age, delayed, dead letters, the ack
+    work (the columns with nothing in them left out, unless --all): backlog by band, pending leases, oldest lease age, delayed, dead letters, the ack
     rate over the last minute, the rate limit in force and why (policy, robots, backoff,
     retry-after, paused, unlimited), until when a Retry-After pauses it, 429/503 answers,
     requests dropped over its page cap, and with continuous crawling the pages tracked,
@@ -62,7 +63,7 @@ def status(redis_url: str, crawl: str, as_json: bool, sort_key: str, limit: int,
     if as_json:
         click.echo(json.dumps({"crawl": crawl, "totals": t, "sites": shown}, indent=2))
         return
-    click.echo(render_table(shown, STATUS_COLUMNS))
+    click.echo(render_table(shown, table_columns(shown, all_sites)))
     more = f" ({len(rows) - len(shown)} more not shown)" if len(shown) < len(rows) else ""
     click.echo(f"\n{summary_line(t)}{more}")
     for line in freshness_lines(t, rows):
@@ -140,9 +141,10 @@ def watch(redis_url: str, crawl: str, interval: float, sort_key: str, limit: int
             if progress_only:
                 click.echo(line)
             else:
+                shown = sort_rows(rows, sort_key, limit)
                 frame = (
                     f"crawl {crawl} - {time.strftime('%H:%M:%S')} - every {interval:g}s\n\n"
-                    f"{render_table(sort_rows(rows, sort_key, limit), STATUS_COLUMNS)}\n\n"
+                    f"{render_table(shown, table_columns(shown, all_sites))}\n\n"
                     f"{summary_line(t)}\n{line}"
                 )
                 click.echo(("\x1b[H\x1b[2J" if tty else "\n") + frame)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from streams_sched.cli.formatting import render_table
-from streams_sched.cli.report import STATUS_COLUMNS, status_rows
+from streams_sched.cli.report import status_rows, table_columns
 from streams_sched.connect.clients import connect, redact
 from streams_sched.demo.server import SyntheticServer
 from streams_sched.frontier.client import Frontier
@@ -149,7 +149,8 @@ def crawl_part(
     repeats = sum(n - 1 for n in seen.values())
     frontier = Frontier(client, crawl)
     print()
-    print(render_table(status_rows(frontier.status_many(frontier.sites())), STATUS_COLUMNS))
+    rows = status_rows(frontier.status_many(frontier.sites()))
+    print(render_table(rows, table_columns(rows)))
     print()
     say(f"crawled {len(seen)}/{total} pages in {elapsed:.1f}s with {len(procs)} workers"
         f" ({len(seen) / elapsed:.0f} pages/s); crawled twice: {repeats}; never crawled: {len(missing)}")
