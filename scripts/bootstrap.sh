@@ -76,12 +76,21 @@ if [ "${TEST_TOOLS:-0}" = 1 ] || [ -n "${CI:-}" ]; then
   DEFAULT_EXTRAS=test,docs
 fi
 EXTRAS="${EXTRAS:-$DEFAULT_EXTRAS}"
+# Every dependency at the version constraints.txt names, so the tests' result depends on
+# the checkout alone, not on what was released since (scripts/deps.sh refreshes the file
+# and checks the newest releases and the declared floors).
 STAMP="$VENV/.streams-sched-installed"
-WANT="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)-${EXTRAS}"
+WANT="$(cat "$ROOT/pyproject.toml" "$ROOT/constraints.txt" | sha256sum | cut -d' ' -f1)-${EXTRAS}"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  log "installing streams-sched[${EXTRAS}] into $VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[${EXTRAS}]" >&2
+  log "installing streams-sched[${EXTRAS}] into $VENV (versions from constraints.txt)"
+  # pip's output goes to a log shown only on failure: setuptools prints a long warning on
+  # every editable install, about folders named like the package, that a newcomer cannot act on
+  if ! { "$VENV/bin/python" -m pip install -q --upgrade pip &&
+         "$VENV/bin/python" -m pip install -q -c "$ROOT/constraints.txt" -e "$ROOT[${EXTRAS}]"; } >"$VENV/pip.log" 2>&1; then
+    grep -v "is ignored: it is neither a file nor a directory" "$VENV/pip.log" >&2 || true
+    log "pip install failed (the log above, also in $VENV/pip.log)"
+    exit 1
+  fi
   echo "$WANT" > "$STAMP"
 fi
 

@@ -53,7 +53,7 @@ for version in "${versions[@]}"; do
       echo "import site; site.addsitedir('$main_site')" > "$own_site/_streams_sched_main_venv.pth"
     else
       "$venv/bin/python" -m pip install -q --upgrade pip >&2
-      "$venv/bin/python" -m pip install -q -e "$ROOT[test]" >&2
+      "$venv/bin/python" -m pip install -q -c "$ROOT/constraints.txt" -e "$ROOT[test]" >&2
     fi
     # a separate step so that a release outside the declared range can be tried
     "$venv/bin/python" -m pip install -q "scrapy==$version" >&2

@@ -39,7 +39,9 @@ class SentinelMaster(redis.Redis):
         super().close()
         pool = getattr(self, "connection_pool", None)
         if isinstance(pool, redis.sentinel.SentinelConnectionPool):
-            pool.sentinel_manager.close()
+            # each sentinel client by itself: redis-py's Sentinel.close() is new in 8.1
+            for sentinel in pool.sentinel_manager.sentinels:
+                sentinel.close()
 
 
 #: Sentinel query options that apply to the connections to the sentinels too.
