@@ -345,6 +345,11 @@ def test_policy_changed_to_allkeys_mid_crawl_shows_in_evicted_keys(crawl: str, t
             m = wait_for(lambda: (got := try_scrape(port)) and value(got, "streams_sched_nodes", crawl=crawl, state="alive") == 1 and got,
                          timeout=20, what="the monitor to see the worker")
             assert redis_metric(m, "streams_sched_redis_evicted_keys_total", name) == 0
+            # the alert pass (not only a scrape) must have seen the worker and taken its baseline
+            # of evicted_keys before the junk: its first look at a server is a baseline, so
+            # evictions made before it are not evictions "while a crawl runs"
+            wait_for(lambda: any(p.get("nodes_alive", 0) >= 1 for p in mon.named("pass")), timeout=20,
+                     what=f"an alert pass that saw the worker; log:\n{mon.log()}")
             admin.config_set("maxmemory-policy", "allkeys-lru")
             admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) + 2 * 1024 * 1024)
             junk = b"x" * 10_000
