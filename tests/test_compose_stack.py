@@ -1,6 +1,7 @@
-"""The Docker Compose stack (compose/), checked as far as a machine without a Docker engine
-allows: nothing here starts a container. What is checked is what a start would trip over
-first: each service runs a program the image of compose/Dockerfile has, with options its
+"""The Docker Compose stack (compose/), checked in-process: nothing here starts a container
+(tests/test_compose_up.py starts the stack with podman, tests/test_image.py builds and runs
+the image). What is checked is what a start would trip over first, and what a container
+run would not show: each service runs a program the image of compose/Dockerfile has, with options its
 real command line takes; every environment variable a service is given is read by its
 program; volumes are declared and mounted where the programs and the image expect them;
 the Dockerfile copies what ``pip install .`` and ``scrapy crawl`` need; Redis's health
@@ -56,14 +57,33 @@ def workdir() -> str:
 
 
 def copies() -> dict[str, str]:
-    """COPY destination -> source (relative to the build context, the repository root)."""
+    """COPY destination -> source, for the copies from the build context (the repository
+    root); a ``COPY --from=STAGE`` copies between stages, not from the context."""
     out = {}
     for op, args in dockerfile():
-        if op == "COPY":
-            *sources, dest = args.split()
+        if op == "COPY" and "--from=" not in args:
+            *sources, dest = [a for a in args.split() if not a.startswith("--")]
             for source in sources:
                 out[dest.rstrip("/") + ("/" + source if dest.endswith("/") else "")] = source
     return out
+
+
+def dockerignore_allows(path: str) -> bool:
+    """Whether .dockerignore (at the build context's root) leaves ``path`` in the context:
+    the last matching pattern decides, ``!`` re-includes (Docker's rules, for the plain
+    patterns the file uses)."""
+    import fnmatch
+
+    allowed = True
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        pattern = line.lstrip("!").rstrip("/")
+        if fnmatch.fnmatch(path, pattern) or path.startswith(pattern + "/"):
+            allowed = keep
+    return allowed
 
 
 def programs() -> set[str]:
@@ -109,6 +129,14 @@ def test_the_dockerfile_copies_the_package_and_the_example_project() -> None:
     assert {"pyproject.toml", "streams_sched", "reclaimer", "monitor"} <= copied_first
     assert copied[workdir()] == "compose/example"
     assert (EXAMPLE / "scrapy.cfg").is_file()
+
+
+def test_the_dockerignore_keeps_what_the_dockerfile_copies_and_only_that() -> None:
+    """Every COPY source stays in the build context; the virtualenv, .git and the tests do not (a Docker engine is sent the whole context)."""
+    for source in copies().values():
+        assert dockerignore_allows(source), f"{source} is copied but .dockerignore leaves it out"
+    for heavy in (".venv", ".git", "tests", "bench", "docs", "compose/grafana"):
+        assert not dockerignore_allows(heavy), heavy
 
 
 def test_the_image_runs_as_an_unprivileged_user() -> None:
