@@ -145,6 +145,7 @@ def built_image() -> Built:
     from a wheelhouse made on the host. No layer cache: what is measured is the build a
     fresh clone makes, and buildah does not key a RUN's cache on its bind mounts."""
     require_podman()
+    before = dangling()
     with tempfile.TemporaryDirectory(prefix="streams-sched-wheels-") as tmp:
         wheels = wheelhouse(Path(tmp))
         started = time.monotonic()
@@ -152,8 +153,16 @@ def built_image() -> Built:
                "--build-arg", f"BASE={BASE_IMAGE}", "--build-arg", "PIP_NO_INDEX=1",
                "--build-context", f"wheels={wheels}", "-t", IMAGE, str(ROOT), timeout=1200)
         seconds = time.monotonic() - started
+    # the build stage's image, and the image this build replaced under the tag
+    for image_id in dangling() - before:
+        podman("image", "rm", "-f", image_id, check=False)
     image_id = podman("image", "inspect", "--format", "{{.Id}}", IMAGE).stdout.strip()
     return Built(IMAGE, image_id, image_size(IMAGE), seconds)
+
+
+def dangling() -> set[str]:
+    """Ids of the untagged images."""
+    return set(podman("images", "--filter", "dangling=true", "--format", "{{.ID}}", "--no-trunc").stdout.split())
 
 
 @functools.cache
