@@ -216,6 +216,12 @@ def test_volumes_are_declared_and_mounted_where_the_programs_expect_them() -> No
     assert redis["command"][-1] in mounts and mounts[redis["command"][-1]] == "./redis/redis.conf"
 
 
+def test_the_acl_file_has_only_user_rules() -> None:
+    """Redis refuses to start on an ACL file line that is not a `user` rule (a comment too): every line of users.acl is one."""
+    lines = [line for line in (COMPOSE / "redis/users.acl").read_text().splitlines() if line.strip()]
+    assert lines and all(line.startswith("user ") for line in lines), lines
+
+
 def test_redis_health_check_works_with_the_acl_file() -> None:
     """`redis-cli ping` (no user, no password) passes: the default user is on, needs no password and may PING; everything waits for that check."""
     data = compose()
