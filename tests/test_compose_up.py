@@ -50,10 +50,13 @@ HELD = """
 import json, sys, redis
 r = redis.Redis.from_url(sys.argv[1], decode_responses=True)
 held = {}
-for key in r.scan_iter(type="stream", count=1000):
-    for group in r.xinfo_groups(key):
-        for consumer in r.xinfo_consumers(key, group["name"]):
-            held[consumer["name"]] = held.get(consumer["name"], 0) + int(consumer["pending"])
+for key in r.scan_iter(_type="stream", count=1000):
+    try:
+        for group in r.xinfo_groups(key):
+            for consumer in r.xinfo_consumers(key, group["name"]):
+                held[consumer["name"]] = held.get(consumer["name"], 0) + int(consumer["pending"])
+    except redis.ResponseError:  # the key went (or changed type) since SCAN named it
+        pass
 print(json.dumps(held))
 """
 
