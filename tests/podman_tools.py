@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -118,23 +119,26 @@ def image_size(name: str) -> int:
 def wheelhouse(where: Path) -> Path:
     """Wheels of everything ``pip install .`` needs, at the versions this virtualenv has
     (its ``pip freeze`` as constraints), built on the host, where PyPI answers: inside a
-    build, pip cannot verify the registry's certificate here. The project's own wheel is
-    left out: the image installs it from the checkout. async-timeout is added: redis
-    needs it below Python 3.11.3 (Debian bookworm's python3 is 3.11.2), which the
-    freeze of a newer Python does not name."""
+    build, pip cannot verify the registry's certificate here. The project itself is not
+    among them: the image installs it from the checkout, with the build-system's
+    requirements from here. async-timeout is added: redis needs it below Python 3.11.3
+    (Debian bookworm's python3 is 3.11.2), which the freeze of a newer Python does not
+    name."""
     where.mkdir(parents=True, exist_ok=True)
     freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"],
                             capture_output=True, text=True, check=True, timeout=120).stdout
     constraints = where / "constraints.txt"
     constraints.write_text(freeze)
+    # the project's dependencies by name, not the checkout itself: pip would build it in
+    # the source tree (build/, *.egg-info) only to leave its wheel out
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    build = project["build-system"]["requires"]
     res = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--wheel-dir", str(where / "wheels"),
-         "-c", str(constraints), str(ROOT), "setuptools>=77", "async-timeout>=4.0.3"],
+         "-c", str(constraints), *project["project"]["dependencies"], *build, "async-timeout>=4.0.3"],
         capture_output=True, text=True, timeout=900,
     )
     assert res.returncode == 0, f"pip wheel failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    for own in (where / "wheels").glob("streams_sched-*.whl"):
-        own.unlink()
     return where / "wheels"
 
 
