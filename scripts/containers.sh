@@ -19,7 +19,7 @@ PROJECT="streams-sched"
 # runc, cgroupfs and rlimits no higher than ours: see that file
 export CONTAINERS_CONF="$ROOT/tests/podman/containers.conf"
 
-log() { printf '[containers] %s\n' "$*" >&2; }
+say() { printf '[containers] %s\n' "$*" >&2; }
 
 install_tools() {
   local missing=()
@@ -33,10 +33,10 @@ install_tools() {
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
   [ "${#missing[@]}" = 0 ] && return 0
   if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
-    log "ERROR: missing ${missing[*]}: install them (as root on Debian: apt-get install ${missing[*]})"
+    say "ERROR: missing ${missing[*]}: install them (as root on Debian: apt-get install ${missing[*]})"
     exit 1
   fi
-  log "apt-get install ${missing[*]}"
+  say "apt-get install ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
   # netavark and aardvark-dns: podman's bridge networks with DNS (the compose services
   # find each other by name); iptables: netavark's NAT and published ports
@@ -49,7 +49,7 @@ make_base() {
   fi
   # Debian bookworm's python3 is 3.11, as in python:3.11-slim; python3-venv for the
   # Dockerfile's `python3 -m venv`. No documentation, manual pages or translations.
-  log "making $BASE_IMAGE with mmdebstrap (about 20-100 s, from Debian's mirror)"
+  say "making $BASE_IMAGE with mmdebstrap (about 20-100 s, from Debian's mirror)"
   local started=$SECONDS
   mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates \
     --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr --aptopt='APT::Install-Recommends "false"' \
@@ -57,14 +57,14 @@ make_base() {
     --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='path-exclude=/usr/share/info/*' \
     bookworm - | podman import - "$BASE_IMAGE" >/dev/null
-  log "made $BASE_IMAGE in $((SECONDS - started)) s: $(podman image inspect --format '{{.Size}}' "$BASE_IMAGE") bytes"
+  say "made $BASE_IMAGE in $((SECONDS - started)) s: $(podman image inspect --format '{{.Size}}' "$BASE_IMAGE") bytes"
 }
 
 check_runs() {
   # The first container tells whether this machine can run containers at all.
   local out
   if ! out="$(podman run --rm --network none "$BASE_IMAGE" python3 -c 'print("ok")' 2>&1)" || [ "$out" != "ok" ]; then
-    log "ERROR: podman cannot run a container here: $out"
+    say "ERROR: podman cannot run a container here: $out"
     exit 1
   fi
 }
@@ -92,7 +92,7 @@ case "${1:-test}" in
     install_tools
     make_base
     check_runs
-    log "ready in $((SECONDS - started)) s"
+    say "ready in $((SECONDS - started)) s"
     ;;
   clean)
     clean
@@ -102,14 +102,14 @@ case "${1:-test}" in
     install_tools
     make_base
     check_runs
-    log "set up in $((SECONDS - started)) s"
+    say "set up in $((SECONDS - started)) s"
     TEST_TOOLS=1 source "$ROOT/scripts/bootstrap.sh"
     cd "$ROOT"
     "$VENV/bin/python" -m pytest -m containers "$@"
-    log "passed in $((SECONDS - started)) s"
+    say "passed in $((SECONDS - started)) s"
     ;;
   *)
-    log "usage: $0 [setup | clean | test [PYTEST ARGS...]]"
+    say "usage: $0 [setup | clean | test [PYTEST ARGS...]]"
     exit 2
     ;;
 esac
