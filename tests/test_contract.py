@@ -39,7 +39,9 @@ def header(name: str) -> str:
 
 def test_lua_stream_codes_match_python() -> None:
     """lib/codes.lua's constants are the ones keys.py derives from STREAMS, BANDS and SITE_TASK."""
-    assert lua_constants() == {"STREAM_COUNT": len(STREAMS), "BANDS": len(BANDS), "SITE_TASK": SITE_TASK}
+    assert lua_constants() == {"STREAM_COUNT": len(STREAMS), "BANDS": len(BANDS), "SITE_TASK": SITE_TASK,
+                               "DEAD_CODE": keys.stream_code(keys.DEAD_LETTER) - keys.stream_code(0), "SEEN_CODE": keys.stream_code(keys.SEEN_ONLY)}
+    assert keys.stream_code(keys.DEAD_LETTER + len(STREAMS) - 1) < keys.stream_code(keys.SEEN_ONLY)
     assert STREAM_NAMES in read_lua("lib/codes.lua")
     assert [keys.stream_code(i) for i in range(len(STREAMS))] == list(range(1, len(STREAMS) + 1))
     assert all(keys.stream_of_code(keys.stream_code(i)) == i for i in range(len(STREAMS)))
@@ -100,7 +102,7 @@ def crawl_roles(k: CrawlKeys) -> dict[str, list[str]]:
 def shard_roles(ix: ShardKeys) -> dict[str, list[str]]:
     return {"ready:http": [ix.ready("http")], "ready:browser": [ix.ready("browser")], "leased": [ix.leased],
             "inbox": [ix.inbox], "sites": [ix.sites], "shard stats": [ix.stats],
-            "fresh:http": [ix.freshes[0]], "fresh:browser": [ix.freshes[1]]}
+            "fresh:http": [ix.freshes[0]], "fresh:browser": [ix.freshes[1]], "journal": [ix.journal]}
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

@@ -81,6 +81,8 @@ PROBES: dict[str, tuple[str, ...]] = {
     "del": ("DEL", "K"),
     "smismember": ("SMISMEMBER", "K", "m"),
     "mset": ("MSET", "K", "v"),
+    # a load's ledger (enqueue.lua's 'load' keys, which only streams-sched load sends)
+    "bitfield": ("BITFIELD", "K", "GET", "u1", "0"),
     # acks that wait for replicas (replicas.py), the eviction-policy check at start
     # (server_checks.py)
     "info": ("INFO", "replication"),

@@ -24,6 +24,8 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
     ss:{C}:feed-lock                STRING  node moving the scrapy-redis feed now (short TTL)
     ss:{C}:legacy-seen              SET     a migrated scrapy-redis dupefilter (read-only)
+    ss:{C}:dump-lock                STRING  the dump running now (its id; a short TTL it renews)
+    ss:{C}:loads                    HASH    file id -> what loaded it (JSON): the ledgers to delete on purge
     ss:{C/#n}:_feed:dlq             STREAM  feed entries that are not requests, with the reason
     ss:{C/#n}:#sites                SET     the shard's site registry (no KEYS/SCAN needed)
     ss:{C/#n}:#ready:<task>         ZSET    sites with backlog (or delayed requests) of that task
@@ -35,6 +37,11 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
                                             (msgpack: stream code, payload, ...), until it is leased
                                             or grows: a site with one queued URL has no stream
     ss:{C/#n}:#stats                HASH    the shard's counters (enqueued), read by the drain check
+    ss:{C/#n}:#journal              STREAM  what enqueue.lua adds to the shard while a dump reads it
+                                            (transfer/journal.py); exists only then, expires by itself
+    ss:{C/#n}:#loaded:<id>          STRING  a load's ledger: a bitmap of the lines of file <id> the
+                                            shard took (transfer/load.py), so loading it again adds nothing
+    ss:{C/#n}:#scratch:<name>       (any)   a dump's or a load's short-lived copies (they expire)
     ss:{C/#n}:S:q:<task>:<band>     STREAM  requests; consumer group "workers"; task in
                                             (http, browser), band in (high, default, low);
                                             deleted with its group once empty (ack.lua, dead.lua),
@@ -69,8 +76,10 @@ from streams_sched.errors import ConfigError
 __all__ = [
     "BANDS",
     "BROWSER_FIRST_STREAM",
+    "DEAD_LETTER",
     "GROUP",
     "ROOT",
+    "SEEN_ONLY",
     "SITE_TASK",
     "STREAMS",
     "TASK_TYPES",
@@ -110,9 +119,17 @@ BROWSER_FIRST_STREAM = TASK_TYPES.index("browser") * len(BANDS)
 #   index 0..5   code 1..6     the (task, band) streams, in STREAMS order
 #   SITE_TASK+b  code 11..13   band b (0 high, 1 default, 2 low), task type from the
 #                              site's policy (or the crawl's default): enqueue only
+#   DEAD_LETTER+i  code 21..26 a dead letter of stream i (enqueue's 'load' keys)
+#   SEEN_ONLY    code 30       a fingerprint only (enqueue's 'load' keys)
 
 #: ``Entry.stream`` of ``SITE_TASK + band``: the site's policy picks the task type.
 SITE_TASK = 10
+#: ``Entry.stream`` of ``DEAD_LETTER + index``: a dead letter of that stream (code 21..26,
+#: enqueue.lua's 'load' keys only: ``streams-sched load`` restores dead letters through it)
+DEAD_LETTER = 20
+#: ``Entry.stream`` whose code (30) records a fingerprint and adds nothing ('load' keys only:
+#: a URL a file says was done)
+SEEN_ONLY = 29
 
 
 def band_for(priority: int, high_min: int, low_max: int) -> int:
@@ -222,6 +239,16 @@ class CrawlKeys:
         return f"{ROOT}:{self.tag}:legacy-seen"
 
     @cached_property
+    def dump_lock(self) -> str:
+        """The dump that reads the crawl now (transfer/journal.py): one at a time."""
+        return f"{ROOT}:{self.tag}:dump-lock"
+
+    @cached_property
+    def loads(self) -> str:
+        """HASH of the files loaded into the crawl (their ledgers, transfer/load.py)."""
+        return f"{ROOT}:{self.tag}:loads"
+
+    @cached_property
     def sync(self) -> str:
         """Written just before a WAIT for replicas of this shard (replicas.py); expires by itself."""
         return f"{ROOT}:{self.tag}:sync"
@@ -282,8 +309,22 @@ class ShardKeys:
         return f"{self.base}sync"
 
     @cached_property
+    def journal(self) -> str:
+        """What enqueue.lua adds to the shard while a dump reads it (transfer/journal.py)."""
+        return f"{self.base}journal"
+
+    def ledger(self, file_id: str) -> str:
+        """The lines of file ``file_id`` this shard took (a bitmap; transfer/load.py)."""
+        return f"{self.base}loaded:{file_id}"
+
+    def scratch(self, name: str) -> str:
+        """A short-lived key of a dump or a load in this shard's slot (copies of a site's keys)."""
+        return f"{self.base}scratch:{name}"
+
+    @cached_property
     def all(self) -> tuple[str, ...]:
-        return (*self.readies, *self.freshes, self.leased, self.inbox, self.sites, self.stats, self.sync)
+        return (*self.readies, *self.freshes, self.leased, self.inbox, self.sites, self.stats, self.sync,
+                self.journal)
 
 
 #: the suffixes of a site's request streams after its base, in :data:`STREAMS` order

@@ -13,7 +13,8 @@
 -- KEYS[5]      sites          SET, the shard's site registry
 -- KEYS[6]      fresh:http     LIST of the shard's new sites with http work due now
 -- KEYS[7]      fresh:browser  LIST of the shard's new sites with browser work due now
--- KEYS[8..]    per site, 9 + 2 * ARGV[8] keys:
+-- KEYS[8]      journal        STREAM of what is added to the shard while a dump reads it
+-- KEYS[9..]    per site, 9 + 2 * ARGV[8] keys (+1 dlq, after the filters, with 'load' keys):
 --              delayed        ZSET of waiting requests, score = due time in ms
 --              stats          HASH of counters
 --              policy         HASH of the site's policy (task_type routes requests)
@@ -31,7 +32,7 @@
 -- ARGV[9]      the keys each site has: 'all' (as above), or 'seed': only its stats, then
 --              its filter pairs (2 * ARGV[8] keys), for a batch of seeds that are mostly
 --              new sites; each site the call cannot take with those keys alone is left
---              untouched and gets {} (send it again with all its keys)
+--              untouched and gets {} (send it again with all its keys); or 'load' (below)
 -- ARGV[10..]   per site: site name, n, then n groups of 4: fingerprint ('' = dont_filter),
 --              stream code (1-6; or 11-13 = band 1-3 with the task type from the site's
 --              policy; see lib/codes.lua), delay in ms ('0' = now; due = Redis TIME + delay),
@@ -40,6 +41,25 @@
 -- request: '1' added, '0' duplicate, 'c' dropped over the site's page cap. With 'seed'
 -- keys, {} for a site that is registered, comes again in the call, or has a delayed
 -- request, a band code or more than INBOX_MAX requests.
+--
+-- 'load' keys (streams-sched load, transfer/load.py): each site has its dlq after its
+-- filters, the call's last key is the load's ledger (a bitmap of the lines of one file
+-- this crawl has taken), and a request is a group of 6: the 4 above, then its line in
+-- the ledger ('' none) and extra. A request whose line is in the ledger was taken before:
+-- flag 'l', nothing done; every other request's line goes in, in the same call, so a
+-- load run again after a kill takes each line once. Codes beyond the streams':
+--   21-26     a dead letter of stream 1-6: its fingerprint is recorded like any other,
+--             and it goes to the site's dlq whether it was seen or not; extra is the
+--             msgpack array {reason, deliveries, node, ts ms, its id where it came from}
+--   30        seen only (a URL the file says was done): its fingerprint is recorded,
+--             nothing is added; flag 's' when it was not seen yet
+-- For a request, extra is its earlier failed deliveries ('' none): due now, it goes into
+-- its stream (not the inbox, which has no room for them) with field d.
+--
+-- The journal exists only while `streams-sched dump` reads this shard (transfer/
+-- journal.py): every request added then is appended to it (site s, stream index q, due ms
+-- t (0 = now), payload r), so the dump also holds what is added to a site after it read
+-- the site. Without a dump the journal costs one EXISTS per call.
 --
 -- Passing a key or an argument costs Redis time whether the script uses it or not (about
 -- a third of a new site's share of a call): a new site in the common case needs only its
@@ -61,17 +81,26 @@ local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[
 local ttl = tonumber(ARGV[6])
 local n_filters = tonumber(ARGV[8])
 local seed_keys = ARGV[9] == 'seed'
+local load_keys = ARGV[9] == 'load'
+-- values per request in ARGV
+local STRIDE = load_keys and 6 or 4
 -- where a site's stats and first filter key are among its keys, and how many keys it has
 local AT_STATS, AT_FILTERS = 1, 9
 if seed_keys then
   AT_STATS, AT_FILTERS = 0, 1
 end
-local PER_SITE = AT_FILTERS + 2 * n_filters
+local PER_SITE = AT_FILTERS + 2 * n_filters + (load_keys and 1 or 0)
 local FIRST_SITE_ARG = 10
 local ready = { KEYS[1], KEYS[2] }
 local inbox, sites_ix = KEYS[3], KEYS[5]
 local new_site_lists = { KEYS[6], KEYS[7] }
-local FIRST_SITE_KEY = 8
+local journal = KEYS[8]
+local FIRST_SITE_KEY = 9
+local ledger = load_keys and KEYS[#KEYS]
+-- what the call adds goes to the journal too while a dump reads the shard: site, stream
+-- index, due ms, payload, ... (written with the indexes)
+local journal_on = redis.call('EXISTS', journal) == 1
+local journaled = {}
 local now = nil -- Redis TIME, read once, when something needs it
 local total_added = 0
 -- The shard's indexes are written once per call, not once per site (a ZADD or SADD costs
@@ -93,7 +122,7 @@ local function unregistered()
   local i = FIRST_SITE_ARG
   while i <= #ARGV do
     names[#names + 1] = ARGV[i]
-    i = i + 2 + 4 * tonumber(ARGV[i + 1])
+    i = i + 2 + STRIDE * tonumber(ARGV[i + 1])
   end
   local out, filter_keys = {}, {}
   for j = 1, #names, 1000 do
@@ -115,6 +144,17 @@ local function unregistered()
     end
   end
   return out
+end
+
+-- Note an added request for the journal (only while a dump reads the shard).
+local function journal_add(site, idx, due, payload)
+  if journal_on then
+    local j = journaled
+    j[#j + 1] = site
+    j[#j + 1] = idx
+    j[#j + 1] = due
+    j[#j + 1] = payload
+  end
 end
 
 local function write_new()
@@ -200,6 +240,50 @@ local function index_all()
   for j = 1, #registered, 500 do
     redis.call('SADD', sites_ix, unpack(registered, j, math.min(j + 499, #registered)))
   end
+  local j = journaled
+  for q = 1, #j, 4 do
+    redis.call('XADD', journal, '*', 's', j[q], 'q', j[q + 1], 't', j[q + 2], 'r', j[q + 3])
+  end
+  journaled = {}
+end
+
+-- load: which requests of a site's part the ledger holds already (by ARGV index), and
+-- after the part is done, putting in the lines of the others
+local function ledger_taken(first, last)
+  local get, at = {}, {}
+  for i = first, last, STRIDE do
+    if ARGV[i + 4] ~= '' then
+      get[#get + 1] = 'GET'
+      get[#get + 1] = 'u1'
+      get[#get + 1] = ARGV[i + 4]
+      at[#at + 1] = i
+    end
+  end
+  local taken = {}
+  if #at > 0 then
+    local bits = redis.call('BITFIELD', ledger, unpack(get))
+    for q = 1, #at do
+      if bits[q] == 1 then
+        taken[at[q]] = true
+      end
+    end
+  end
+  return taken
+end
+
+local function ledger_mark(first, last, taken)
+  local set = {}
+  for i = first, last, STRIDE do
+    if ARGV[i + 4] ~= '' and not taken[i] then
+      set[#set + 1] = 'SET'
+      set[#set + 1] = 'u1'
+      set[#set + 1] = ARGV[i + 4]
+      set[#set + 1] = 1
+    end
+  end
+  if #set > 0 then
+    redis.call('BITFIELD', ledger, unpack(set))
+  end
 end
 
 local function enqueue_site(k, site, filters, first, last, new_site)
@@ -208,9 +292,23 @@ local function enqueue_site(k, site, filters, first, last, new_site)
   -- the site's policy fields enqueue reads: task_type (routes site-task codes), max_pages
   local pol = new_site and NO_POLICY or redis.call('HMGET', K[3], 'task_type', 'max_pages', 'ready_at')
   local site_task = pol[1] or ARGV[7]
+  -- load: the requests the ledger holds already, and which ones are no request to queue
+  -- (a dead letter or a fingerprint only: kind 'd' or 's')
+  local taken, kind = {}, {}
+  if load_keys then
+    taken = ledger_taken(first, last)
+    for i = first, last, STRIDE do
+      local code = tonumber(ARGV[i + 1]) or 0
+      if code == SEEN_CODE then
+        kind[i] = 's'
+      elseif code > DEAD_CODE and code <= DEAD_CODE + STREAM_COUNT then
+        kind[i] = 'd'
+      end
+    end
+  end
   local fps, fp_at = {}, {}
-  for i = first, last, 4 do
-    if ARGV[i] ~= '' then
+  for i = first, last, STRIDE do
+    if ARGV[i] ~= '' and not taken[i] then
       fps[#fps + 1] = ARGV[i]
       fp_at[i] = #fps
     end
@@ -239,9 +337,9 @@ local function enqueue_site(k, site, filters, first, last, new_site)
   local max_pages = tonumber(pol[2] or '')
   if max_pages and max_pages > 0 then
     local left = max_pages - tonumber(redis.call('HGET', K[2], 'pages') or '0')
-    for i = first, last, 4 do
+    for i = first, last, STRIDE do
       local n = fp_at[i]
-      if n and unseen[n] ~= 0 then
+      if n and unseen[n] ~= 0 and not kind[i] then
         if left <= 0 then
           over[i] = true
           over_cap = over_cap + 1
@@ -253,12 +351,26 @@ local function enqueue_site(k, site, filters, first, last, new_site)
     end
   end
 
-  local added, dups, delayed = 0, 0, 0
+  local added, dups, delayed, dead = 0, 0, 0, 0
   local flags = {}
-  local due_now = {}
-  for i = first, last, 4 do
+  local due_now, due_d = {}, {}
+  local with_d = false
+  for i = first, last, STRIDE do
     local n = fp_at[i]
-    if n and unseen[n] == 0 then
+    if taken[i] then
+      flags[#flags + 1] = 'l'
+    elseif kind[i] == 's' then
+      flags[#flags + 1] = (n and unseen[n] ~= 0) and 's' or '0'
+    elseif kind[i] == 'd' then
+      -- a dead letter stays one, seen or not (its fingerprint is recorded above)
+      local x = cmsgpack.unpack(ARGV[i + 5])
+      redis.call('XADD', KEYS[k + AT_FILTERS + 2 * n_filters], '*', 'r', ARGV[i + 3], 'reason', tostring(x[1]),
+        'stream', streams[tonumber(ARGV[i + 1]) - DEAD_CODE], 'id', tostring(x[5]), 'deliveries', tostring(x[2]),
+        'node', tostring(x[3]), 'ts', tostring(x[4]))
+      dead = dead + 1
+      added = added + 1
+      flags[#flags + 1] = '1'
+    elseif n and unseen[n] == 0 then
       dups = dups + 1
       flags[#flags + 1] = '0'
     elseif over[i] then
@@ -272,6 +384,7 @@ local function enqueue_site(k, site, filters, first, last, new_site)
         local seq = redis.call('HINCRBY', K[2], 'delay_seq', 1)
         now = now or now_ms()
         redis.call('ZADD', K[1], now + delay, idx .. ':' .. seq .. ':' .. payload)
+        journal_add(site, idx, now + delay, payload)
         delayed = delayed + 1
         for t = 1, 2 do
           mark_later(t, site, now + delay)
@@ -279,6 +392,10 @@ local function enqueue_site(k, site, filters, first, last, new_site)
       else
         due_now[#due_now + 1] = idx
         due_now[#due_now + 1] = payload
+        local d = load_keys and tonumber(ARGV[i + 5]) or 0
+        due_d[#due_now / 2] = d
+        with_d = with_d or d > 0
+        journal_add(site, idx, 0, payload)
       end
       added = added + 1
       flags[#flags + 1] = '1'
@@ -291,11 +408,11 @@ local function enqueue_site(k, site, filters, first, last, new_site)
   if #due_now > 0 then
     -- a site with no stream keeps a few requests in the shard's inbox (lib/inbox.lua: INBOX_MAX)
     local list, counted = false, false
-    if small_new then
+    if small_new and not with_d then
       list = #due_now <= 2 * INBOX_MAX and {}
     elseif redis.call('EXISTS', unpack(streams)) == 0 then
       list, counted = inbox_list(inbox, site)
-      if #list + #due_now > 2 * INBOX_MAX then
+      if with_d or #list + #due_now > 2 * INBOX_MAX then
         inbox_flush(inbox, site, streams, group, K[2], list, counted)
         list = false
       end
@@ -323,7 +440,12 @@ local function enqueue_site(k, site, filters, first, last, new_site)
           ensure_group(stream, group)
           made[stream] = true
         end
-        redis.call('XADD', stream, '*', 'r', due_now[j + 1])
+        local d = due_d[(j + 1) / 2]
+        if d > 0 then
+          redis.call('XADD', stream, '*', 'r', due_now[j + 1], 'd', d)
+        else
+          redis.call('XADD', stream, '*', 'r', due_now[j + 1])
+        end
       end
     end
     now = now or now_ms()
@@ -347,11 +469,17 @@ local function enqueue_site(k, site, filters, first, last, new_site)
   if delayed > 0 then
     redis.call('HINCRBY', K[2], 'delayed_in', delayed)
   end
+  if dead > 0 then
+    redis.call('HINCRBY', K[2], 'dead', dead)
+  end
   if pages_in > 0 then
     redis.call('HINCRBY', K[2], 'pages', pages_in)
   end
   if over_cap > 0 then
     redis.call('HINCRBY', K[2], 'over_cap', over_cap)
+  end
+  if load_keys then
+    ledger_mark(first, last, taken)
   end
   if new_site then
     registered[#registered + 1] = site
@@ -387,6 +515,7 @@ local function enqueue_new(k, site, first, last)
       end
       list[#list + 1] = idx
       list[#list + 1] = ARGV[i + 3]
+      journal_add(site, idx, 0, ARGV[i + 3])
       flags[#flags + 1] = '1'
       typed[task_of(idx)] = true
     end
@@ -425,7 +554,7 @@ while i <= #ARGV do
   end
   local new_site = unregistered_sites[#replies + 1] and not done_sites[site]
   done_sites[site] = true
-  local reply = new_site and enqueue_new(k, site, i + 2, i + 1 + 4 * n)
+  local reply = new_site and not load_keys and enqueue_new(k, site, i + 2, i + 1 + STRIDE * n)
   if not reply and seed_keys then
     reply = {}
   elseif not reply then
@@ -433,7 +562,7 @@ while i <= #ARGV do
     for f = 0, n_filters - 1 do
       filters[#filters + 1] = { KEYS[k + 9 + 2 * f], KEYS[k + 10 + 2 * f] }
     end
-    reply = enqueue_site(k, site, filters, i + 2, i + 1 + 4 * n, new_site)
+    reply = enqueue_site(k, site, filters, i + 2, i + 1 + STRIDE * n, new_site)
   end
   if reply.err then
     index_all()
@@ -441,7 +570,7 @@ while i <= #ARGV do
   end
   replies[#replies + 1] = reply
   k = k + PER_SITE
-  i = i + 2 + 4 * n
+  i = i + 2 + STRIDE * n
 end
 index_all()
 if total_added > 0 then

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import msgpack
+
 from streams_sched.frontier.keys import ShardKeys, SiteKeys, stream_code
 from streams_sched.frontier.records import BloomParams, Entry
 from streams_sched.frontier.scripts._call import Arg, Call, Context
 
-__all__ = ["EnqueueReply", "args", "call", "flags_of", "head_args", "keys", "parse", "parse_seed", "parse_site",
-           "seed_call"]
+__all__ = ["EnqueueReply", "LoadItem", "args", "call", "dead_extra", "flags_of", "head_args", "keys", "load_args",
+           "load_call", "load_keys", "parse", "parse_seed", "parse_site", "seed_call"]
 
 
 class EnqueueReply(NamedTuple):
@@ -26,27 +28,40 @@ class EnqueueReply(NamedTuple):
     duplicates: int
     delayed: int
     #: one byte per request, in order: ``1`` added, ``0`` a duplicate, ``c`` dropped over
-    #: the site's page cap (``over_cap`` counts those)
+    #: the site's page cap (``over_cap`` counts those); with 'load' keys also ``l`` taken
+    #: before (the ledger has its line) and ``s`` a fingerprint recorded (SEEN_ONLY)
     flags: bytes
     over_cap: int = 0
 
 
 def keys(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], seed: bool = False) -> list[str]:
-    """The shard's ready indexes, inbox, stats, site registry and lists of new sites, then per
-    site: delayed, stats, policy, streams, then its Bloom filter pairs (current first). With
-    ``seed`` (enqueue.lua's 'seed' keys) a site has only its stats and its filter pairs."""
-    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes]
+    """The shard's ready indexes, inbox, stats, site registry, lists of new sites and dump
+    journal, then per site: delayed, stats, policy, streams, then its Bloom filter pairs
+    (current first). With ``seed`` (enqueue.lua's 'seed' keys) a site has only its stats and
+    its filter pairs."""
+    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes, shard.journal]
     for k, filters in sites:
         out += (k.stats, *filters) if seed else (k.delayed, k.stats, k.policy, *k.streams, *filters)
     return out
 
 
-def head_args(group: str, bloom: BloomParams, default_task: str, filter_pairs: int, seed: bool) -> list[Arg]:
+def load_keys(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], ledger: str) -> list[str]:
+    """:func:`keys` with enqueue.lua's 'load' keys: each site's dlq after its filters, the
+    load's ledger last."""
+    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes, shard.journal]
+    for k, filters in sites:
+        out += (k.delayed, k.stats, k.policy, *k.streams, *filters, k.dlq)
+    out.append(ledger)
+    return out
+
+
+def head_args(group: str, bloom: BloomParams, default_task: str, filter_pairs: int, seed: bool | str) -> list[Arg]:
     """ARGV[1..9]: the group, the dedupe back-end and its sizing, the revisit TTL, the
-    crawl's default task type, the filter pairs per site, and which keys each site has."""
+    crawl's default task type, the filter pairs per site, and which keys each site has
+    (``seed``: True 'seed', False 'all', or the name)."""
     ttl = bloom.bucket_ttl if bloom.revisit_s else 0
-    return [group, bloom.mode, bloom.error_rate, bloom.capacity, bloom.expansion, ttl, default_task, filter_pairs,
-            "seed" if seed else "all"]
+    mode = seed if isinstance(seed, str) else ("seed" if seed else "all")
+    return [group, bloom.mode, bloom.error_rate, bloom.capacity, bloom.expansion, ttl, default_task, filter_pairs, mode]
 
 
 def args(
@@ -61,6 +76,37 @@ def args(
         out += (site, len(items))
         for it in items:
             out += (it.fp, stream_code(it.stream), it.delay_ms, it.payload)
+    return out
+
+
+class LoadItem(NamedTuple):
+    """A request of a file on its way in with enqueue.lua's 'load' keys: its entry
+    (``Entry.stream`` may be ``DEAD_LETTER + index`` or ``SEEN_ONLY``), its line in the load's
+    ledger (None: none), and extra: earlier failed deliveries of a request, or the packed
+    fields of a dead letter (:func:`dead_extra`)."""
+
+    entry: Entry
+    line: int | None
+    extra: bytes | str = ""
+
+
+def dead_extra(reason: str, deliveries: int, node: str, ts_ms: int, origin_id: str) -> bytes:
+    """The extra value of a dead letter: enqueue.lua reads it with cmsgpack (strings only)."""
+    return msgpack.packb([reason, str(deliveries), node, str(ts_ms), origin_id], use_bin_type=False)
+
+
+def load_args(
+    group: str, bloom: BloomParams, default_task: str, filter_pairs: int,
+    sites: Sequence[tuple[str, Sequence[LoadItem]]],
+) -> list[Arg]:
+    """:func:`head_args` with 'load', then per site: its name, the number of requests, then
+    fingerprint, stream code, delay, payload, ledger line and extra of each."""
+    out = head_args(group, bloom, default_task, filter_pairs, "load")
+    for site, items in sites:
+        out += (site, len(items))
+        for it in items:
+            e = it.entry
+            out += (e.fp, stream_code(e.stream), e.delay_ms, e.payload, "" if it.line is None else it.line, it.extra)
     return out
 
 
@@ -96,6 +142,17 @@ def seed_call(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]]) -> Call[
     """:func:`call` with 'seed' keys: a new site's keys only (the others get None)."""
     built, pairs = _keys(f, [site for site, _ in sites], True)
     return Call(f.scripts["enqueue"], built, args(f.group, f.bloom, f.default_task, pairs, sites, True), parse_seed)
+
+
+def load_call(f: Context, sites: Sequence[tuple[str, Sequence[LoadItem]]], file_id: str) -> Call[list[EnqueueReply]]:
+    """:func:`call` with 'load' keys: the requests of a file, each taken once by the ledger of
+    ``file_id`` (the sites of ONE shard)."""
+    now = f.clock.now() if f.bloom.revisit_s else 0.0
+    keyed = [(f.site(site), f.filters(site, now)) for site, _ in sites]
+    shard = keyed[0][0].index
+    built = load_keys(shard, keyed, shard.ledger(file_id))
+    pairs = len(keyed[0][1]) // 2
+    return Call(f.scripts["enqueue"], built, load_args(f.group, f.bloom, f.default_task, pairs, sites), parse)
 
 
 def _keys(f: Context, sites: Sequence[str], seed: bool) -> tuple[list[str], int]:

@@ -9,10 +9,15 @@
 --   1..STREAM_COUNT                        the (task, band) stream
 --   SITE_TASK + 1 .. SITE_TASK + BANDS     band 1..BANDS (high, default, low) with the
 --                                          task type from the site's policy (enqueue only)
+--   DEAD_CODE + 1 .. DEAD_CODE + STREAM_COUNT  a dead letter of that stream (enqueue's
+--                                          'load' keys only: streams-sched load)
+--   SEEN_CODE                              a fingerprint to record, nothing to add (the same)
 
 local STREAM_COUNT = 6
 local BANDS = 3
 local SITE_TASK = 10
+local DEAD_CODE = 20
+local SEEN_CODE = 30
 
 -- The task type of stream code 1..STREAM_COUNT: 1 http, 2 browser.
 local function task_of(code)
