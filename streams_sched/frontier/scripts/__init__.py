@@ -31,10 +31,12 @@ from streams_sched.frontier.scripts import (
     enqueue,
     fail,
     feedback,
+    freeze_site,
     heartbeat,
     lease,
     promote,
     prune,
+    read_site,
     reindex,
     release,
     requeue_dead,
@@ -61,6 +63,8 @@ TABLE: dict[str, ModuleType] = {
     "feedback": feedback,
     "reindex": reindex,
     "heartbeat": heartbeat,
+    "read_site": read_site,
+    "freeze_site": freeze_site,
 }
 
 SCRIPT_NAMES: tuple[str, ...] = tuple(TABLE)
