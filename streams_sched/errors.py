@@ -12,6 +12,9 @@ catches them all::
     ├── EntryError             a stream entry cannot be turned back into a request
     ├── ScrapyCompatError      the installed Scrapy lacks an engine hook streams-sched needs
     ├── RequestsRefused        the crawl refused requests that cannot travel (STREAMS_UNSERIALIZABLE="error")
+    ├── BadInput               a dump file cannot be read on from a line (cut short, corrupt, another format)
+    ├── DumpBusy               another dump of the crawl is running
+    ├── JournalLost            a dump lost a shard's journal (it would miss requests): run it again
     └── PickleRefused          a scrapy-redis queue would be unpickled without --trust-pickle
                                (in streams_sched.scrapy_redis.migrate, which needs Scrapy)
 
@@ -21,10 +24,13 @@ tests/test_exports.py checks that every subclass defined in the package is drawn
 from __future__ import annotations
 
 __all__ = [
+    "BadInput",
     "ConfigError",
     "DedupeBackendError",
+    "DumpBusy",
     "EntryError",
     "EvictionPolicyError",
+    "JournalLost",
     "RedisUnavailable",
     "RequestsRefused",
     "ScrapyCompatError",
@@ -109,3 +115,22 @@ class RequestsRefused(StreamsSchedError):
     ends such a crawl, which then counts as failed (``scrapy crawl`` exits with
     code 1); it is not raised, since Scrapy 2.13 and 2.14 exit 0 after a crawl that
     raised (see ``_engine.EngineHooks.fail_crawl``)."""
+
+
+class BadInput(StreamsSchedError):
+    """Raised when a dump file cannot be read on from a line: cut short, corrupt, of another
+    format. ``line`` is the line it stopped at (0: before the first)."""
+
+    def __init__(self, line: int, reason: str) -> None:
+        self.line = line
+        self.reason = reason
+        super().__init__(f"line {line}: {reason}" if line else reason)
+
+
+class DumpBusy(StreamsSchedError):
+    """Raised when another dump of the crawl is running: one dump of a crawl runs at a time."""
+
+
+class JournalLost(StreamsSchedError):
+    """Raised when a dump lost a shard's journal (it was paused longer than the journal lives,
+    or Redis lost the key): the dump would miss the requests added meanwhile."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["EXIT_CODES", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TIMEOUT", "EXIT_UNREACHABLE", "EXIT_USAGE"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_CODES", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_TIMEOUT",
+           "EXIT_UNREACHABLE", "EXIT_USAGE"]
 
 EXIT_OK = 0
 #: a runtime error: unknown crawl or site, Redis refused a command, a bad state
@@ -13,6 +14,9 @@ EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 #: ``streams-sched watch --until-drained --timeout`` ran out of time
 EXIT_TIMEOUT = 4
+#: ``streams-sched load``: the file had lines it could not load (each reported with its
+#: number and the reason; the others are loaded), or it was cut short or of another format
+EXIT_BAD_INPUT = 5
 #: interrupted with Ctrl-C (the shell's 128 + SIGINT)
 EXIT_INTERRUPTED = 130
 
@@ -22,5 +26,6 @@ EXIT_CODES: dict[int, str] = {
     EXIT_USAGE: "usage error (bad option or argument)",
     EXIT_UNREACHABLE: "Redis unreachable or credentials refused",
     EXIT_TIMEOUT: "timed out (watch --until-drained --timeout)",
+    EXIT_BAD_INPUT: "bad input (load: lines it could not load, a file cut short or of another format)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }

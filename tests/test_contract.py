@@ -121,6 +121,9 @@ def test_keys_builder_mirrors_the_script_header(name: str) -> None:
     builder = TABLE[name].keys
     if name == "enqueue":
         built = builder(shard, list(zip(sites, filters, strict=True)))
+    elif name == "seen":  # one site's filter pairs, however many
+        sites, filters = sites[:1], filters[:1]
+        built = builder(sites[0], filters[0])
     elif crawl_level:
         built = builder(CrawlKeys("c"))
     elif multi:
@@ -153,6 +156,8 @@ def test_keys_builder_mirrors_the_script_header(name: str) -> None:
         want = roles[role]
         if last not in ("", "-"):  # KEYS[a..b]: exactly the role's keys
             assert int(last) - first + 1 == len(want), f"{name}.lua: KEYS[{first}..{last}] {role}"
+        elif last == "" and role in ("filters", "pairs"):  # KEYS[a..]: a site's filter pairs, to the end
+            assert (first, last, role) == rows[-1][:3], f"{name}.lua: the filter pairs come last"
         else:
             assert len(want) == 1, f"{name}.lua: KEYS[{first}] names one key, {role} is {len(want)}"
         expected += want

@@ -9,22 +9,23 @@ with ``error:``. Exit codes, for scripts (:mod:`streams_sched.exit_codes`):
     2    usage error: bad option or argument
     3    Redis unreachable (or the credentials were refused)
     4    ``watch --until-drained --timeout``: not drained in time
+    5    ``load``: bad input (lines it could not load, a file cut short or of another format)
     130  interrupted (Ctrl-C)
 
 Layout: ``options`` (the shared connection options, errors as exit codes),
 ``formatting`` (tables, ages, rates), ``report`` (the per-site status rows), and one
 module per topic of commands, none importing another: ``seed`` (push), ``status``
 (status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq), ``revisits``,
-``nodes`` (nodes, crawls), ``purge`` and ``scrapy_redis`` (migrate-scrapy-redis).
-Scrapy is imported only by the commands that need it (push, migrate-scrapy-redis),
-when they run.
+``nodes`` (nodes, crawls), ``purge``, ``scrapy_redis`` (migrate-scrapy-redis), ``locate``
+(url) and ``transfer`` (dump, load). Scrapy is imported only by the commands that need
+it (push, migrate-scrapy-redis, url, load), when they run.
 """
 
 from __future__ import annotations
 
 import click
 
-from streams_sched.cli import dead_letters, nodes, purge, revisits, scrapy_redis, seed, sites, status
+from streams_sched.cli import dead_letters, locate, nodes, purge, revisits, scrapy_redis, seed, sites, status, transfer
 
 __all__ = ["main"]
 
@@ -48,5 +49,8 @@ for _command in (
     nodes.nodes,
     nodes.crawls,
     scrapy_redis.migrate_scrapy_redis,
+    locate.url,
+    transfer.dump,
+    transfer.load,
 ):
     main.add_command(_command)

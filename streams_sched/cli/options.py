@@ -35,6 +35,7 @@ __all__ = [
     "connect_for_writes",
     "handle_errors",
     "known_crawl",
+    "load_fingerprinter",
     "redis_option",
     "shared_options",
 ]
@@ -141,3 +142,20 @@ def redis_option(func: Callable[..., Any]) -> Callable[..., Any]:
         return handle_errors(func)(*args, **kwargs)
 
     return wrapper
+
+
+def load_fingerprinter(path: str) -> Any:
+    """An instance of the fingerprinter class at ``path`` (--fingerprinter of push, load and
+    url), built as Scrapy builds REQUEST_FINGERPRINTER_CLASS: through its ``from_crawler`` if
+    it has one, with the settings of the Scrapy project the command runs in (``SCRAPY_SETTINGS_MODULE`` or
+    ``scrapy.cfg``; Scrapy's defaults outside a project), else without arguments."""
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.utils.misc import build_from_crawler, load_object
+    from scrapy.utils.project import get_project_settings
+
+    try:
+        cls = load_object(path)
+        return build_from_crawler(cls, Crawler(Spider, get_project_settings()))
+    except Exception as exc:
+        raise click.BadParameter(f"{path}: {type(exc).__name__}: {exc}", param_hint="--fingerprinter") from None

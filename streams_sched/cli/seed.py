@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from streams_sched.cli.options import CliError, allow_eviction_option, connect_for_writes, shared_options
+from streams_sched.cli.options import (
+    CliError,
+    allow_eviction_option,
+    connect_for_writes,
+    load_fingerprinter,
+    shared_options,
+)
 from streams_sched.frontier.keys import validate_site_name
 from streams_sched.wire.callbacks import check_name
 
@@ -46,7 +52,7 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
             check_name(callback)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--callback") from None
-    fingerprint = _fingerprinter(fingerprinter) if fingerprinter else None
+    fingerprint = load_fingerprinter(fingerprinter) if fingerprinter else None
     client = connect_for_writes(redis_url, allow_eviction)
     from streams_sched.frontier.seeding import (
         Seeder,  # imports Scrapy (its request fingerprinter): only when seeding
@@ -63,20 +69,3 @@ def push(redis_url: str, crawl: str, urls: tuple[str, ...], files: tuple[Any, ..
     except ValueError as exc:
         raise CliError(f"{exc} (pushed {added} request(s) before it)") from None
     click.echo(f"pushed {added} request(s) to crawl {crawl} ({dups} duplicate(s) skipped)")
-
-
-def _fingerprinter(path: str) -> Any:
-    """An instance of the fingerprinter class at ``path``, built as Scrapy builds
-    REQUEST_FINGERPRINTER_CLASS: through its ``from_crawler`` if it has one, with the
-    settings of the Scrapy project push runs in (``SCRAPY_SETTINGS_MODULE`` or
-    ``scrapy.cfg``; Scrapy's defaults outside a project), else without arguments."""
-    from scrapy import Spider
-    from scrapy.crawler import Crawler
-    from scrapy.utils.misc import build_from_crawler, load_object
-    from scrapy.utils.project import get_project_settings
-
-    try:
-        cls = load_object(path)
-        return build_from_crawler(cls, Crawler(Spider, get_project_settings()))
-    except Exception as exc:
-        raise click.BadParameter(f"{path}: {type(exc).__name__}: {exc}", param_hint="--fingerprinter") from None

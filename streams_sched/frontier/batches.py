@@ -20,7 +20,8 @@ have no worker yet); the feed registers its dead-letter site.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from streams_sched.connect.clients import Pipeline, RedisClient
 from streams_sched.frontier.client import Frontier
@@ -30,6 +31,8 @@ from streams_sched.frontier.scripts import enqueue
 from streams_sched.scrapy_redis.legacy import legacy_seen
 
 __all__ = ["CALL_LIMIT", "CallParts", "drop_legacy_seen", "enqueue_calls", "queue_enqueues"]
+
+T = TypeVar("T")
 
 #: Entries per enqueue.lua call of a worker or the feed: a call blocks Redis while it runs.
 CALL_LIMIT = 256
@@ -59,20 +62,23 @@ def drop_legacy_seen(client: RedisClient, legacy: str | None, entries: list[Entr
     return [e for e in entries if id(e) not in gone], dropped
 
 
-def enqueue_calls(entries: Iterable[Entry], shards: int, limit: int | None = CALL_LIMIT) -> list[CallParts]:
+def enqueue_calls(
+    entries: Iterable[T], shards: int, limit: int | None = CALL_LIMIT, site_of: Callable[[T], str] | None = None,
+) -> list[list[tuple[str, list[T]]]]:
     """``entries`` as enqueue.lua calls: by shard, each with the sites of that shard (in the
     order they first appear, their entries in order), split so that no call has more
-    than ``limit`` entries (None: one call per shard)."""
-    by_shard: dict[int, dict[str, list[Entry]]] = {}
+    than ``limit`` entries (None: one call per shard). ``site_of``: an item's site, for
+    items that are not entries (a load's, which carry one); default ``item.site``."""
+    by_shard: dict[int, dict[str, list[T]]] = {}
     for e in entries:
-        site = e.site
+        site = site_of(e) if site_of is not None else e.site  # type: ignore[attr-defined]
         by_shard.setdefault(shard_of(site, shards), {}).setdefault(site, []).append(e)
-    calls: list[CallParts] = []
+    calls: list[list[tuple[str, list[T]]]] = []
     for by_site in by_shard.values():
         if limit is None:
             calls.append(list(by_site.items()))
             continue
-        parts: CallParts = []
+        parts: list[tuple[str, list[T]]] = []
         size = 0
         for site, items in by_site.items():
             for i in range(0, len(items), limit):

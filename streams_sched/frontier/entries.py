@@ -54,7 +54,7 @@ from streams_sched.wire.codec import RequestCodec
 
 __all__ = [
     "FINGERPRINT_BYTES", "default_fingerprinter", "entry_for", "facts_agree", "fingerprint_of", "site_for",
-    "url_entries",
+    "stored_fingerprint", "url_entries", "url_facts",
 ]
 
 logger = logging.getLogger(__name__)
@@ -226,6 +226,22 @@ def facts_agree() -> bool:
             )
             return False
     return True
+
+
+def stored_fingerprint(
+    url: str, fingerprinter: Any, *, method: str | None = None, body: bytes = b"", headers: Any = None,
+    dont_filter: bool = False,
+) -> bytes:
+    """The fingerprint :func:`fingerprint_of` gives the Request of a request kept as data (a
+    line of a dump): ``url`` as ``request.url`` is, its method, body and headers (what
+    Scrapy's fingerprinters read; meta is not), b"" for ``dont_filter``. Raises ValueError
+    for a URL Scrapy refuses."""
+    if dont_filter:
+        return b""
+    if (method or "GET") == "GET" and not body and default_fingerprinter(fingerprinter) and facts_agree():
+        return url_facts(url)[2]
+    request = Request(url, method=method or "GET", body=body or b"", headers=headers)
+    return fingerprint_of(request, fingerprinter)
 
 
 def default_fingerprinter(fingerprinter: Any) -> bool:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
@@ -28,6 +28,8 @@ from streams_sched.frontier.scripts import status as status_script
 __all__ = ["COUNTS_PER_SHARD", "CrawlReads", "fold_shard_counts", "queue_shard_counts"]
 
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 #: commands :func:`queue_shard_counts` queues per shard
@@ -57,8 +59,8 @@ def _chunked(items: Sequence[Any], n: int) -> Iterable[list[Any]]:
         yield list(items[i : i + n])
 
 
-def _status_pipeline(client: RedisClient, calls: dict[str, Call[SiteStatus]]) -> dict[str, Any]:
-    """The replies of status calls (EVALSHA_RO), by site, sent in one plain pipeline."""
+def _status_pipeline(client: RedisClient, calls: Mapping[str, Call[Any]]) -> dict[str, Any]:
+    """The replies of read-only calls (EVALSHA_RO), by site, sent in one plain pipeline."""
     pipe = client.pipeline(transaction=False)
     for call in calls.values():
         call.queue(pipe)
@@ -152,14 +154,23 @@ class CrawlReads:
         cluster, one pipeline per node). Works for a read-only ACL user."""
         if not sites:
             return []
-        calls = {s: status_script.call(self, s) for s in sites}
+        replies = self.run_many({s: status_script.call(self, s) for s in sites})
+        return [replies[s] for s in sites]
+
+    def run_many(self, calls: Mapping[str, Call[R]]) -> dict[str, R]:
+        """Run read-only calls of many sites (keyed by site) in one round trip per server: a
+        plain pipeline of EVALSHA_RO, one per node on a cluster. A call the server refuses
+        for a script it does not have, or a slot that moved, runs again on its own (EVAL_RO
+        loads nothing; the cluster client follows MOVED). Works for a read-only ACL user."""
+        if not calls:
+            return {}
         replies: dict[str, Any] = {}
         if self.cluster:
             # redis-py's cluster pipeline routes EVALSHA_RO with a COMMAND GETKEYS round
             # trip per call: send each node its own sites in a plain pipeline instead.
             by_node: dict[str, tuple[Any, list[str]]] = {}
             assert isinstance(self.client, RedisCluster)
-            for s in sites:
+            for s in calls:
                 node = self.client.get_node_from_key(self.site(s).tag)  # type: ignore[no-untyped-call]
                 by_node.setdefault(node.name, (node.redis_connection, []))[1].append(s)
             for connection, node_sites in by_node.values():
@@ -170,15 +181,15 @@ class CrawlReads:
                     raise
         else:
             replies = _status_pipeline(self.client, calls)
-        out = []
-        for s in sites:
+        out: dict[str, R] = {}
+        for s, call in calls.items():
             reply = replies[s]
             if isinstance(reply, NoScriptError) or (isinstance(reply, Exception) and _is_moved(reply)):
-                out.append(self.status(s))  # EVAL_RO loads nothing; the cluster client follows MOVED
+                out[s] = call.run()  # EVAL_RO loads nothing; the cluster client follows MOVED
             elif isinstance(reply, Exception):
                 raise reply
             else:
-                out.append(calls[s].parse(reply))
+                out[s] = call.parse(reply)
         return out
 
     def shard_counts(self) -> list[tuple[int, int, int, int]]:

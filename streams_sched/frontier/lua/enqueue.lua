@@ -50,7 +50,8 @@
 -- load run again after a kill takes each line once. Codes beyond the streams':
 --   21-26     a dead letter of stream 1-6: its fingerprint is recorded like any other,
 --             and it goes to the site's dlq whether it was seen or not; extra is the
---             msgpack array {reason, deliveries, node, ts ms, its id where it came from}
+--             msgpack array {reason, deliveries, node, ts ms, its id where it came from,
+--             the key it came from ('' that stream of the site)}
 --   30        seen only (a URL the file says was done): its fingerprint is recorded,
 --             nothing is added; flag 's' when it was not seen yet
 -- For a request, extra is its earlier failed deliveries ('' none): due now, it goes into
@@ -364,9 +365,13 @@ local function enqueue_site(k, site, filters, first, last, new_site)
     elseif kind[i] == 'd' then
       -- a dead letter stays one, seen or not (its fingerprint is recorded above)
       local x = cmsgpack.unpack(ARGV[i + 5])
+      local origin = x[6]
+      if not origin or origin == '' then
+        origin = streams[tonumber(ARGV[i + 1]) - DEAD_CODE]
+      end
       redis.call('XADD', KEYS[k + AT_FILTERS + 2 * n_filters], '*', 'r', ARGV[i + 3], 'reason', tostring(x[1]),
-        'stream', streams[tonumber(ARGV[i + 1]) - DEAD_CODE], 'id', tostring(x[5]), 'deliveries', tostring(x[2]),
-        'node', tostring(x[3]), 'ts', tostring(x[4]))
+        'stream', origin, 'id', tostring(x[5]), 'deliveries', tostring(x[2]), 'node', tostring(x[3]),
+        'ts', tostring(x[4]))
       dead = dead + 1
       added = added + 1
       flags[#flags + 1] = '1'

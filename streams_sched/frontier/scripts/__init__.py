@@ -34,12 +34,14 @@ from streams_sched.frontier.scripts import (
     freeze_site,
     heartbeat,
     lease,
+    load_site,
     promote,
     prune,
     read_site,
     reindex,
     release,
     requeue_dead,
+    seen,
     status,
 )
 from streams_sched.frontier.scripts._call import Call
@@ -65,6 +67,8 @@ TABLE: dict[str, ModuleType] = {
     "heartbeat": heartbeat,
     "read_site": read_site,
     "freeze_site": freeze_site,
+    "load_site": load_site,
+    "seen": seen,
 }
 
 SCRIPT_NAMES: tuple[str, ...] = tuple(TABLE)

@@ -90,9 +90,10 @@ class LoadItem(NamedTuple):
     extra: bytes | str = ""
 
 
-def dead_extra(reason: str, deliveries: int, node: str, ts_ms: int, origin_id: str) -> bytes:
-    """The extra value of a dead letter: enqueue.lua reads it with cmsgpack (strings only)."""
-    return msgpack.packb([reason, str(deliveries), node, str(ts_ms), origin_id], use_bin_type=False)
+def dead_extra(reason: str, deliveries: int, node: str, ts_ms: int, origin_id: str, origin: str = "") -> bytes:
+    """The extra value of a dead letter: enqueue.lua reads it with cmsgpack (strings only).
+    ``origin``: the key it came from when that is no stream of its site ('' one is)."""
+    return msgpack.packb([reason, str(deliveries), node, str(ts_ms), origin_id, origin], use_bin_type=False)
 
 
 def load_args(

@@ -1,0 +1,195 @@
+"""``streams-sched dump`` and ``load``: a crawl to a JSON Lines file and back, into any Redis."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from streams_sched.cli.options import (
+    CliError,
+    allow_eviction_option,
+    connect,
+    connect_for_writes,
+    known_crawl,
+    load_fingerprinter,
+    shared_options,
+)
+from streams_sched.connect.clients import is_cluster_client, redact
+from streams_sched.errors import BadInput, DumpBusy, JournalLost
+from streams_sched.exit_codes import EXIT_BAD_INPUT
+from streams_sched.frontier.bloom import crawl_bloom, server_has_bloom
+from streams_sched.frontier.client import Frontier
+from streams_sched.frontier.keys import DEFAULT_SHARDS, MAX_SHARDS, validate_site_name
+from streams_sched.transfer.inputs import BadLine, decode_line, file_id, numbered_lines, open_input, open_output, position
+from streams_sched.transfer.progress import Progress
+from streams_sched.transfer.records import BadRecord, Header, parse_record
+
+__all__ = ["dump", "load"]
+
+#: bad lines a load prints; the rest are counted
+SHOWN_BAD_LINES = 20
+
+
+def _server(client: Any) -> str:
+    """"redis 7.0.15" / "valkey 9.1.0" (and "cluster" for a cluster), for the header."""
+    try:
+        cluster = is_cluster_client(client)
+        info = client.get_default_node().redis_connection.info("server") if cluster else client.info("server")
+        name = "valkey" if info.get("valkey_version") or info.get("server_name") == "valkey" else "redis"
+        version = info.get("valkey_version") or info.get("redis_version", "?")
+        return f"{name} {version}" + (" cluster" if cluster else "")
+    except Exception:  # noqa: BLE001 - a label only
+        return ""
+
+
+@click.command()
+@shared_options
+@click.option("--output", "-o", default=None, metavar="FILE", help="Write to FILE (gzip when it ends in .gz; default: standard output).")
+@click.option("--site", "sites", multiple=True, help="Only this site (repeat for more).")
+@click.option("--seen", is_flag=True, help="Also the seen filters, so that dedupe survives a load into a new crawl.")
+@click.option("--budget", default=1000, show_default=True, type=click.IntRange(min=10),
+              help="Entries one read call takes at most: a longer site is read a chunk at a time.")
+def dump(redis_url: str, crawl: str, output: str | None, sites: tuple[str, ...], seen: bool, budget: int) -> None:
+    """Write the crawl as JSON Lines: a header, each site's policy, every request (queued,
+    leased, delayed, tracked, dead) with all of it, and what workers add while it runs.
+
+    Each site is read at one moment; a request leased then is written as queued, and is
+    crawled again after a load."""
+    for s in sites:
+        try:
+            validate_site_name(s)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--site") from None
+    client = connect(redis_url)
+    known_crawl(client, crawl, redis_url)
+    frontier = Frontier(client, crawl, crawl_bloom(client, crawl))
+    frontier.use_crawl_defaults(frontier.crawl_meta())
+    frontier.load_scripts()
+    from streams_sched import __version__
+    from streams_sched.transfer.dump import Dumper
+
+    bar = Progress()
+    try:
+        with open_output(output) as out:
+            write = out.write
+            dumper = Dumper(
+                frontier, lambda line: write(line + "\n"), sites=sites or None, seen=seen, budget=budget,
+                source=redact(redis_url), server=_server(client), version=__version__,
+                progress=lambda done, total, n: bar.update(done, total, n, "requests"),
+            )
+            summary = dumper.run()
+    except (DumpBusy, JournalLost) as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        bar.close()
+    states = summary.states
+    where = output if output not in (None, "-") else "standard output"
+    click.echo(
+        f"dumped {summary.requests} request(s) of {summary.sites} site(s) of crawl {crawl} to {where}"
+        f" in {summary.seconds:.1f}s ({summary.requests / max(summary.seconds, 1e-6):,.0f}/s): queued"
+        f" {states.get('queued', 0)} ({summary.leased} of them leased at the dump: they are crawled again after a"
+        f" load), delayed {states.get('delayed', 0)}, tracked {states.get('tracked', 0)}, dead {states.get('dead', 0)};"
+        f" {summary.journal} added while it ran", err=True,
+    )
+
+
+def _header(path: str) -> Header | None:
+    """The file's header, None for url-frontier's own lines; BadInput for a file that is
+    neither (another format, not JSON Lines, empty)."""
+    with open_input(path) as stream:
+        for number, raw in numbered_lines(stream):
+            try:
+                obj = decode_line(number, raw)
+            except BadLine as bad:
+                raise BadInput(number, bad.reason + ": this is no dump (no streams-sched header, no url-frontier"
+                                                   " line)") from None
+            try:
+                record = parse_record(obj)
+            except BadRecord as exc:
+                raise BadInput(number, str(exc)) from None
+            return record if isinstance(record, Header) else None
+    raise BadInput(0, f"{path} is empty")
+
+
+@click.command()
+@shared_options
+@click.argument("file", metavar="FILE")
+@click.option("--no-seen", "no_seen", is_flag=True, help="Leave the dump's seen filters out (dedupe then knows the loaded requests only).")
+@click.option("--from-crawl", default=None, help="Load only this crawl's lines of a file that holds several (url-frontier's DumpURLs).")
+@click.option("--fingerprinter", default=None, metavar="IMPORT.PATH",
+              help="The project's REQUEST_FINGERPRINTER_CLASS, if it changes Scrapy's (built as push builds it).")
+@click.option("--shards", default=DEFAULT_SHARDS, show_default=True, type=click.IntRange(1, MAX_SHARDS),
+              help="Shards of the crawl if the load creates it (STREAMS_SHARDS); a crawl keeps its own.")
+@allow_eviction_option
+def load(redis_url: str, crawl: str, file: str, no_seen: bool, from_crawl: str | None, fingerprinter: str | None,
+         shards: int, allow_eviction: bool) -> None:
+    """Load a dump (or url-frontier's own JSON Lines dump) into a crawl, through the one enqueue
+    path: the crawl's site policies and dedupe apply, due times count from the load, dead
+    letters stay dead letters, policies are restored. Each line is taken once: loading a
+    file again, or again after a load that was killed, adds only what is not in yet.
+
+    Exit 5 when lines could not be loaded (each is named with the reason) or the file is cut short."""
+    from streams_sched.transfer.load import Loader, SeenConflict, prepare_crawl
+
+    fingerprint = load_fingerprinter(fingerprinter) if fingerprinter else None
+    try:
+        header = _header(file)
+        fid = header.dump_id if header is not None else file_id(file)
+    except BadInput as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    client = connect_for_writes(redis_url, allow_eviction)
+    frontier = Frontier(client, crawl)
+    try:
+        take_seen = prepare_crawl(frontier, header, seen=not no_seen, has_bloom=server_has_bloom(client), shards=shards,
+                                  file_name=os.path.basename(file), file_id=fid)
+    except SeenConflict as exc:
+        raise CliError(str(exc)) from None
+    frontier = Frontier(client, crawl, crawl_bloom(client, crawl))
+    frontier.use_crawl_defaults(frontier.crawl_meta())
+    frontier.load_scripts()
+    shown: list[str] = []
+
+    def report(bad: BadLine) -> None:
+        if len(shown) < SHOWN_BAD_LINES:
+            click.echo(f"error: {bad}", err=True)
+        shown.append(str(bad.line))
+
+    size = os.path.getsize(file) if file != "-" and os.path.exists(file) else 0
+    bar = Progress()
+    cut: BadInput | None = None
+    with open_input(file) as stream:
+        loader = Loader(frontier, file_id=fid, header=header, fingerprinter=fingerprint, seen=take_seen,
+                        from_crawl=from_crawl, report=report,
+                        progress=lambda s: bar.update(position(stream), size or None, s.lines, "lines"))
+        try:
+            summary = loader.run(numbered_lines(stream))
+        except BadInput as exc:
+            cut, summary = exc, loader.summary
+        finally:
+            bar.close()
+    if len(shown) > SHOWN_BAD_LINES:
+        click.echo(f"error: ... and {len(shown) - SHOWN_BAD_LINES} more bad line(s)", err=True)
+    s = summary
+    click.echo(
+        f"loaded {s.lines} line(s) of {file} into crawl {crawl} in {s.seconds:.1f}s"
+        f" ({s.lines / max(s.seconds, 1e-6):,.0f} lines/s): {s.added} request(s) added, {s.duplicates} duplicate(s),"
+        f" {s.over_cap} over a page cap, {s.dead} dead letter(s), {s.done} URL(s) done (seen only),"
+        f" {s.policies} site policies, {s.sites_restored} site(s)' counters"
+        + (" and seen filters" if take_seen else "") + f"; {s.taken_before} line(s) an earlier load took"
+        + (f"; {s.other_crawls} line(s) of other crawls left out" if s.other_crawls else "")
+        + (f"; {s.bad} bad line(s)" if s.bad else ""), err=True,
+    )
+    if cut is not None:
+        click.echo(f"error: {cut}; load the whole file again: what is in now is not loaded twice", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if header is not None and s.end is None:
+        click.echo(f"error: line {s.lines + 1}: the file ends before the dump's last line (streams_sched_end): it was"
+                   " cut short; what came before is loaded; load the whole file again: what is in now is not loaded"
+                   " twice", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    if s.bad:
+        sys.exit(EXIT_BAD_INPUT)
