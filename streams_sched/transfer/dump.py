@@ -244,6 +244,10 @@ class Dumper:
         for item in read.items:
             self._request(site, item, streams)
         stats = {k: v for k in KEPT_STATS if (v := head.stats.get(k)) is not None}
+        if "max_pages" in policy:
+            # the cap counts from where the source's count is (0 when it was set after the
+            # site's requests came), not from the requests the load adds
+            stats.setdefault("pages", "0")
         seen: tuple[SeenKey, ...] = ()
         if self.seen:
             base = self.frontier.site(site).base + ":"

@@ -390,6 +390,12 @@ class Loader:
             stats = {name: value for name, value in state.stats.items() if name in ("pages", "tracked", "tdemand", "stretch")}
             seen: list[tuple[str, str, int]] = []
             if self.seen:
+                try:
+                    self._fits(state)
+                except BadLine as bad:
+                    self.summary.bad += 1
+                    self.report(BadLine(number, bad.reason))
+                    continue
                 for i, key in enumerate(state.seen):
                     scratch = shard.scratch(f"load:{self.file_id}:{number}:{i}")
                     self._write_scratch(scratch, key.kind, key.value)
@@ -398,6 +404,27 @@ class Loader:
                 self.summary.sites_restored += 1
             else:
                 self.summary.taken_before += 1
+
+    def _fits(self, state: SiteState) -> None:
+        """BadLine unless the site's filters can go into this crawl: an exact set goes into any,
+        a Bloom filter only into a crawl of the same back-end and sizing."""
+        b = self.frontier.bloom
+        theirs = self.header.dedupe if self.header is not None else {}
+        for key in state.seen:
+            if key.kind == "MBbloom--" and b.mode != "bf":
+                kind = "a RedisBloom filter"
+            elif key.kind == "hash" and "layers" in key.value and (
+                b.mode != "bitmap" or theirs.get("bloom_error_rate") != repr(b.error_rate)
+                or theirs.get("bloom_capacity") != str(b.capacity) or theirs.get("bloom_expansion") != str(b.expansion)
+            ):
+                kind = "a bitmap Bloom filter of other sizing" if b.mode == "bitmap" else "a bitmap Bloom filter"
+            else:
+                continue
+            raise BadLine(0, (
+                f"site {state.site}'s seen filter is {kind}, and crawl {self.frontier.crawl!r} dedupes with"
+                f" {'RedisBloom' if b.mode == 'bf' else 'the bitmap filter'} (error rate {b.error_rate:g}, capacity"
+                f" {b.capacity}): its requests are loaded, its filter and counters are not; load with --no-seen, or"
+                " into a new crawl on a Redis with the dump's back-end"))
 
     def _write_scratch(self, key: str, kind: str, value: Any) -> None:
         client = self.frontier.client
@@ -448,23 +475,23 @@ def prepare_crawl(frontier: Frontier, header: Header | None, *, seen: bool, has_
     take_seen = bool(seen and header is not None and header.seen)
     if take_seen and header is not None:
         theirs = dict(header.dedupe)
+        if theirs.get("dedupe") == "bf" and not has_bloom:
+            # exact sets (a site's first 1,024 fingerprints) go into any crawl; a site whose
+            # filter is a RedisBloom one is refused line by line (Loader._restore)
+            theirs.pop("dedupe")
         recorded = frontier.crawl_meta()
         if "dedupe" in recorded:
-            differ = {k: (recorded.get(k), v) for k, v in theirs.items() if recorded.get(k) not in (None, v)}
+            windows = ("revisit_seconds", "revisit_buckets")
+            differ = {k: (recorded.get(k), v) for k, v in theirs.items() if k in windows and recorded.get(k) not in (None, v)}
             if differ:
                 raise SeenConflict(
-                    f"crawl {frontier.crawl!r} dedupes with {', '.join(f'{k}={a}' for k, (a, _) in differ.items())},"
-                    f" the dump's seen filters were made with {', '.join(f'{k}={b}' for k, (_, b) in differ.items())}:"
-                    " load with --no-seen (dedupe then knows the loaded requests only), into a new crawl name,"
-                    " or purge the crawl first"
+                    f"crawl {frontier.crawl!r} keeps its seen filters by {', '.join(f'{k}={a}' for k, (a, _) in differ.items())},"
+                    f" the dump's by {', '.join(f'{k}={b}' for k, (_, b) in differ.items())}: load with --no-seen (dedupe"
+                    " then knows the loaded requests only), into a new crawl name, or purge the crawl first"
                 )
-        elif theirs.get("dedupe") == "bf" and not has_bloom:
-            raise SeenConflict(
-                "the dump's seen filters are RedisBloom filters and this Redis has no RedisBloom module: load with"
-                " --no-seen (dedupe then knows the loaded requests only), or into a Redis with RedisBloom"
-            )
-        for k, v in theirs.items():
-            client.hsetnx(meta, k, v)
+        else:
+            for k, v in theirs.items():
+                client.hsetnx(meta, k, v)
     frontier.ensure_layout(shards)
     if header is not None:
         client.hsetnx(meta, "site_key", header.site_key)
