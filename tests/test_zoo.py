@@ -8,6 +8,7 @@ the tests then compare spider by spider.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -277,3 +278,80 @@ def test_every_spider_with_every_page_tracked_gives_the_in_memory_items_and_then
         stats = records.stats(name)
         assert stats["zoo/close_reason"] == "finished", (name, stats)
     measured(f"items given again by revisits, per spider: {revisits}")
+
+
+#: spiders a move can carry halfway: zoo_login's session cookie lives in its worker's
+#: process (Scrapy's cookie jar), so a crawl that goes on in a new process has to log in again
+MOVABLE = sorted(set(TRAVELLING) - {"zoo_login"})
+
+
+def test_the_zoo_dumped_halfway_and_finished_on_a_fresh_cluster_gives_the_in_memory_items(
+    redis_source: Any, tmp_path: Path, measured: Any
+) -> None:
+    """The zoo crawled through one Redis, its worker SIGKILLed halfway, each crawl dumped with its seen filters, loaded into a fresh 3-master cluster and finished there by a new worker: the items are the in-memory crawl's, every page is crawled, and the pages crawled twice are at most those leased at the dump."""
+    import subprocess
+    import sys
+
+    from transfer_helpers import cli, records
+    from streams_sched.transfer.records import RequestLine
+    from zoo.harness import env
+
+    site = ZooSite(delay_s=0.02).start()
+    try:
+        memory = run_batch(zoo_settings(site.web, tmp_path / "memory"), MOVABLE, tmp_path / "memory")
+        assert memory.returncode == 0, memory.log_text()[-4000:]
+        want = sum(sum(memory.items(n).values()) for n in MOVABLE)
+        src = flushed(redis_source.url("bitmap"))
+        site.web.reset()
+        first = tmp_path / "first"
+        first.mkdir()
+        settings = zoo_settings(site.web, first, **streams_settings(src, "bitmap"), CONCURRENT_REQUESTS=2)
+        with open(first / "crawl.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "zoo.run", json.dumps(settings), *MOVABLE],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env(), cwd=first)
+        try:
+            wait_for(lambda: sum(len(read_records(first / f"{n}.jsonl")) for n in MOVABLE) >= want // 2 or proc.poll(),
+                     timeout=120, what="half the zoo's items")
+            assert proc.poll() is None, "the crawl ended before it could be stopped halfway"
+            proc.kill()
+        finally:
+            proc.kill()
+            proc.wait()
+        dst = flushed(redis_source.cluster_url())
+        leased: set[str] = set()
+        for name in MOVABLE:
+            dump = tmp_path / f"{name}.jsonl.gz"
+            result = cli("dump", "-c", name, "-o", str(dump), "--seen", url=src)
+            assert result.exit_code == 0, result.output
+            lines = gzip.decompress(dump.read_bytes()).decode().splitlines()
+            leased |= {r.url for r in records(lines) if isinstance(r, RequestLine) and r.lease}
+            loaded = cli("load", "-c", name, str(dump), url=dst)
+            assert loaded.exit_code == 0, loaded.output
+        second = run_batch(
+            zoo_settings(site.web, tmp_path / "second", **streams_settings(dst, "auto"),
+                         SPIDER_MIDDLEWARES={"zoo.resume.NoStart": 1}),
+            MOVABLE, tmp_path / "second",
+        )
+        assert second.returncode == 0, second.log_text()[-5000:]
+        halves = Batch(first, 0, first / "crawl.log", 0.0)
+        twice: set[Any] = set()
+        for name in MOVABLE:
+            got = halves.items(name) + second.items(name)
+            expected = memory.items(name)
+            assert set(map(_key(name), got)) == set(map(_key(name), expected)), \
+                f"{name}: " + describe_difference(expected, got)
+            extra = got - expected
+            twice |= {json.loads(item).get("url") for item in extra.elements()}
+        assert twice <= leased, (twice - leased, leased)
+        measured(f"moved after {sum(sum(halves.items(n).values()) for n in MOVABLE)}/{want} items, {len(leased)} leased"
+                 f" at the dump, {len(twice)} page(s) crawled twice")
+    finally:
+        site.stop()
+
+
+def _key(name: str) -> Any:
+    """What a spider's items are compared by: the item, or its URL for spiders whose items
+    record how many fetches a page took (REVISITS_DIFFER: a fetch the move repeats counts)."""
+    if name in REVISITS_DIFFER:
+        return lambda item: json.loads(item).get("url")
+    return lambda item: item
