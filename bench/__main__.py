@@ -17,6 +17,9 @@ and measures the push and the Redis memory per queued site (bench/sites.py).
 ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revision).
 ``python -m bench push`` measures how fast ``Seeder.seed()`` and ``streams-sched push``
 add one-URL sites, on one Redis and on a 3-master cluster (bench/push.py).
+``python -m bench transfer`` measures ``streams-sched dump`` and ``load`` of 1,000,000 queued
+requests on 10,000 sites against ``push`` of the same URLs, with each command's peak RSS
+(bench/transfer.py).
 ``python -m bench browser`` measures whether plain pages keep flowing while browser
 workers render (Debian's Chromium through scrapy-playwright; bench/browser.py).
 ``python -m bench recrawl-scale`` measures worker and Redis CPU per fetch with 1,000,000
@@ -179,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         from .recrawl import main as recrawl_main
 
         return recrawl_main(rest[1:])
+    if rest[:1] == ["transfer"]:  # python -m bench transfer: dump and load rates against push (bench/transfer.py)
+        from .transfer import main as transfer_main
+
+        return transfer_main(rest[1:])
     if rest[:1] == ["browser"]:  # python -m bench browser: http pages/s while browsers render (bench/browser.py)
         from .browser import main as browser_main
 

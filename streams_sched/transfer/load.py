@@ -140,6 +140,7 @@ class Loader:
         self._states: list[tuple[int, SiteState]] = []
         self._state_sites: set[str] = set()
         self._shards_used: set[int] = set()
+        self._valid_sites: set[str] = set()
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -195,10 +196,15 @@ class Loader:
     # -- lines ---------------------------------------------------------------------------
 
     def _site_name(self, number: int, site: str) -> None:
+        if site in self._valid_sites:
+            return
         try:
             validate_site_name(site)
         except ValueError as exc:
             raise BadLine(number, str(exc)) from None
+        if len(self._valid_sites) > 100_000:  # a cache, not the crawl's sites
+            self._valid_sites.clear()
+        self._valid_sites.add(site)
 
     def _policy(self, number: int, line: SiteLine) -> None:
         self._site_name(number, line.site)
@@ -271,13 +277,14 @@ class Loader:
         if not fields:
             raise BadLine(number, "the request's payload is no msgpack map with a URL")
         try:
-            url_facts(url)
+            fp = self._fingerprint(url, fields)
+            if not fp:
+                url_facts(url)  # dont_filter: no fingerprint checked the URL
         except ValueError as exc:
             raise BadLine(number, f"invalid URL {url!r}: {exc}") from None
         if not site:
             site = site_for(Request(url), self.site_of)
         self._site_name(number, site)
-        fp = self._fingerprint(url, fields)
         delay = max(0, line.due_in_ms) if line.state in ("delayed", "tracked") else 0
         entry = Entry(fp, line.stream, delay, line.payload, site, b"", url)
         return _Pending(LoadItem(entry, number, str(line.deliveries) if line.deliveries else ""), False, False)

@@ -59,6 +59,8 @@ PAYLOAD_NAMES: dict[str, str] = {
 _PAYLOAD_KEYS = {name: key for key, name in PAYLOAD_NAMES.items()}
 #: a payload key this version does not name is written as "~<key>"
 _UNNAMED = "~"
+#: JSON as a dump writes it: no spaces, text as it is (one encoder, made once)
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class BadRecord(ValueError):
@@ -361,7 +363,7 @@ class RequestLine:
         if fields is not None and not self.url:
             self.url = fields[1]
         if fields is not None and fields[1] == self.url and _exact(self.url, fields[0], self.payload):
-            meta["ss.request"] = [json.dumps(fields[0], separators=(",", ":"), ensure_ascii=False)]
+            meta["ss.request"] = [_compact(fields[0]) if fields[0] else "{}"]
         else:
             meta["ss.payload"] = [base64.b64encode(self.payload).decode("ascii")]
         if self.state in ("delayed", "tracked"):
@@ -390,7 +392,7 @@ class RequestLine:
         else:
             when = math.ceil((time_ms + self.due_in_ms) / 1000)
             item = {"known": {"info": info, "refetchable_from_date": str(max(1, when))}}
-        return json.dumps(item, separators=(",", ":"), ensure_ascii=False)
+        return _compact(item)
 
     @property
     def tracked(self) -> bool:
@@ -405,6 +407,8 @@ def tracked_state(state: str, stream: int, payload: bytes) -> str:
 
 
 def _exact(url: str, fields: dict[str, Any], payload: bytes) -> bool:
+    if not fields:
+        return pack({"u": url}) == payload
     try:
         return payload_of(url, fields) == payload
     except (BadRecord, ValueError, TypeError, OverflowError):
@@ -461,18 +465,21 @@ def parse_record(obj: Any) -> Record:
     raise BadRecord(f"unknown line (its keys: {sorted(obj)[:5]})")
 
 
-def _values(metadata: Any) -> dict[str, list[str]]:
-    """url-frontier's metadata (name -> {"values": [...]}) as name -> list of strings."""
+def _values(metadata: Any, check: bool = True) -> dict[str, list[str]]:
+    """url-frontier's metadata (name -> {"values": [...]}) as name -> list of strings (with
+    ``check``: each value checked; without, the caller checks the values it reads)."""
     if metadata is None:
         return {}
-    if not isinstance(metadata, dict):
-        raise BadRecord("info.metadata is no object")
-    out: dict[str, list[str]] = {}
-    for name, value in metadata.items():
-        values = value.get("values", []) if isinstance(value, dict) else None
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise BadRecord(f"info.metadata[{name!r}] is no {{\"values\": [strings]}}")
-        out[str(name)] = values
+    try:
+        out = {name: value["values"] for name, value in metadata.items()}
+    except (AttributeError, TypeError, KeyError):
+        if not isinstance(metadata, dict):
+            raise BadRecord("info.metadata is no object") from None
+        out = {name: value.get("values", []) if isinstance(value, dict) else None for name, value in metadata.items()}
+    if check or any(type(v) is not list for v in out.values()):
+        for name, values in out.items():
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise BadRecord(f"info.metadata[{name!r}] is no {{\"values\": [strings]}}")
     return out
 
 
@@ -482,7 +489,10 @@ def _one(meta: Mapping[str, list[str]], name: str, default: str | None = None) -
         if default is None:
             raise BadRecord(f"{name} is missing")
         return default
-    return values[0]
+    value = values[0]
+    if type(value) is not str:
+        raise BadRecord(f"info.metadata[{name!r}] is no {{\"values\": [strings]}}")
+    return value
 
 
 def _int(meta: Mapping[str, list[str]], name: str, default: int = 0) -> int:
@@ -506,7 +516,7 @@ def _request(obj: dict[str, Any]) -> RequestLine:
     crawl = info.get("crawlID") or ""
     if not isinstance(site, str) or not isinstance(crawl, str):
         raise BadRecord("info.key and info.crawlID must be strings")
-    meta = _values(info.get("metadata"))
+    meta = _values(info.get("metadata"), check=False)
     refetch = item.get("refetchable_from_date", item.get("refetchableFromDate", 0)) if known else 0
     try:
         refetch_s = int(refetch or 0)
@@ -516,6 +526,7 @@ def _request(obj: dict[str, Any]) -> RequestLine:
         # url-frontier's own line: the URL, its queue key, its metadata
         if not url:
             raise BadRecord("info.url is empty")
+        meta = _values(info.get("metadata"))
         ss = {k: v for k, v in meta.items() if k.startswith(SS)}
         if ss:
             raise BadRecord(f"{sorted(ss)[0]} without ss.v")
@@ -536,13 +547,17 @@ def _request(obj: dict[str, Any]) -> RequestLine:
     else:
         if not url:
             raise BadRecord("info.url is empty")
-        try:
-            fields = json.loads(_one(meta, "ss.request", "{}"))
-        except ValueError as exc:
-            raise BadRecord(f"ss.request is not JSON ({exc})") from None
-        if not isinstance(fields, dict):
-            raise BadRecord("ss.request is no object")
-        payload = payload_of(url, fields)
+        text = _one(meta, "ss.request", "{}")
+        if text == "{}":
+            payload = pack({"u": url})
+        else:
+            try:
+                fields = json.loads(text)
+            except ValueError as exc:
+                raise BadRecord(f"ss.request is not JSON ({exc})") from None
+            if not isinstance(fields, dict):
+                raise BadRecord("ss.request is no object")
+            payload = payload_of(url, fields)
     dead = None
     if state == "dead":
         dead = DeadInfo(_one(meta, "ss.dead_reason", ""), _int(meta, "ss.dead_deliveries"), _one(meta, "ss.dead_node", ""),

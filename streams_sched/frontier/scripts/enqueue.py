@@ -103,11 +103,13 @@ def load_args(
     """:func:`head_args` with 'load', then per site: its name, the number of requests, then
     fingerprint, stream code, delay, payload, ledger line and extra of each."""
     out = head_args(group, bloom, default_task, filter_pairs, "load")
+    # numbers as the bytes redis-py would make of them: it then packs every value as is
     for site, items in sites:
         out += (site, len(items))
         for it in items:
             e = it.entry
-            out += (e.fp, stream_code(e.stream), e.delay_ms, e.payload, "" if it.line is None else it.line, it.extra)
+            out += (e.fp, b"%d" % stream_code(e.stream), b"%d" % e.delay_ms, e.payload,
+                    b"" if it.line is None else b"%d" % it.line, it.extra)
     return out
 
 
