@@ -254,7 +254,8 @@ class CrawlReads:
 
     def purge(self) -> int:
         """Delete the whole crawl: every site's keys, the shards' indexes, nodes, meta, the
-        feed lock and a migrated scrapy-redis dupefilter (never the scrapy-redis keys themselves)."""
+        feed lock, a migrated scrapy-redis dupefilter (never the scrapy-redis keys themselves),
+        and the ledgers of the files loaded into it."""
         sites = self.sites()
         deleted = 0
         pipe = self.client.pipeline(transaction=False)
@@ -265,9 +266,12 @@ class CrawlReads:
             if i % 1000 == 999:
                 deleted += sum(int(n) for n in pipe.execute())
         deleted += sum(int(n) for n in pipe.execute())
+        k = self.keys
+        loads = [text(f) for f in self.client.hkeys(k.loads)]
         for shard in self.shard_keys():
             deleted += int(self.client.delete(*shard.all))
-        k = self.keys
-        deleted += int(self.client.delete(k.nodes, k.meta, k.feed_lock, k.legacy_seen, k.sync))
+            for file_id in loads:  # the ledgers of the files loaded into the crawl
+                deleted += int(self.client.delete(shard.ledger(file_id)))
+        deleted += int(self.client.delete(k.nodes, k.meta, k.feed_lock, k.legacy_seen, k.sync, k.dump_lock, k.loads))
         self.client.srem(CrawlKeys.registry(), self.crawl)
         return deleted
