@@ -12,19 +12,26 @@ from typing import Any
 import msgpack
 import pytest
 from scrapy import Request
+from test_codec import VALUES, MySpider
 
 from streams_sched.frontier.keys import DEAD_LETTER, SEEN_ONLY, STREAMS
 from streams_sched.frontier.records import Entry
-from streams_sched.frontier.scripts import enqueue, read_site
-from streams_sched.frontier.scripts.read_site import DONE, SNAPSHOT_STATS, Checks, Chunk, Cursors, SiteHead, StreamPart
-from streams_sched.frontier.scripts import read_lua
+from streams_sched.frontier.scripts import enqueue, read_lua, read_site
+from streams_sched.frontier.scripts.read_site import (
+    DONE,
+    SNAPSHOT_STATS,
+    Checks,
+    Chunk,
+    Cursors,
+    SiteHead,
+    StreamPart,
+)
 from streams_sched.transfer import jsonvalues
 from streams_sched.transfer.dump import Dumper
 from streams_sched.transfer.records import BadRecord, RequestLine, parse_record, payload_of, request_fields
 from streams_sched.transfer.sitereader import SiteReader, moved
 from streams_sched.wire.codec import RequestCodec
 
-from test_codec import VALUES, MySpider
 from transfer_helpers import (
     build_crawl,
     cli,

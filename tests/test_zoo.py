@@ -292,8 +292,9 @@ def test_the_zoo_dumped_halfway_and_finished_on_a_fresh_cluster_gives_the_in_mem
     import subprocess
     import sys
 
-    from transfer_helpers import cli, records
     from streams_sched.transfer.records import RequestLine
+
+    from transfer_helpers import cli, records
     from zoo.harness import env
 
     site = ZooSite(delay_s=0.02).start()

@@ -25,7 +25,18 @@ from __future__ import annotations
 
 import click
 
-from streams_sched.cli import dead_letters, locate, nodes, purge, revisits, scrapy_redis, seed, sites, status, transfer
+from streams_sched.cli import (
+    dead_letters,
+    locate,
+    nodes,
+    purge,
+    revisits,
+    scrapy_redis,
+    seed,
+    sites,
+    status,
+    transfer,
+)
 
 __all__ = ["main"]
 

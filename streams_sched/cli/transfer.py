@@ -23,7 +23,15 @@ from streams_sched.exit_codes import EXIT_BAD_INPUT
 from streams_sched.frontier.bloom import crawl_bloom, server_has_bloom
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import DEFAULT_SHARDS, MAX_SHARDS, validate_site_name
-from streams_sched.transfer.inputs import BadLine, decode_line, file_id, numbered_lines, open_input, open_output, position
+from streams_sched.transfer.inputs import (
+    BadLine,
+    decode_line,
+    file_id,
+    numbered_lines,
+    open_input,
+    open_output,
+    position,
+)
 from streams_sched.transfer.progress import Progress
 from streams_sched.transfer.records import BadRecord, Header, parse_record
 

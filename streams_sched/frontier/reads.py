@@ -87,6 +87,7 @@ class CrawlReads:
     default_task: str
     default_policy: tuple[str, ...]
     politeness: str
+    revisit_budget_share: float
 
     @property
     def shards(self) -> int:

@@ -43,7 +43,7 @@ def open_input(path: str) -> Iterator[IO[bytes]]:
     """The file's bytes, gunzipped when it starts as gzip does (``-``: standard input)."""
     raw: IO[bytes]
     if path == "-":
-        raw = io.BufferedReader(sys.stdin.buffer)  # type: ignore[arg-type]
+        raw = sys.stdin.buffer
         close = False
     else:
         try:
@@ -135,7 +135,7 @@ def open_output(path: str | None, level: int = 3) -> Iterator[IO[str]]:
     try:
         if final.name.endswith(".gz"):
             zipped = gzip.GzipFile(filename=final.name[:-3], fileobj=binary, mode="wb", compresslevel=level, mtime=0)
-            text: IO[str] = io.TextIOWrapper(zipped, encoding="utf-8", newline="\n")  # type: ignore[arg-type]
+            text: IO[str] = io.TextIOWrapper(zipped, encoding="utf-8", newline="\n")
         else:
             text = io.TextIOWrapper(binary, encoding="utf-8", newline="\n", write_through=False)
         yield text

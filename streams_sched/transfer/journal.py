@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from streams_sched.errors import DumpBusy, JournalLost
 from streams_sched.frontier.client import Frontier
@@ -121,7 +122,7 @@ class Journal:
         key = key or self.frontier.shard(shard).journal
         cursor = b"(" + start if start else b"-"
         while True:
-            rows = self.client.xrange(key, cursor, "+", count=self.CHUNK) or []
+            rows: list[Any] = self.client.xrange(key, cursor, "+", count=self.CHUNK) or []
             for entry_id, fields in rows:
                 if b"s" not in fields:
                     continue  # the start mark

@@ -227,7 +227,7 @@ class Loader:
         pipe = f.client.pipeline(transaction=False)
         f.register_sites([line.site], pipe)
         if fields:
-            pipe.hset(f.site(line.site).policy, mapping=fields)
+            pipe.hset(f.site(line.site).policy, mapping=dict(fields))  # type: ignore[arg-type]
         pipe.execute()
         self.summary.policies += 1
 
@@ -262,7 +262,8 @@ class Loader:
             fields = None
         if not isinstance(fields, dict):
             fields = {}
-        url = fields.get("u") if isinstance(fields.get("u"), str) else line.url
+        u = fields.get("u")
+        url: str = u if isinstance(u, str) else line.url
         site = line.site
         if line.state == "dead":
             fp = self._fingerprint(url, fields, quiet=True) if url else b""
@@ -290,11 +291,11 @@ class Loader:
         return _Pending(LoadItem(entry, number, str(line.deliveries) if line.deliveries else ""), False, False)
 
     def _fingerprint(self, url: str, fields: Mapping[Any, Any], quiet: bool = False) -> bytes:
-        headers = fields.get("h")
+        headers, method, body = fields.get("h"), fields.get("m"), fields.get("b")
         try:
             return stored_fingerprint(
-                url, self.fingerprinter, method=fields.get("m") if isinstance(fields.get("m"), str) else None,
-                body=fields.get("b") if isinstance(fields.get("b"), bytes) else b"",
+                url, self.fingerprinter, method=method if isinstance(method, str) else None,
+                body=body if isinstance(body, bytes) else b"",
                 headers=[(k, v) for k, v in headers] if isinstance(headers, list) else None,
                 dont_filter=fields.get("df") is True,
             )
@@ -447,7 +448,7 @@ class Loader:
             client.pexpire(key, 3_600_000)
         else:
             for it, data in value:
-                client.execute_command("BF.LOADCHUNK", key, it, data)
+                client.execute_command("BF.LOADCHUNK", key, it, data)  # type: ignore[no-untyped-call]
             client.pexpire(key, 3_600_000)
 
     def _expire_ledgers(self) -> None:
@@ -503,7 +504,7 @@ def prepare_crawl(frontier: Frontier, header: Header | None, *, seen: bool, has_
     if header is not None:
         client.hsetnx(meta, "site_key", header.site_key)
         if header.defaults:
-            client.hset(meta, mapping=header.defaults)
+            client.hset(meta, mapping=dict(header.defaults))  # type: ignore[arg-type]
         if header.revisits_stopped:
             client.hset(meta, REVISITS_STOPPED, "1")
     frontier.register()

@@ -119,7 +119,8 @@ def _describe(place: Place, d: dict[str, Any]) -> Place:
 
 def _why_delayed(d: dict[str, Any], stretch: float) -> tuple[str, float, int]:
     """(why, interval s, failures) of a waiting request, from its meta."""
-    meta = d.get("mt") if isinstance(d.get("mt"), dict) else {}
+    mt = d.get("mt")
+    meta: dict[str, Any] = mt if isinstance(mt, dict) else {}
     state = meta.get("_rv")
     if isinstance(state, list) and state and isinstance(state[0], (int, float)):
         failures = sum(int(v) for v in state[2:4] if isinstance(v, int))
@@ -160,7 +161,7 @@ class _Scan:
         cursor = b"-"
         while True:
             t = time.monotonic()
-            rows = self.client.xrange(key, cursor, "+", count=self.chunk) or []
+            rows: list[Any] = self.client.xrange(key, cursor, "+", count=self.chunk) or []
             self._paced(t)
             self.report.entries_read += len(rows)
             yield from rows
@@ -174,9 +175,10 @@ class _Scan:
         while True:
             t = time.monotonic()
             cursor, rows = self.client.zscan(key, cursor, match=pattern, count=self.chunk)
+            found: list[Any] = rows
             self._paced(t)
-            self.report.entries_read += len(rows)
-            yield from rows
+            self.report.entries_read += len(found)
+            yield from found
             if int(cursor) == 0:
                 return
 
@@ -210,11 +212,11 @@ def locate(frontier: Frontier, url: str, *, fingerprinter: Any = None, site: str
     pipe.hget(k.index.inbox, site)
     pipe.hgetall(k.stats)
     pipe.hgetall(f.keys.nodes)
-    for ready in k.index.readies:
-        pipe.zscore(ready, site)
-    inbox, stats, nodes, *ready = pipe.execute()
+    for index in k.index.readies:
+        pipe.zscore(index, site)
+    inbox, raw_stats, nodes, *ready = pipe.execute()
     report.calls += 1
-    stats = {text(a): text(b) for a, b in (stats or {}).items()}
+    stats = {text(a): text(b) for a, b in (raw_stats or {}).items()}
     stretch = max(1000, int(float(stats.get("stretch", 1000) or 1000))) / 1000.0
     lease_s = _lease_seconds(nodes)
     ready_ms = min((int(float(r)) for r in ready if r is not None), default=0)

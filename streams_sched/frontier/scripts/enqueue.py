@@ -93,7 +93,8 @@ class LoadItem(NamedTuple):
 def dead_extra(reason: str, deliveries: int, node: str, ts_ms: int, origin_id: str, origin: str = "") -> bytes:
     """The extra value of a dead letter: enqueue.lua reads it with cmsgpack (strings only).
     ``origin``: the key it came from when that is no stream of its site ('' one is)."""
-    return msgpack.packb([reason, str(deliveries), node, str(ts_ms), origin_id, origin], use_bin_type=False)
+    packed: bytes = msgpack.packb([reason, str(deliveries), node, str(ts_ms), origin_id, origin], use_bin_type=False)
+    return packed
 
 
 def load_args(
