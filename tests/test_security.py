@@ -104,7 +104,7 @@ ALLOWED = {
     ("streams_sched/wire/meta_codecs.py", "registered_codecs", "load_object"): "imports STREAMS_META_CODECS, a setting, at start",
     ("streams_sched/wire/meta_codecs.py", "<module>", "importlib.util"): "for the find_spec below",
     ("streams_sched/wire/meta_codecs.py", "_page_method_codec", "find_spec"): "is scrapy-playwright installed? (a fixed name)",
-    ("streams_sched/cli/seed.py", "_fingerprinter", "load_object"): "imports push --fingerprinter, the operator's own option, as Scrapy imports REQUEST_FINGERPRINTER_CLASS",
+    ("streams_sched/cli/options.py", "load_fingerprinter", "load_object"): "imports --fingerprinter of push, load and url, the operator's own option, as Scrapy imports REQUEST_FINGERPRINTER_CLASS",
     ("streams_sched/scrapy_redis/migrate.py", "<module>", "pickle"): "scrapy-redis queues, only with --trust-pickle; only the CLI imports migrate.py",
 }
 SCANNED = ("streams_sched", "reclaimer", "monitor")

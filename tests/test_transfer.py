@@ -489,11 +489,11 @@ def test_url_frontier_s_own_dump_loads_as_urls_and_done_urls_as_seen(plain_redis
     assert "2 request(s) added" in result.output and "1 URL(s) done" in result.output
     assert "1 line(s) of other crawls left out" in result.output
     f = frontier_of(plain_redis_url, "dst")
-    from streams_sched.transfer.locate import locate
+    from streams_sched.transfer.finding import find_url
 
-    assert locate(f, "http://a.test/3").verdict == "done"
-    assert locate(f, "http://a.test/2").places[0].state == "delayed"
-    queued = locate(f, "http://a.test/1")
+    assert find_url(f, "http://a.test/3").verdict == "done"
+    assert find_url(f, "http://a.test/2").places[0].state == "delayed"
+    queued = find_url(f, "http://a.test/1")
     assert queued.places[0].state == "queued"
     again = cli("load", "-c", "dst", "--from-crawl", "one", str(path), url=plain_redis_url)
     assert "0 request(s) added" in again.output and "3 line(s) an earlier load took" in again.output

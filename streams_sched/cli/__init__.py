@@ -16,7 +16,7 @@ Layout: ``options`` (the shared connection options, errors as exit codes),
 ``formatting`` (tables, ages, rates), ``report`` (the per-site status rows), and one
 module per topic of commands, none importing another: ``seed`` (push), ``status``
 (status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq), ``revisits``,
-``nodes`` (nodes, crawls), ``purge``, ``scrapy_redis`` (migrate-scrapy-redis), ``locate``
+``nodes`` (nodes, crawls), ``purge``, ``scrapy_redis`` (migrate-scrapy-redis), ``url``
 (url) and ``transfer`` (dump, load). Scrapy is imported only by the commands that need
 it (push, migrate-scrapy-redis, url, load), when they run.
 """
@@ -27,7 +27,6 @@ import click
 
 from streams_sched.cli import (
     dead_letters,
-    locate,
     nodes,
     purge,
     revisits,
@@ -36,6 +35,7 @@ from streams_sched.cli import (
     sites,
     status,
     transfer,
+    url,
 )
 
 __all__ = ["main"]
@@ -60,7 +60,7 @@ for _command in (
     nodes.nodes,
     nodes.crawls,
     scrapy_redis.migrate_scrapy_redis,
-    locate.url,
+    url.url,
     transfer.dump,
     transfer.load,
 ):

@@ -76,7 +76,7 @@ def dump(redis_url: str, crawl: str, output: str | None, sites: tuple[str, ...],
     frontier = Frontier(client, crawl, crawl_bloom(client, crawl))
     frontier.use_crawl_defaults(frontier.crawl_meta())
     frontier.load_scripts()
-    from streams_sched import __version__
+    import streams_sched
     from streams_sched.transfer.dump import Dumper
 
     bar = Progress()
@@ -85,7 +85,7 @@ def dump(redis_url: str, crawl: str, output: str | None, sites: tuple[str, ...],
             write = out.write
             dumper = Dumper(
                 frontier, lambda line: write(line + "\n"), sites=sites or None, seen=seen, budget=budget,
-                source=redact(redis_url), server=_server(client), version=__version__,
+                source=redact(redis_url), server=_server(client), version=streams_sched.__version__,
                 progress=lambda done, total, n: bar.update(done, total, n, "requests"),
             )
             summary = dumper.run()

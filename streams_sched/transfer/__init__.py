@@ -9,5 +9,5 @@ of a dump and url-frontier's, pure), :mod:`.inputs` (a file's numbered lines, gz
 ends a file early), :mod:`.sitereader` (one site at one point in time, streamed),
 :mod:`.journal` (what is added to a shard while a dump reads it), :mod:`.dump` (the
 Dumper), :mod:`.load` (the Loader: a file through enqueue.lua, each line once),
-:mod:`.locate` (where a URL is, and why), :mod:`.progress` (a progress bar on a terminal).
+:mod:`.finding` (where a URL is, and why), :mod:`.progress` (a progress bar on a terminal).
 """

@@ -1,5 +1,5 @@
 -- seen.lua: whether a site's seen filters hold fingerprints, without adding them
--- (`streams-sched url`, transfer/locate.py). Read-only: run with EVALSHA_RO or EVAL_RO.
+-- (`streams-sched url`, transfer/finding.py). Read-only: run with EVALSHA_RO or EVAL_RO.
 -- It asks each filter as enqueue.lua's dedupe does (lib/bloom.lua: seen_in, add false):
 -- an exact set (up to 1,024 fingerprints) answers for certain, a Bloom filter may say
 -- seen for a fingerprint it never took (at most its error rate).

@@ -1,4 +1,4 @@
-"""``streams-sched url``: where a URL is in a crawl, and why (:func:`locate`).
+"""``streams-sched url``: where a URL is in a crawl, and why (:func:`find_url`).
 
 A URL's site and fingerprint come from the one path of frontier/entries.py (its host, or
 registered domain with STREAMS_SITE_KEY="domain", and Scrapy's fingerprint of a GET).
@@ -42,7 +42,7 @@ from streams_sched.frontier.sitekey import site_keyer
 from streams_sched.transfer.records import queue_name
 from streams_sched.transfer.sitereader import inbox_items
 
-__all__ = ["Place", "UrlReport", "locate"]
+__all__ = ["Place", "UrlReport", "find_url"]
 
 
 @dataclass
@@ -183,7 +183,7 @@ class _Scan:
                 return
 
 
-def locate(frontier: Frontier, url: str, *, fingerprinter: Any = None, site: str | None = None,
+def find_url(frontier: Frontier, url: str, *, fingerprinter: Any = None, site: str | None = None,
            chunk: int = 1000) -> UrlReport:
     """Where ``url`` is in the crawl (see the module docstring). ValueError for a URL Scrapy
     refuses."""
@@ -218,7 +218,7 @@ def locate(frontier: Frontier, url: str, *, fingerprinter: Any = None, site: str
     report.calls += 1
     stats = {text(a): text(b) for a, b in (raw_stats or {}).items()}
     stretch = max(1000, int(float(stats.get("stretch", 1000) or 1000))) / 1000.0
-    lease_s = _lease_seconds(nodes)
+    lease_s = _lease_s(nodes)
     ready_ms = min((int(float(r)) for r in ready if r is not None), default=0)
     for item in inbox_items(inbox or b""):
         if needle in item.payload and _meta(item.payload).get("u") == request_url:
@@ -251,7 +251,7 @@ def locate(frontier: Frontier, url: str, *, fingerprinter: Any = None, site: str
     return report
 
 
-def _lease_seconds(nodes: dict[Any, Any]) -> dict[str, float]:
+def _lease_s(nodes: dict[Any, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for node, raw in (nodes or {}).items():
         try:

@@ -22,7 +22,7 @@ def _in(ms: int, now_ms: int) -> str:
 
 
 def describe(report: Any) -> list[str]:
-    """The lines ``url`` prints for one URL's report (transfer/locate.py's UrlReport)."""
+    """The lines ``url`` prints for one URL's report (transfer/finding.py's UrlReport)."""
     r = report
     now = r.now_ms
     lines = [r.url if r.url == r.request_url else f"{r.url} (as Scrapy has it: {r.request_url})",
@@ -78,12 +78,12 @@ def url(redis_url: str, crawl: str, urls: tuple[str, ...], site: str | None, fin
     fingerprint = load_fingerprinter(fingerprinter) if fingerprinter else None
     client = connect(redis_url)
     known_crawl(client, crawl, redis_url)
-    from streams_sched.transfer.locate import locate
+    from streams_sched.transfer.finding import find_url
 
     frontier = Frontier(client, crawl, crawl_bloom(client, crawl))
     for u in urls:
         try:
-            report = locate(frontier, u, fingerprinter=fingerprint, site=site, chunk=chunk)
+            report = find_url(frontier, u, fingerprinter=fingerprint, site=site, chunk=chunk)
         except ValueError as exc:
             raise CliError(f"{u}: {exc}") from None
         if as_json:
