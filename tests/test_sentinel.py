@@ -449,3 +449,21 @@ def test_local_sentinel_cleans_up_its_processes_and_files() -> None:
     assert os.path.isdir(where) and len(procs) == 5 and all(p is not None and p.poll() is None for p in procs)
     sentinel.cleanup()
     assert not os.path.exists(where) and all(p is not None and p.poll() is not None for p in procs)
+
+
+@pytest.mark.e2e
+def test_a_dump_loads_through_a_sentinel_url_and_dumps_back_the_same(
+    sentinel: LocalSentinel, redis_source: Any, tmp_path: Path
+) -> None:
+    """A crawl dumped from a single Redis loads into the master behind the sentinels through its redis+sentinel:// URL, and a dump taken there has the same request lines."""
+    from transfer_helpers import build_crawl, cli, comparable, dump_lines, fresh, write_dump
+
+    source = fresh(redis_source.url("bitmap"))
+    build_crawl(source, "moving")
+    first = dump_lines(source, "moving")
+    path = write_dump(tmp_path / "crawl.jsonl.gz", first)
+    loaded = cli("load", "-c", "moved", str(path), url=sentinel.url)
+    assert loaded.exit_code == 0, loaded.output
+    again = cli("dump", "-c", "moved", "-o", str(tmp_path / "again.jsonl"), url=sentinel.url)
+    assert again.exit_code == 0, again.output
+    assert comparable((tmp_path / "again.jsonl").read_text().splitlines()) == comparable(first)

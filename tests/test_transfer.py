@@ -535,3 +535,32 @@ def test_url_with_a_bloom_filter_says_how_sure_it_is(redis_url: str, crawl: str,
     result = cli("url", "-c", crawl, "http://many.test/5", "http://many.test/none", url=redis_url)
     assert "seen: yes (a Bloom filter: a URL never seen says yes at most 0.001 of the time)" in result.output
     assert "seen: no (certain)" in result.output
+
+
+def test_a_dump_that_loses_a_journal_fails_rather_than_miss_requests_and_a_second_dump_waits(
+    plain_redis_url: str, crawl: str
+) -> None:
+    """A journal gone mid-dump (the dump paused past its lifetime, a restart) fails the dump with what to do, and no journal stays; a dump while another runs is refused, naming it."""
+    from streams_sched.errors import DumpBusy, JournalLost
+    from streams_sched.transfer.journal import Journal
+
+    f = frontier_of(plain_redis_url, crawl)
+    for i in range(40):
+        f.enqueue(f"s{i}.test", [Entry(bytes([i]) * 20, 1, 0, RequestCodec(None).encode(Request(f"http://s{i}.test/")))])
+
+    class Losing(Dumper):
+        def _site(self, r: Any) -> None:  # type: ignore[override]
+            super()._site(r)
+            f.client.delete(*[f.shard(n).journal for n in range(f.shards)])
+            assert self._journal_ is not None
+            self._journal_.keep_alive(force=True)
+
+    with pytest.raises(JournalLost, match="run it again"):
+        Losing(f, lambda line: None).run()
+    assert not f.client.exists(f.keys.dump_lock, *[f.shard(n).journal for n in range(f.shards)])
+    other = Journal(f, "someone-else")
+    other.lock()
+    with pytest.raises(DumpBusy, match="another dump of crawl .* is running \\(dump someone-else\\)"):
+        Dumper(f, lambda line: None).run()
+    other.unlock()
+    assert Dumper(f, lambda line: None).run().requests == 40

@@ -102,12 +102,14 @@ class Dumper:
         self.version = version
         self.progress = progress
         self.dump_id = uuid.uuid4().hex
-        self.reader = SiteReader(frontier, budget=budget, seen=seen, spool_dir=spool_dir, tag=self.dump_id[:12])
+        self.reader = SiteReader(frontier, budget=budget, seen=seen, spool_dir=spool_dir, tag=self.dump_id[:12],
+                                 on_chunk=self._alive)
         #: small sites read per round trip: their first chunks are in memory together
         self.site_batch = max(1, 50_000 // budget)
         self.summary = DumpSummary(dump_id=self.dump_id)
         self._time_ms = 0
         self._lines = 0
+        self._journal_: Journal | None = None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -122,10 +124,11 @@ class Dumper:
             self._header()
             shards = self._shards()
             total = self._total(shards)
+            self._journal_ = journal
             for n in shards:
                 journal.start(n)
                 positions: dict[str, bytes] = {}
-                for batch in self._batches(n):
+                for batch in self._batches(n, positions):
                     for read in self.reader.read(batch):
                         positions[read.site] = read.head.journal_at
                         self._site(read)
@@ -162,6 +165,10 @@ class Dumper:
             self.progress(self.summary.sites, self.summary.sites, self.summary.requests)
         return self.summary
 
+    def _alive(self) -> None:
+        if self._journal_ is not None:
+            self._journal_.keep_alive()
+
     def _abandon(self, journal: Journal) -> None:
         """Delete the journals a failed dump leaves (a finished one has stopped them all)."""
         for n in list(journal.started):
@@ -195,19 +202,19 @@ class Dumper:
             pipe.scard(self.frontier.shard(n).sites)
         return sum(int(v) for v in pipe.execute())
 
-    def _batches(self, shard: int) -> Iterator[list[str]]:
+    def _batches(self, shard: int, read: dict[str, bytes]) -> Iterator[list[str]]:
+        """The shard's sites, ``site_batch`` at a time; ``read``: the sites read so far (SSCAN
+        may name a site twice while the set is rehashed: it is read once)."""
         if self.sites is not None:
             mine = [s for s in self.sites if shard_of(s, self.frontier.shards) == shard]
             for i in range(0, len(mine), self.site_batch):
                 yield mine[i : i + self.site_batch]
             return
         batch: list[str] = []
-        seen: set[str] = set()  # SSCAN may name a site twice (while the set is rehashed)
         for member in self.frontier.client.sscan_iter(self.frontier.shard(shard).sites, count=1000):
             site = text(member)
-            if site in seen:
+            if site in read or site in batch:
                 continue
-            seen.add(site)
             batch.append(site)
             if len(batch) >= self.site_batch:
                 yield batch
@@ -277,6 +284,8 @@ class Dumper:
             line = RequestLine(site, "", "queued", item.stream, item.payload, deliveries=item.deliveries, lease=lease)
         self._emit(line.line(self.frontier.crawl, self._time_ms))
         s.requests += 1
+        if s.requests % 1000 == 0 and self._journal_ is not None:
+            self._journal_.keep_alive()  # a long site takes its time: the journals must not lapse meanwhile
         s.states[line.state] = s.states.get(line.state, 0) + 1
 
     def _journal(self, entry: JournalEntry) -> None:

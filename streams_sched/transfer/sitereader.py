@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -177,7 +177,8 @@ class SiteReader:
     """
 
     def __init__(self, frontier: Frontier, *, budget: int = 1000, seen: bool = False, retries: int = 2,
-                 spool_dir: str | None = None, tag: str | None = None) -> None:
+                 spool_dir: str | None = None, tag: str | None = None,
+                 on_chunk: Callable[[], Any] | None = None) -> None:
         if budget < 1:
             raise ValueError(f"budget must be at least 1, not {budget}")
         self.frontier = frontier
@@ -189,6 +190,8 @@ class SiteReader:
         self.tag = tag or uuid.uuid4().hex[:12]
         self.restarts = 0
         self.frozen = 0
+        #: called after each chunk of a long site (a dump renews its journals there)
+        self.on_chunk = on_chunk or (lambda: None)
 
     def filters(self, site: str) -> list[str]:
         return self.frontier.filters(site) if self.seen else []
@@ -239,6 +242,7 @@ class SiteReader:
                 count += self._spool(spool, chunk_items(chunk, head.now_ms, _delay_seq(head)))
                 cursors = cursors.after(chunk)
                 chunks += 1
+                self.on_chunk()
             if why is None:
                 logger.debug("site %s: %d requests in %d chunks", site, count, chunks)
                 return SiteRead(site, head, self._unspool(spool), restarts=attempt, chunks=chunks,
@@ -260,6 +264,7 @@ class SiteReader:
             while True:
                 _, chunk = read_site.call(f, site, self.budget, cursors, k=to).run()
                 yield from chunk_items(chunk, head.now_ms, _delay_seq(head))
+                self.on_chunk()
                 if chunk.done:
                     return
                 cursors = cursors.after(chunk)
