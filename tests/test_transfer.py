@@ -564,3 +564,30 @@ def test_a_dump_that_loses_a_journal_fails_rather_than_miss_requests_and_a_secon
         Dumper(f, lambda line: None).run()
     other.unlock()
     assert Dumper(f, lambda line: None).run().requests == 40
+
+
+@pytest.mark.cluster
+def test_a_dumper_hands_its_records_to_a_loader_with_no_file_between(redis_url: str, redis_source: Any) -> None:
+    """The parts `move` builds on: a Dumper's records go straight into a Loader on another server (no JSON between), prepared from the dump's header, and the copy dumps as the source does."""
+    from itertools import count
+
+    from streams_sched.frontier.bloom import server_has_bloom
+    from streams_sched.transfer.load import Loader, prepare_crawl
+    from transfer_helpers import connect_frontier
+
+    source = fresh(redis_source.url("valkey"))
+    build_crawl(source, "src")
+    src = frontier_of(source, "src")
+    loader: Loader | None = None
+    numbers = count(1)
+    dumper = Dumper(src, sink=lambda record: loader.take(next(numbers), record), seen=True)  # type: ignore[union-attr]
+    header = dumper.header()
+    dst = connect_frontier(redis_url, "copy")
+    assert prepare_crawl(dst, header, seen=True, has_bloom=server_has_bloom(dst.client), shards=16, file_name="(copy)",
+                         file_id=header.dump_id)
+    dst = frontier_of(redis_url, "copy")
+    loader = Loader(dst, file_id=header.dump_id, header=header)
+    dumper.run()
+    loader.close()
+    assert loader.summary.bad == 0 and loader.summary.added > 0
+    assert comparable(dump_lines(redis_url, "copy", seen=True)) == comparable(dump_lines(source, "src", seen=True))

@@ -54,6 +54,11 @@ def fresh(url: str) -> str:
     return url
 
 
+def connect_frontier(url: str, crawl: str) -> Frontier:
+    """A Frontier of ``crawl`` on ``url`` that writes nothing yet (no meta, no layout)."""
+    return Frontier(connect(url), crawl)
+
+
 def frontier_of(url: str, crawl: str) -> Frontier:
     client = connect(url)
     f = Frontier(client, crawl, crawl_bloom(client, crawl))

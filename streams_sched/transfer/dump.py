@@ -35,10 +35,12 @@ from streams_sched.transfer.records import (
     End,
     Header,
     LeaseInfo,
+    Record,
     RequestLine,
     SeenKey,
     SiteLine,
     SiteState,
+    request_fields,
     tracked_state,
 )
 from streams_sched.transfer.sitereader import SiteItem, SiteRead, SiteReader
@@ -72,7 +74,10 @@ class DumpSummary:
 
 
 class Dumper:
-    """Writes one crawl's dump through ``write`` (one line at a time, without its newline).
+    """Writes one crawl's dump through ``write`` (one line at a time, without its newline),
+    or hands its records to ``sink`` (Header, SiteLine, RequestLine, SiteState, End, in
+    the order of the lines: a copy to another Redis needs no JSON between the two,
+    ``Loader.take`` takes them).
 
     ``sites``: only these sites (None: every site); ``seen``: with the seen filters;
     ``budget``: entries a read call reads at most; ``progress(sites done, sites, requests)``
@@ -81,8 +86,9 @@ class Dumper:
     def __init__(
         self,
         frontier: Frontier,
-        write: Callable[[str], Any],
+        write: Callable[[str], Any] | None = None,
         *,
+        sink: Callable[[Record], Any] | None = None,
         sites: Sequence[str] | None = None,
         seen: bool = False,
         budget: int = 1000,
@@ -92,8 +98,12 @@ class Dumper:
         progress: Callable[[int, int, int], Any] | None = None,
         spool_dir: str | None = None,
     ) -> None:
+        if (write is None) == (sink is None):
+            raise ValueError("a Dumper writes lines (write) or hands on records (sink): give one of them")
         self.frontier = frontier
         self.write = write
+        self.sink = sink
+        self._header_record: Header | None = None
         self.sites = tuple(dict.fromkeys(sites)) if sites is not None else None
         self.seen = seen
         self.budget = budget
@@ -155,7 +165,7 @@ class Dumper:
                     self._journal(entry)
             now_s, now_us = f.client.time()
             self._emit(End(self.summary.requests, self.summary.sites, self.summary.journal, self._lines + 1,
-                           int(now_s) * 1000 + int(now_us) // 1000).line())
+                           int(now_s) * 1000 + int(now_us) // 1000))
         finally:
             self._abandon(journal)
             journal.unlock()
@@ -224,29 +234,44 @@ class Dumper:
 
     # -- the lines ---------------------------------------------------------------------------
 
-    def _emit(self, line: str) -> None:
-        self.write(line)
+    def _emit(self, record: Record) -> None:
+        if self.sink is not None:
+            self.sink(record)
+        else:
+            assert self.write is not None
+            self.write(record.line(self.frontier.crawl, self._time_ms) if isinstance(record, RequestLine)
+                       else record.line())
         self._lines += 1
 
+    def header(self) -> Header:
+        """The dump's header: the crawl, this moment (Redis TIME), its dedupe and defaults;
+        taken once, the first time it is asked (a copy prepares its target crawl from it
+        before ``run``)."""
+        if self._header_record is None:
+            self._header_record = self._make_header()
+        return self._header_record
+
     def _header(self) -> None:
+        self._emit(self.header())
+
+    def _make_header(self) -> Header:
         f = self.frontier
         now_s, now_us = f.client.time()
         self._time_ms = int(now_s) * 1000 + int(now_us) // 1000
         meta = f.crawl_meta()
-        header = Header(
+        return Header(
             crawl=f.crawl, time_ms=self._time_ms, dump_id=self.dump_id, source=self.source, server=self.server,
             shards=f.shards, site_key=meta.get("site_key") or "host",
             dedupe={k: meta[k] for k in DEDUPE_FIELDS if k in meta},
             defaults={k: v for k, v in meta.items() if k.startswith("default_")},
             revisits_stopped=meta.get("revisits_stopped") == "1", seen=self.seen, sites=self.sites, version=self.version,
         )
-        self._emit(header.line())
 
     def _site(self, read: SiteRead) -> None:
         head, site = read.head, read.site
         policy = {k: v for k, v in head.policy.items() if k in POLICY_FIELDS}
         if policy:
-            self._emit(SiteLine(site, policy).line())
+            self._emit(SiteLine(site, policy))
         streams = self.frontier.site(site).streams
         for item in read.items:
             self._request(site, item, streams)
@@ -262,7 +287,7 @@ class Dumper:
             seen = tuple(SeenKey(key[len(base):], fv.kind, fv.pttl_ms, fv.value)
                          for key, fv in zip(keys, head.filters, strict=True) if fv.kind != "none")
         if stats or seen:
-            self._emit(SiteState(site, stats, seen).line())
+            self._emit(SiteState(site, stats, seen))
 
     def _request(self, site: str, item: SiteItem, streams: tuple[str, ...]) -> None:
         s = self.summary
@@ -282,7 +307,9 @@ class Dumper:
                 lease = LeaseInfo(*item.lease)
                 s.leased += 1
             line = RequestLine(site, "", "queued", item.stream, item.payload, deliveries=item.deliveries, lease=lease)
-        self._emit(line.line(self.frontier.crawl, self._time_ms))
+        if self.sink is not None and not line.url:
+            line.url = _url_of(line.payload)  # what its line would carry
+        self._emit(line)
         s.requests += 1
         if s.requests % 1000 == 0 and self._journal_ is not None:
             self._journal_.keep_alive()  # a long site takes its time: the journals must not lapse meanwhile
@@ -304,3 +331,8 @@ def _int(value: Any) -> int:
         return int(float(value))
     except (TypeError, ValueError):
         return 0
+
+
+def _url_of(payload: bytes) -> str:
+    fields = request_fields(payload)
+    return fields[1] if fields is not None else ""

@@ -51,6 +51,7 @@ from streams_sched.transfer.records import (
     BadRecord,
     End,
     Header,
+    Record,
     RequestLine,
     SiteLine,
     SiteState,
@@ -148,35 +149,55 @@ class Loader:
         """Load ``(number, raw line)``; BadInput from ``lines`` (a file cut short) is raised
         after what came before it is loaded."""
         started = time.monotonic()
-        self._clock()
         try:
             for number, raw in lines:
-                self.summary.lines += 1
                 try:
-                    self._line(number, raw)
+                    record = self._parse(number, raw)
                 except BadLine as bad:
+                    self.summary.lines += 1
                     self.summary.bad += 1
                     self.report(bad)
-                if len(self._pending) >= self.batch_lines:
-                    self._flush()
-                    if self.progress is not None:
-                        self.progress(self.summary)
+                    continue
+                self.take(number, record)
         finally:
-            self._flush()
-            self._expire_ledgers()
+            self.close()
         self.summary.seconds = time.monotonic() - started
         return self.summary
+
+    def take(self, number: int, record: Record) -> None:
+        """Load one record, line ``number`` of the file (its bit in the ledgers): a BadLine is
+        reported and counted, the rest goes out a batch at a time. Call :meth:`close` at the
+        end. (A Dumper's records go straight in here: a copy from one Redis to another.)"""
+        if not self._now_ms:
+            self._clock()
+        self.summary.lines += 1
+        try:
+            self._record(number, record)
+        except BadLine as bad:
+            self.summary.bad += 1
+            self.report(bad)
+        if len(self._pending) >= self.batch_lines:
+            self._flush()
+            if self.progress is not None:
+                self.progress(self.summary)
+
+    def close(self) -> None:
+        """Send what is left, and give the ledgers their lifetime."""
+        self._flush()
+        self._expire_ledgers()
 
     def _clock(self) -> None:
         now_s, now_us = self.frontier.client.time()
         self._now_ms = int(now_s) * 1000 + int(now_us) // 1000
 
-    def _line(self, number: int, raw: bytes) -> None:
+    def _parse(self, number: int, raw: bytes) -> Record:
         obj = decode_line(number, raw)
         try:
-            record = parse_record(obj)
+            return parse_record(obj)
         except BadRecord as exc:
             raise BadLine(number, str(exc)) from None
+
+    def _record(self, number: int, record: Record) -> None:
         if isinstance(record, Header):
             if number != 1:
                 raise BadLine(number, "a second header: two dumps in one file? Load each on its own")

@@ -35,7 +35,7 @@ from streams_sched.frontier.keys import BANDS, STREAMS, TASK_TYPES
 from streams_sched.transfer.jsonvalues import JsonValueError, from_json, pack, to_json, unpack
 
 __all__ = [
-    "FORMAT", "BadRecord", "DeadInfo", "End", "Header", "LeaseInfo", "RequestLine", "SiteLine", "SiteState",
+    "FORMAT", "BadRecord", "DeadInfo", "End", "Header", "LeaseInfo", "Record", "RequestLine", "SiteLine", "SiteState",
     "parse_record", "payload_of", "queue_name", "request_fields", "stream_of_queue",
 ]
 
