@@ -573,6 +573,7 @@ def test_a_dumper_hands_its_records_to_a_loader_with_no_file_between(redis_url: 
 
     from streams_sched.frontier.bloom import server_has_bloom
     from streams_sched.transfer.load import Loader, prepare_crawl
+
     from transfer_helpers import connect_frontier
 
     source = fresh(redis_source.url("valkey"))
