@@ -592,3 +592,14 @@ def test_a_dumper_hands_its_records_to_a_loader_with_no_file_between(redis_url: 
     loader.close()
     assert loader.summary.bad == 0 and loader.summary.added > 0
     assert comparable(dump_lines(redis_url, "copy", seen=True)) == comparable(dump_lines(source, "src", seen=True))
+
+
+def test_a_dump_loads_from_standard_input_with_the_lines_of_the_file(plain_redis_url: str, tmp_path: Path) -> None:
+    """`load -` reads standard input with the same line numbers as the file (its ledger is the file's): loading the file after it adds nothing."""
+    url = plain_redis_url
+    build_crawl(url, "src")
+    path = write_dump(tmp_path / "d.jsonl", dump_lines(url, "src"))
+    piped = cli("load", "-c", "dst", "-", url=url, input=path.read_text())
+    assert piped.exit_code == 0, piped.output
+    again = cli("load", "-c", "dst", str(path), url=url)
+    assert again.exit_code == 0 and "0 request(s) added" in again.output and "0 dead letter(s)" in again.output

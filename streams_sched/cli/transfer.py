@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from itertools import chain
 from typing import Any
 
 import click
@@ -104,22 +107,21 @@ def dump(redis_url: str, crawl: str, output: str | None, sites: tuple[str, ...],
     )
 
 
-def _header(path: str) -> Header | None:
-    """The file's header, None for url-frontier's own lines; BadInput for a file that is
-    neither (another format, not JSON Lines, empty)."""
-    with open_input(path) as stream:
-        for number, raw in numbered_lines(stream):
-            try:
-                obj = decode_line(number, raw)
-            except BadLine as bad:
-                raise BadInput(number, bad.reason + ": this is no dump (no streams-sched header, no url-frontier"
-                                                   " line)") from None
-            try:
-                record = parse_record(obj)
-            except BadRecord as exc:
-                raise BadInput(number, str(exc)) from None
-            return record if isinstance(record, Header) else None
-    raise BadInput(0, f"{path} is empty")
+def _header(first: tuple[int, bytes] | None, path: str) -> Header | None:
+    """The file's header from its first line, None for url-frontier's own lines; BadInput for
+    a file that is neither (another format, not JSON Lines, empty)."""
+    if first is None:
+        raise BadInput(0, f"{path} is empty")
+    number, raw = first
+    try:
+        obj = decode_line(number, raw)
+    except BadLine as bad:
+        raise BadInput(number, bad.reason + ": this is no dump (no streams-sched header, no url-frontier line)") from None
+    try:
+        record = parse_record(obj)
+    except BadRecord as exc:
+        raise BadInput(number, str(exc)) from None
+    return record if isinstance(record, Header) else None
 
 
 @click.command()
@@ -140,45 +142,20 @@ def load(redis_url: str, crawl: str, file: str, no_seen: bool, from_crawl: str |
     file again, or again after a load that was killed, adds only what is not in yet.
 
     Exit 5 when lines could not be loaded (each is named with the reason) or the file is cut short."""
-    from streams_sched.transfer.load import Loader, SeenConflict, prepare_crawl
-
     fingerprint = load_fingerprinter(fingerprinter) if fingerprinter else None
-    try:
-        header = _header(file)
-        fid = header.dump_id if header is not None else file_id(file)
-    except BadInput as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    client = connect_for_writes(redis_url, allow_eviction)
-    frontier = Frontier(client, crawl)
-    try:
-        take_seen = prepare_crawl(frontier, header, seen=not no_seen, has_bloom=server_has_bloom(client), shards=shards,
-                                  file_name=os.path.basename(file), file_id=fid)
-    except SeenConflict as exc:
-        raise CliError(str(exc)) from None
-    frontier = Frontier(client, crawl, crawl_bloom(client, crawl))
-    frontier.use_crawl_defaults(frontier.crawl_meta())
-    frontier.load_scripts()
-    shown: list[str] = []
-
-    def report(bad: BadLine) -> None:
-        if len(shown) < SHOWN_BAD_LINES:
-            click.echo(f"error: {bad}", err=True)
-        shown.append(str(bad.line))
-
-    size = os.path.getsize(file) if file != "-" and os.path.exists(file) else 0
-    bar = Progress()
-    cut: BadInput | None = None
-    with open_input(file) as stream:
-        loader = Loader(frontier, file_id=fid, header=header, fingerprinter=fingerprint, seen=take_seen,
-                        from_crawl=from_crawl, report=report,
-                        progress=lambda s: bar.update(position(stream), size or None, s.lines, "lines"))
+    with ExitStack() as stack:
         try:
-            summary = loader.run(numbered_lines(stream))
+            stream = stack.enter_context(open_input(file))
+            lines = numbered_lines(stream)
+            first = next(lines, None)
+            header = _header(first, file)
+            fid = header.dump_id if header is not None else file_id(file)
         except BadInput as exc:
-            cut, summary = exc, loader.summary
-        finally:
-            bar.close()
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        assert first is not None
+        summary, cut, take_seen, shown = _load(redis_url, crawl, file, stream, chain([first], lines), header, fid,
+                                               fingerprint, no_seen, from_crawl, shards, allow_eviction)
     if len(shown) > SHOWN_BAD_LINES:
         click.echo(f"error: ... and {len(shown) - SHOWN_BAD_LINES} more bad line(s)", err=True)
     s = summary
@@ -201,3 +178,42 @@ def load(redis_url: str, crawl: str, file: str, no_seen: bool, from_crawl: str |
         sys.exit(EXIT_BAD_INPUT)
     if s.bad:
         sys.exit(EXIT_BAD_INPUT)
+
+
+def _load(redis_url: str, crawl: str, file: str, stream: Any, lines: Iterator[tuple[int, bytes]],
+          header: Header | None, fid: str, fingerprint: Any, no_seen: bool, from_crawl: str | None, shards: int,
+          allow_eviction: bool) -> tuple[Any, BadInput | None, bool, list[str]]:
+    """The load itself, on the file's lines from the first: (summary, where the file was cut
+    short or None, whether the seen filters went in, the bad lines' numbers)."""
+    from streams_sched.transfer.load import Loader, SeenConflict, prepare_crawl
+
+    client = connect_for_writes(redis_url, allow_eviction)
+    frontier = Frontier(client, crawl)
+    try:
+        take_seen = prepare_crawl(frontier, header, seen=not no_seen, has_bloom=server_has_bloom(client), shards=shards,
+                                  file_name=os.path.basename(file), file_id=fid)
+    except SeenConflict as exc:
+        raise CliError(str(exc)) from None
+    frontier = Frontier(client, crawl, crawl_bloom(client, crawl))
+    frontier.use_crawl_defaults(frontier.crawl_meta())
+    frontier.load_scripts()
+    shown: list[str] = []
+
+    def report(bad: BadLine) -> None:
+        if len(shown) < SHOWN_BAD_LINES:
+            click.echo(f"error: {bad}", err=True)
+        shown.append(str(bad.line))
+
+    size = os.path.getsize(file) if file != "-" and os.path.exists(file) else 0
+    bar = Progress()
+    cut: BadInput | None = None
+    loader = Loader(frontier, file_id=fid, header=header, fingerprinter=fingerprint, seen=take_seen,
+                    from_crawl=from_crawl, report=report,
+                    progress=lambda s: bar.update(position(stream), size or None, s.lines, "lines"))
+    try:
+        summary = loader.run(lines)
+    except BadInput as exc:
+        cut, summary = exc, loader.summary
+    finally:
+        bar.close()
+    return summary, cut, take_seen, shown
