@@ -603,3 +603,30 @@ def test_a_dump_loads_from_standard_input_with_the_lines_of_the_file(plain_redis
     assert piped.exit_code == 0, piped.output
     again = cli("load", "-c", "dst", str(path), url=url)
     assert again.exit_code == 0 and "0 request(s) added" in again.output and "0 dead letter(s)" in again.output
+
+
+@pytest.mark.cluster
+def test_a_load_cut_off_in_the_middle_of_a_round_trip_and_run_again_takes_each_line_once(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A load whose connection dies after some calls of a round trip were run and others not (a SIGKILL between them) is run again: every request, dont_filter copy and dead letter is in once."""
+    from streams_sched.transfer import load as load_module
+
+    build_crawl(redis_url, "src")
+    lines = dump_lines(redis_url, "src")
+    path = write_dump(tmp_path / "d.jsonl", lines)
+    real = load_module.Loader._run
+
+    def half(self: Any, built: list[Any]) -> Any:
+        for call in built[: max(1, len(built) // 2)]:
+            call.run()
+        raise ConnectionError("killed mid round trip")
+
+    load_module.Loader._run = half  # type: ignore[method-assign]
+    try:
+        with pytest.raises(ConnectionError):
+            cli("load", "-c", "dst", str(path), url=redis_url)
+    finally:
+        load_module.Loader._run = real  # type: ignore[method-assign]
+    assert cli("load", "-c", "dst", str(path), url=redis_url).exit_code == 0
+    assert comparable(dump_lines(redis_url, "dst")) == comparable(lines)
