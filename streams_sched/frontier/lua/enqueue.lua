@@ -147,15 +147,14 @@ local function unregistered()
   return out
 end
 
--- Note an added request for the journal (only while a dump reads the shard).
+-- Note an added request for the journal (call it only while a dump reads the shard:
+-- journal_on).
 local function journal_add(site, idx, due, payload)
-  if journal_on then
-    local j = journaled
-    j[#j + 1] = site
-    j[#j + 1] = idx
-    j[#j + 1] = due
-    j[#j + 1] = payload
-  end
+  local j = journaled
+  j[#j + 1] = site
+  j[#j + 1] = idx
+  j[#j + 1] = due
+  j[#j + 1] = payload
 end
 
 local function write_new()
@@ -241,11 +240,13 @@ local function index_all()
   for j = 1, #registered, 500 do
     redis.call('SADD', sites_ix, unpack(registered, j, math.min(j + 499, #registered)))
   end
-  local j = journaled
-  for q = 1, #j, 4 do
-    redis.call('XADD', journal, '*', 's', j[q], 'q', j[q + 1], 't', j[q + 2], 'r', j[q + 3])
+  if journal_on then
+    local j = journaled
+    for q = 1, #j, 4 do
+      redis.call('XADD', journal, '*', 's', j[q], 'q', j[q + 1], 't', j[q + 2], 'r', j[q + 3])
+    end
+    journaled = {}
   end
-  journaled = {}
 end
 
 -- load: which requests of a site's part the ledger holds already (by ARGV index), and
@@ -295,8 +296,9 @@ local function enqueue_site(k, site, filters, first, last, new_site)
   local site_task = pol[1] or ARGV[7]
   -- load: the requests the ledger holds already, and which ones are no request to queue
   -- (a dead letter or a fingerprint only: kind 'd' or 's')
-  local taken, kind = {}, {}
+  local taken, kind -- load only (read behind `load_keys and`)
   if load_keys then
+    kind = {}
     taken = ledger_taken(first, last)
     for i = first, last, STRIDE do
       local code = tonumber(ARGV[i + 1]) or 0
@@ -309,7 +311,7 @@ local function enqueue_site(k, site, filters, first, last, new_site)
   end
   local fps, fp_at = {}, {}
   for i = first, last, STRIDE do
-    if ARGV[i] ~= '' and not taken[i] then
+    if ARGV[i] ~= '' and not (load_keys and taken[i]) then
       fps[#fps + 1] = ARGV[i]
       fp_at[i] = #fps
     end
@@ -340,7 +342,7 @@ local function enqueue_site(k, site, filters, first, last, new_site)
     local left = max_pages - tonumber(redis.call('HGET', K[2], 'pages') or '0')
     for i = first, last, STRIDE do
       local n = fp_at[i]
-      if n and unseen[n] ~= 0 and not kind[i] then
+      if n and unseen[n] ~= 0 and not (load_keys and kind[i]) then
         if left <= 0 then
           over[i] = true
           over_cap = over_cap + 1
@@ -354,15 +356,16 @@ local function enqueue_site(k, site, filters, first, last, new_site)
 
   local added, dups, delayed, dead = 0, 0, 0, 0
   local flags = {}
-  local due_now, due_d = {}, {}
+  local due_now = {}
+  local due_d = load_keys and {} -- load: earlier failed deliveries, by due_now pair
   local with_d = false
   for i = first, last, STRIDE do
     local n = fp_at[i]
-    if taken[i] then
+    if load_keys and taken[i] then
       flags[#flags + 1] = 'l'
-    elseif kind[i] == 's' then
+    elseif load_keys and kind[i] == 's' then
       flags[#flags + 1] = (n and unseen[n] ~= 0) and 's' or '0'
-    elseif kind[i] == 'd' then
+    elseif load_keys and kind[i] == 'd' then
       -- a dead letter stays one, seen or not (its fingerprint is recorded above)
       local x = cmsgpack.unpack(ARGV[i + 5])
       local origin = x[6]
@@ -389,7 +392,9 @@ local function enqueue_site(k, site, filters, first, last, new_site)
         local seq = redis.call('HINCRBY', K[2], 'delay_seq', 1)
         now = now or now_ms()
         redis.call('ZADD', K[1], now + delay, idx .. ':' .. seq .. ':' .. payload)
-        journal_add(site, idx, now + delay, payload)
+        if journal_on then
+          journal_add(site, idx, now + delay, payload)
+        end
         delayed = delayed + 1
         for t = 1, 2 do
           mark_later(t, site, now + delay)
@@ -397,10 +402,14 @@ local function enqueue_site(k, site, filters, first, last, new_site)
       else
         due_now[#due_now + 1] = idx
         due_now[#due_now + 1] = payload
-        local d = load_keys and tonumber(ARGV[i + 5]) or 0
-        due_d[#due_now / 2] = d
-        with_d = with_d or d > 0
-        journal_add(site, idx, 0, payload)
+        if load_keys then
+          local d = tonumber(ARGV[i + 5]) or 0
+          due_d[#due_now / 2] = d
+          with_d = with_d or d > 0
+        end
+        if journal_on then
+          journal_add(site, idx, 0, payload)
+        end
       end
       added = added + 1
       flags[#flags + 1] = '1'
@@ -445,8 +454,8 @@ local function enqueue_site(k, site, filters, first, last, new_site)
           ensure_group(stream, group)
           made[stream] = true
         end
-        local d = due_d[(j + 1) / 2]
-        if d > 0 then
+        local d = due_d and due_d[(j + 1) / 2]
+        if d and d > 0 then
           redis.call('XADD', stream, '*', 'r', due_now[j + 1], 'd', d)
         else
           redis.call('XADD', stream, '*', 'r', due_now[j + 1])
@@ -520,7 +529,9 @@ local function enqueue_new(k, site, first, last)
       end
       list[#list + 1] = idx
       list[#list + 1] = ARGV[i + 3]
-      journal_add(site, idx, 0, ARGV[i + 3])
+      if journal_on then
+        journal_add(site, idx, 0, ARGV[i + 3])
+      end
       flags[#flags + 1] = '1'
       typed[task_of(idx)] = true
     end
