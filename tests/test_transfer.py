@@ -630,3 +630,23 @@ def test_a_load_cut_off_in_the_middle_of_a_round_trip_and_run_again_takes_each_l
         load_module.Loader._run = real  # type: ignore[method-assign]
     assert cli("load", "-c", "dst", str(path), url=redis_url).exit_code == 0
     assert comparable(dump_lines(redis_url, "dst")) == comparable(lines)
+
+
+def test_the_progress_bar_draws_only_on_a_terminal() -> None:
+    """The bar goes to a terminal (over itself, with the share done and the rate), never to a pipe or a log."""
+    import io
+
+    from streams_sched.transfer.progress import Progress, bar_line
+
+    assert bar_line(25, 100, "250 requests", 1234.5, width=8) == "[##------]  25.0%  250 requests  1,234/s"
+    assert bar_line(5, None, "5 lines", 10.0) == "5 lines  10/s"
+    piped = io.StringIO()
+    p = Progress(piped)
+    p.update(1, 2, 1, "requests", final=True)
+    p.close()
+    assert piped.getvalue() == ""
+    tty = io.StringIO()
+    p = Progress(tty, force=True)
+    p.update(1, 2, 1, "requests", final=True)
+    p.close()
+    assert tty.getvalue().startswith("\r\x1b[K[") and "50.0%" in tty.getvalue() and tty.getvalue().endswith("\n")
