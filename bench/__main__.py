@@ -17,6 +17,8 @@ and measures the push and the Redis memory per queued site (bench/sites.py).
 ready sites, without Redis (bench/pick.py; ``--rev REV`` to compare with a revision).
 ``python -m bench push`` measures how fast ``Seeder.seed()`` and ``streams-sched push``
 add one-URL sites, on one Redis and on a 3-master cluster (bench/push.py).
+``python -m bench enqueue-cost`` measures the Redis time of one enqueue.lua call against a
+revision's (bench/enqueue_cost.py).
 ``python -m bench transfer`` measures ``streams-sched dump`` and ``load`` of 1,000,000 queued
 requests on 10,000 sites against ``push`` of the same URLs, with each command's peak RSS
 (bench/transfer.py).
@@ -182,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         from .recrawl import main as recrawl_main
 
         return recrawl_main(rest[1:])
+    if rest[:1] == ["enqueue-cost"]:  # python -m bench enqueue-cost: enqueue.lua's Redis time against a revision's
+        from .enqueue_cost import main as enqueue_cost_main
+
+        return enqueue_cost_main(rest[1:])
     if rest[:1] == ["transfer"]:  # python -m bench transfer: dump and load rates against push (bench/transfer.py)
         from .transfer import main as transfer_main
 
