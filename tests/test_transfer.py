@@ -650,3 +650,27 @@ def test_the_progress_bar_draws_only_on_a_terminal() -> None:
     p.update(1, 2, 1, "requests", final=True)
     p.close()
     assert tty.getvalue().startswith("\r\x1b[K[") and "50.0%" in tty.getvalue() and tty.getvalue().endswith("\n")
+
+
+def test_seen_filters_go_only_into_a_crawl_without_sites_and_their_requests_are_all_kept(
+    plain_redis_url: str, tmp_path: Path
+) -> None:
+    """A dump's seen filters replace its sites' own, so a crawl that has sites refuses them (load --no-seen there); into a new crawl every request of the dump goes in, none taken for seen by a Bloom filter's false positive."""
+    url = plain_redis_url
+    f = frontier_of(url, "big")
+    encode = RequestCodec(None).encode
+    urls = [f"http://bloomy.test/{i}" for i in range(3000)]  # past 1,024: a Bloom filter
+    for i in range(0, len(urls), 500):
+        f.enqueue("bloomy.test", [Entry(bytes.fromhex(_fp(u)), 1, 0, encode(Request(u))) for u in urls[i:i + 500]])
+    lines = dump_lines(url, "big", seen=True)
+    # the same URL twice: a filter in front of the second would take it for seen, as a false
+    # positive takes a URL it never had
+    again = next(i for i, line in enumerate(lines) if '"http://bloomy.test/7"' in line)
+    path = write_dump(tmp_path / "d.jsonl", [*lines[:again + 1], lines[again], *lines[again + 1:]])
+    frontier_of(url, "busy").enqueue("other.test", [Entry(b"o" * 20, 1, 0, b"x")])
+    refused = cli("load", "-c", "busy", str(path), url=url)
+    assert refused.exit_code == 1 and "has sites already" in refused.output and "--no-seen" in refused.output
+    loaded = cli("load", "-c", "moved", str(path), url=url)
+    assert loaded.exit_code == 0, loaded.output
+    assert f"{len(urls) + 1} request(s) added, 0 duplicate(s)" in loaded.output
+    assert cli("load", "-c", "moved", str(path), url=url).exit_code == 0  # its own earlier load: allowed

@@ -366,7 +366,10 @@ class Loader:
         f = self.frontier
         kinds = {id(p.item): p for p in pending}
         calls = enqueue_calls([p.item for p in pending], f.shards, CALL_LIMIT, site_of=lambda it: it.entry.site)
-        built = [enqueue.load_call(f, parts, self.file_id) for parts in calls]
+        # a dump's requests whose sites get the dump's seen filters after them were each
+        # accepted once: none is dropped as seen (a Bloom filter's false positive would)
+        keep = self.seen and self.header is not None and self.header.seen
+        built = [enqueue.load_call(f, parts, self.file_id, keep) for parts in calls]
         for parts in calls:
             self._shards_used.add(f.site(parts[0][0]).shard)
         replies = self._run(built)
@@ -503,6 +506,14 @@ def prepare_crawl(frontier: Frontier, header: Header | None, *, seen: bool, has_
     meta = frontier.keys.meta
     take_seen = bool(seen and header is not None and header.seen)
     if take_seen and header is not None:
+        if not client.hexists(frontier.keys.loads, file_id) and any(
+            int(n) for n in _pipe_scard(frontier)
+        ):
+            raise SeenConflict(
+                f"crawl {frontier.crawl!r} has sites already, and the dump's seen filters would replace theirs (what"
+                " the crawl saw would be forgotten): load with --no-seen (dedupe then takes the dump's requests as it"
+                " takes any), or into a new crawl name"
+            )
         theirs = dict(header.dedupe)
         if theirs.get("dedupe") == "bf" and not has_bloom:
             # exact sets (a site's first 1,024 fingerprints) go into any crawl; a site whose
@@ -533,3 +544,11 @@ def prepare_crawl(frontier: Frontier, header: Header | None, *, seen: bool, has_
         {"file": file_name, "crawl": header.crawl if header else "", "dump_id": header.dump_id if header else "",
          "ledger_ttl_s": LEDGER_TTL_S}, sort_keys=True))
     return take_seen
+
+
+def _pipe_scard(frontier: Frontier) -> list[Any]:
+    """The number of sites in each shard's registry, in one round trip."""
+    pipe = frontier.client.pipeline(transaction=False)
+    for shard in frontier.shard_keys():
+        pipe.scard(shard.sites)
+    return list(pipe.execute())

@@ -56,6 +56,9 @@
 --             nothing is added; flag 's' when it was not seen yet
 -- For a request, extra is its earlier failed deliveries ('' none): due now, it goes into
 -- its stream (not the inbox, which has no room for them) with field d.
+-- 'load-keep' is 'load' for the requests of a dump whose seen filters replace the sites'
+-- own after them: each was accepted once, so it goes in whatever the filter says (a Bloom
+-- filter would take some for seen at its error rate), its fingerprint recorded as ever.
 --
 -- The journal exists only while `streams-sched dump` reads this shard (transfer/
 -- journal.py): every request added then is appended to it (site s, stream index q, due ms
@@ -82,7 +85,8 @@ local err, cap, expansion = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[
 local ttl = tonumber(ARGV[6])
 local n_filters = tonumber(ARGV[8])
 local seed_keys = ARGV[9] == 'seed'
-local load_keys = ARGV[9] == 'load'
+local keep_seen = ARGV[9] == 'load-keep'
+local load_keys = ARGV[9] == 'load' or keep_seen
 -- values per request in ARGV
 local STRIDE = load_keys and 6 or 4
 -- where a site's stats and first filter key are among its keys, and how many keys it has
@@ -378,7 +382,7 @@ local function enqueue_site(k, site, filters, first, last, new_site)
       dead = dead + 1
       added = added + 1
       flags[#flags + 1] = '1'
-    elseif n and unseen[n] == 0 then
+    elseif n and unseen[n] == 0 and not keep_seen then
       dups = dups + 1
       flags[#flags + 1] = '0'
     elseif over[i] then

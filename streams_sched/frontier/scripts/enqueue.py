@@ -99,11 +99,12 @@ def dead_extra(reason: str, deliveries: int, node: str, ts_ms: int, origin_id: s
 
 def load_args(
     group: str, bloom: BloomParams, default_task: str, filter_pairs: int,
-    sites: Sequence[tuple[str, Sequence[LoadItem]]],
+    sites: Sequence[tuple[str, Sequence[LoadItem]]], keep: bool = False,
 ) -> list[Arg]:
-    """:func:`head_args` with 'load', then per site: its name, the number of requests, then
-    fingerprint, stream code, delay, payload, ledger line and extra of each."""
-    out = head_args(group, bloom, default_task, filter_pairs, "load")
+    """:func:`head_args` with 'load' ('load-keep' with ``keep``: requests go in whatever the
+    seen filter says), then per site: its name, the number of requests, then fingerprint,
+    stream code, delay, payload, ledger line and extra of each."""
+    out = head_args(group, bloom, default_task, filter_pairs, "load-keep" if keep else "load")
     # numbers as the bytes redis-py would make of them: it then packs every value as is
     for site, items in sites:
         out += (site, len(items))
@@ -148,15 +149,17 @@ def seed_call(f: Context, sites: Sequence[tuple[str, Sequence[Entry]]]) -> Call[
     return Call(f.scripts["enqueue"], built, args(f.group, f.bloom, f.default_task, pairs, sites, True), parse_seed)
 
 
-def load_call(f: Context, sites: Sequence[tuple[str, Sequence[LoadItem]]], file_id: str) -> Call[list[EnqueueReply]]:
+def load_call(f: Context, sites: Sequence[tuple[str, Sequence[LoadItem]]], file_id: str,
+              keep: bool = False) -> Call[list[EnqueueReply]]:
     """:func:`call` with 'load' keys: the requests of a file, each taken once by the ledger of
-    ``file_id`` (the sites of ONE shard)."""
+    ``file_id`` (the sites of ONE shard); ``keep``: they go in whatever the seen filter says
+    (a dump whose filters replace the sites' own after their requests)."""
     now = f.clock.now() if f.bloom.revisit_s else 0.0
     keyed = [(f.site(site), f.filters(site, now)) for site, _ in sites]
     shard = keyed[0][0].index
     built = load_keys(shard, keyed, shard.ledger(file_id))
     pairs = len(keyed[0][1]) // 2
-    return Call(f.scripts["enqueue"], built, load_args(f.group, f.bloom, f.default_task, pairs, sites), parse)
+    return Call(f.scripts["enqueue"], built, load_args(f.group, f.bloom, f.default_task, pairs, sites, keep), parse)
 
 
 def _keys(f: Context, sites: Sequence[str], seed: bool) -> tuple[list[str], int]:
