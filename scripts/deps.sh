@@ -106,7 +106,7 @@ pinned() {
 run_tests() {
   local venv="$1"; shift
   if CI=1 STREAMS_ALLOW_UNTESTED_SCRAPY=0 "$venv/bin/python" -m pytest -q --no-header -p cacheprovider \
-      -o cache_dir="$venv/.pytest_cache" "$@"; then
+      -o cache_dir="$venv/.pytest_cache" -n 2 --dist loadfile "$@"; then
     return 0
   fi
   printf '%s\n' "$@" > "$venv/failed-args"

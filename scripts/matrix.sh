@@ -68,7 +68,7 @@ for version in "${versions[@]}"; do
   log "Scrapy $version: pytest -m scrapy_matrix $*"
   started=$SECONDS
   if STREAMS_ALLOW_UNTESTED_SCRAPY="${STREAMS_ALLOW_UNTESTED_SCRAPY:-1}" STREAMS_TEST_TARGETS="${STREAMS_TEST_TARGETS:-bitmap}" \
-      "$venv/bin/python" -m pytest -q -p no:cacheprovider -m scrapy_matrix "$@"; then
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile -m scrapy_matrix "$@"; then
     log "Scrapy $version: passed in $((SECONDS - started))s"
   else
     log "Scrapy $version: FAILED (after $((SECONDS - started))s)"

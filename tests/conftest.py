@@ -385,9 +385,15 @@ def measured(request: pytest.FixtureRequest) -> Any:
     """measured(text): a line for the "measured" section of the terminal summary (faults, policy, handover)."""
 
     def report(text: str) -> None:
-        _REPORT.append(f"{request.node.name}: {text}")
+        # through the test's report, so a line measured in a pytest-xdist worker reaches the summary
+        request.node.user_properties.append(("measured", f"{request.node.name}: {text}"))
 
     return report
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        _REPORT.extend(text for key, text in report.user_properties if key == "measured")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
