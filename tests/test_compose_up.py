@@ -44,7 +44,7 @@ SERVICES = ["redis", "seed", "worker", "reclaimer", "monitor", "prometheus"]
 HOST_REDIS = "redis://127.0.0.1:6379/0"  # the compose file's published 6379, inside the namespace
 CRAWL = compose()["services"]["worker"]["environment"]["STREAMS_PREFIX"]
 #: the example's synthetic web when the compose file sets neither SYNTH_SITES nor SYNTH_PAGES
-SITES, PAGES = 20, 5000
+SITES, PAGES = 20, 1000
 #: who holds how many leases: pending entries per consumer over every stream group
 HELD = """
 import json, sys, redis

@@ -18,7 +18,7 @@ STREAMS_METRICS_PORT = os.environ.get("STREAMS_METRICS_PORT", "9410-9419")
 
 DOWNLOAD_HANDLERS = {"http": "streams_sched.demo.handler.SyntheticHandler"}
 SYNTH_SITES = int(os.environ.get("SYNTH_SITES", "20"))
-SYNTH_PAGES = int(os.environ.get("SYNTH_PAGES", "5000"))
+SYNTH_PAGES = int(os.environ.get("SYNTH_PAGES", "1000"))
 SYNTH_DELAY_SECONDS = float(os.environ.get("SYNTH_DELAY_SECONDS", "0.05"))
 
 CONCURRENT_REQUESTS = 32
