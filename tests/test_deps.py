@@ -76,3 +76,28 @@ def test_deps_script_reads_the_floors_from_pyproject() -> None:
         if name in EDGE_PACKAGES:
             floor = next(s.version for s in req.specifier if s.operator == ">=")
             assert got[name] == floor, (name, got[name], floor)
+
+
+@pytest.mark.e2e
+def test_newest_names_only_the_packages_newer_than_the_constraints(tmp_path: Path) -> None:
+    """scripts/deps.sh newest compares what it installed with constraints.txt: the packages at
+    another version are named with both versions, and none differing gives nothing (so the
+    checks the main suite already ran on those versions are not run twice)."""
+    pins = {line.partition("==")[0]: line.partition("==")[2]
+            for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line and not line.startswith("#")}
+    fake = tmp_path / "venv" / "bin"
+    fake.mkdir(parents=True)
+
+    def freeze(lines: list[str]) -> str:
+        (fake / "python").write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(lines) + "\nEOF\n")
+        (fake / "python").chmod(0o755)
+        return subprocess.run(
+            ["bash", "-c", f"source scripts/deps.sh && newer_than_constraints {tmp_path / 'venv'}"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+
+    same = [f"{name}=={version}" for name, version in pins.items()]
+    assert freeze(same) == ""
+    w3lib = next(name for name in pins if name.lower() == "w3lib")
+    newer = [line if not line.startswith(f"{w3lib}==") else f"{w3lib}==99.0" for line in same]
+    assert freeze(newer) == f"{w3lib} 99.0 (constraints: {pins[w3lib]})"
