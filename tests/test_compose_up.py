@@ -5,7 +5,7 @@ local stand-ins (tests/podman/compose.override.yml changes only their image name
 The stack runs in a network namespace of its own, so the ports it publishes do not meet
 the machine's own Redis on 6379; the checks from "the host" run in that namespace and
 reach the stack through those published ports. The example crawl runs to its end
-(20 sites of 5,000 pages, as the compose file leaves the example's defaults) while one
+(20 sites of 1,000 pages, as the compose file leaves the example's defaults) while one
 worker is stopped with ``podman stop`` and another is SIGKILLed; Prometheus, inside the
 stack, scrapes every worker, the reclaimer and the monitor, and loads the alert rules.
 
@@ -193,7 +193,7 @@ def test_podman_stop_hands_back_a_workers_leases_within_its_grace_period(stack: 
 
 
 def test_a_worker_sigkilled_inside_the_stack_loses_nothing_and_the_crawl_ends_with_every_page(stack: Stack) -> None:
-    """A worker holding leases is SIGKILLed (restart: unless-stopped starts it again); the reclaimer hands its leases to the others, and the crawl ends with all 100,000 pages enqueued once and acked, nothing pending, delayed or dead."""
+    """A worker holding leases is SIGKILLed (restart: unless-stopped starts it again); the reclaimer hands its leases to the others, and the crawl ends with all 20,000 pages enqueued once and acked, nothing pending, delayed or dead."""
     victim = stack.names("worker")[1]
     wait_for(lambda: held_by(stack, victim) > 0, timeout=120, interval=0.5, what=f"{victim} to hold leases")
     lost = held_by(stack, victim)
