@@ -102,7 +102,12 @@ local function lease_site(k, site, total, max_http, max_browser)
     end
   end
 
-  local p = policy_fields(K[4], { 'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe', 'revisit' })
+  -- policy_fields' fields (lib/rate.lua) and the lease's, in one HMGET, into a table built
+  -- at its size: filled field by field it would be rehashed four times, for every site
+  local g = redis.call('HMGET', K[4], 'paused', 'rate', 'burst', 'robots_delay', 'a_rate', 'a_until',
+    'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe', 'revisit')
+  local p = { paused = g[1], rate = g[2], burst = g[3], robots_delay = g[4], a_rate = g[5], a_until = g[6],
+    tokens = g[7], tokens_ts = g[8], weight = g[9], max_browser = g[10], robots_probe = g[11], revisit = g[12] }
   local site_weight = p.weight or ARGV[11]
   local max_browser = tonumber(p.max_browser) or tonumber(ARGV[12]) or -1
   -- politeness: the policy or robots.txt rate, the adaptive back-off, a Retry-After pause
@@ -143,9 +148,11 @@ local function lease_site(k, site, total, max_http, max_browser)
   end
 
   local backlog = { 0, 0 }
-  local per_band = { {}, {} }
+  local per_band = { { 0, 0, 0 }, { 0, 0, 0 } } -- per task type, per band (BANDS = 3)
   local pending = 0
-  local out = {}
+  -- the reply: REPLY_HEAD values (set at the end), then the entries, in one table built at
+  -- the head's size (a table grown entry by entry is reallocated at every power of two)
+  local out = { 0, 0, 0, 0, 0, 0, 0, '', 0, '', '' }
   local leased = 0
   local deferred = 0
   if promoted then
@@ -157,10 +164,11 @@ local function lease_site(k, site, total, max_http, max_browser)
     for b = 1, BANDS do
       -- both task types, even one this worker does not lease: the indexes need them
       local n, p = 0, 0
+      local s = (t - 1) * BANDS + b -- stream_of(t, b), inline: six times a site
       if known then
-        n = known[stream_of(t, b)] or 0
+        n = known[s] or 0
       else
-        n, p = backlog_of(streams[stream_of(t, b)], group)
+        n, p = backlog_of(streams[s], group)
       end
       per_band[t][b] = n
       pending = pending + p
@@ -240,13 +248,10 @@ local function lease_site(k, site, total, max_http, max_browser)
     redis.call('HSET', K[4], 'ready_at', at)
   end
   reindex(ready, leased_ix, site, backlog, pending, next_due_at, at, now)
-  -- REPLY_HEAD values, then the entries
-  local reply = { backlog[1], backlog[2], pending, delayed, next_due, wait_ms, deferred,
-    tostring(site_weight or '1'), max_browser, tostring(rate), p.revisit or '' }
-  for _, v in ipairs(out) do
-    reply[#reply + 1] = v
-  end
-  return reply
+  out[1], out[2], out[3], out[4], out[5], out[6] = backlog[1], backlog[2], pending, delayed, next_due, wait_ms
+  out[7], out[8], out[9], out[10], out[11] = deferred, tostring(site_weight or '1'), max_browser, tostring(rate),
+    p.revisit or ''
+  return out
 end
 
 local replies = {}

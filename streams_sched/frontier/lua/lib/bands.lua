@@ -8,10 +8,8 @@
 -- How many of the next `n` requests to take from each band, given each band's backlog
 -- and weight; `cur` holds the running scores and is moved on in place.
 local function band_takes(cur, weights, backlog, n)
-  local take = {}
-  for b = 1, BANDS do
-    take[b] = 0
-  end
+  -- built at its size (BANDS = 3): a lease builds these for every site it leases
+  local take = { 0, 0, 0 }
   for _ = 1, n do
     local total, best = 0, nil
     for b = 1, BANDS do
@@ -38,10 +36,9 @@ end
 -- it is deleted (absent = all zero: a drained site keeps no state).
 local function rotate_bands(stats, t, weights, backlog, n)
   local field = 'swrr' .. t
-  local cur = {}
+  local cur = { 0, 0, 0 }
   local backlogged = 0
   for b = 1, BANDS do
-    cur[b] = 0
     if backlog[b] > 0 then
       backlogged = backlogged + 1
     end
