@@ -189,10 +189,28 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
   return deleted
 end
 
+-- Ack and delete entries of one stream (their ids are the varargs), and delete the stream
+-- when they were all it held. Returns the entries this call deleted.
+local function ack_entries(stream, ...)
+  local n = redis.call('XACK', stream, group, ...)
+  if n == select('#', ...) and redis.call('XLEN', stream) == n then
+    -- the stream holds just these entries (all were pending, and every script acks
+    -- an entry before it deletes it): delete it with its group in one command
+    redis.call('DEL', stream)
+    return n
+  end
+  -- count what this call deletes, not what it acks: after a failover the new
+  -- primary may hold an entry whose lease it never saw, and this ack finishes it
+  local deleted = redis.call('XDEL', stream, ...)
+  retire_if_empty(stream)
+  return deleted
+end
+
 local function ack_site(k, site, a, n_answers, first, last, r)
   local K = { KEYS[k], KEYS[k + 7], KEYS[k + 8] }
   local streams = { KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6] }
-  local counts = {}
+  -- counters to add besides acked: only a site with answers or tracked pages has any
+  local counts = (n_answers > 0 or r > 0) and {} or nil
   if n_answers > 0 then
     now = now or now_ms()
     report_answers(K[2], counts, K[3], { unpack(ARGV, a, a + n_answers - 1) }, now)
@@ -201,30 +219,27 @@ local function ack_site(k, site, a, n_answers, first, last, r)
   if r > 0 then
     acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], KEYS[k + 10], last + 4, r, counts)
   end
-  local by_stream = {}
-  for i = first, last, 2 do
-    local s = tonumber(ARGV[i])
-    local ids = by_stream[s]
-    if not ids then
-      ids = {}
-      by_stream[s] = ids
-    end
-    ids[#ids + 1] = ARGV[i + 1]
-  end
-  for s, ids in pairs(by_stream) do
-    local stream = streams[s]
+  if last == first + 1 then
+    -- one entry (a one-page site's): no table of ids per stream
+    local stream = streams[tonumber(ARGV[first])]
     if stream then
-      local n = redis.call('XACK', stream, group, unpack(ids))
-      if n == #ids and redis.call('XLEN', stream) == n then
-        -- the stream holds just these entries (all were pending, and every script acks
-        -- an entry before it deletes it): delete it with its group in one command
-        redis.call('DEL', stream)
-        acked = acked + n
-      else
-        -- count what this call deletes, not what it acks: after a failover the new
-        -- primary may hold an entry whose lease it never saw, and this ack finishes it
-        acked = acked + redis.call('XDEL', stream, unpack(ids))
-        retire_if_empty(stream)
+      acked = acked + ack_entries(stream, ARGV[last])
+    end
+  else
+    local by_stream = {}
+    for i = first, last, 2 do
+      local s = tonumber(ARGV[i])
+      local ids = by_stream[s]
+      if not ids then
+        ids = {}
+        by_stream[s] = ids
+      end
+      ids[#ids + 1] = ARGV[i + 1]
+    end
+    for s, ids in pairs(by_stream) do
+      local stream = streams[s]
+      if stream then
+        acked = acked + ack_entries(stream, unpack(ids))
       end
     end
   end
@@ -232,20 +247,27 @@ local function ack_site(k, site, a, n_answers, first, last, r)
     -- the site is done for now: it leaves the leased index, and its counters take one
     -- HINCRBY (a per-site rate over the last minute means nothing for it)
     redis.call('ZREM', leased_ix, site)
-    if acked > 0 then
-      tally(counts, 'acked', acked)
+    if counts then
+      if acked > 0 then
+        tally(counts, 'acked', acked)
+      end
+      add_counts(K[1], counts)
+    elseif acked > 0 then
+      redis.call('HINCRBY', K[1], 'acked', acked)
     end
-    add_counts(K[1], counts)
     return acked
   end
   if has_pending(streams, group) == 0 then
     redis.call('ZREM', leased_ix, site)
   end
   if acked == 0 then
-    add_counts(K[1], counts)
+    if counts then
+      add_counts(K[1], counts)
+    end
     return 0
   end
   -- The counters, the ack bucket and its slot: one HMGET and one HSET.
+  counts = counts or {}
   tally(counts, 'acked', acked)
   local bucket = math.floor((now or now_ms()) / 10000)
   local slot = 'ack' .. (bucket % 6)

@@ -176,7 +176,7 @@ local function lease_site(k, site, total, max_http, max_browser)
     end
   end
   -- browser first: its capacity per node is the scarcer one
-  for _, t in ipairs({ 2, 1 }) do
+  for t = 2, 1, -1 do
     local bl = per_band[t]
     local n = math.min(want[t], budget - leased)
     if n > 0 and backlog[t] > 0 then
