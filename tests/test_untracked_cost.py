@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 
 from streams_sched.frontier.client import Frontier
@@ -132,3 +133,30 @@ def test_the_measure_sees_tracking_work(plain_redis_url: str, crawl: str) -> Non
     for s in sites:
         assert client.zcard(f.site(s).delayed) == 1
     client.close()
+
+
+@pytest.mark.e2e
+def test_a_scrapy_worker_listens_for_answers_from_its_first_tracked_page(
+    redis_url: str, dedupe: str, crawl: str, tmp_path: Any
+) -> None:
+    """A real Scrapy worker connects its answer handler only at its first tracked request, and still sees every revisit's answer: the synthetic web's unchanged pages are counted unchanged."""
+    from helpers import Worker, base_settings, wait_for
+
+    settings = base_settings(
+        redis_url, crawl, dedupe, tmp_path / "items.jsonl", SYNTH_SEED=True, SYNTH_SITES=2, SYNTH_PAGES=5,
+        CONCURRENT_REQUESTS=8, CONCURRENT_REQUESTS_PER_DOMAIN=4, STREAMS_REVISIT_EVERY_SECONDS=1,
+        STREAMS_REVISIT_MIN_SECONDS=1, STREAMS_REVISIT_MAX_SECONDS=1, STREAMS_REVISIT_ADAPTIVE=True,
+        STREAMS_REVISIT_JITTER=0,
+    )
+    f = Frontier(redis.Redis.from_url(redis_url), crawl)
+
+    def counted(field: str) -> int:
+        return sum(int(f.status(s).stats.get(field, 0)) for s in f.sites())
+
+    worker = Worker(settings, tmp_path / "worker.log")
+    try:
+        wait_for(lambda: counted("unchanged") >= 10, timeout=60, what="ten revisits counted unchanged")
+    finally:
+        worker.close()
+    # every revisit had its answer: none rescheduled without knowing whether it changed
+    assert counted("changed") == 0

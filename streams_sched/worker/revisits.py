@@ -215,9 +215,17 @@ class Revisits:
         self.answers: dict[Request, tuple[int, int]] = {}
         #: URLs of tracked requests in flight that answered with a redirect
         self.redirected: set[str] = set()
+        #: connects :meth:`on_response` to Scrapy's response_received (the scheduler's),
+        #: called when the first tracked request goes to the engine: a crawl that tracks
+        #: nothing gets no signal handler called for every response
+        self.listen: Callable[[], None] | None = None
+        self.listening = False
 
     def handed_out(self, request: Request) -> None:
         """A tracked request went to the engine."""
+        if not self.listening and self.listen is not None:
+            self.listening = True
+            self.listen()
         self.live[request.url] = self.live.get(request.url, 0) + 1
 
     def on_response(self, response: Any, request: Request, spider: Any = None) -> None:

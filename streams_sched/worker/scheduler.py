@@ -296,8 +296,10 @@ class StreamsScheduler(BaseScheduler):
         self.ready.downloader = getattr(crawler.engine, "downloader", None)
         x.wake = hooks.wake
         self.answers.connect(crawler, hooks.on_download_error)
-        if self.revisits is not None:
-            crawler.signals.connect(self.revisits.on_response, signals.response_received)
+        revisits = self.revisits
+        if revisits is not None:
+            # from the first tracked request on (Revisits.handed_out), before its answer
+            revisits.listen = lambda: crawler.signals.connect(revisits.on_response, signals.response_received)
         if not cfg.close_on_drain:
             crawler.signals.connect(self._on_spider_idle, signals.spider_idle)
 
