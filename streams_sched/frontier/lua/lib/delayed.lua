@@ -26,7 +26,12 @@ local function promote_due(delayed, dlq, stats, streams, group, now, limit)
     else
       dead_letter(dlq, stats, delayed, '', member, 'malformed delayed-queue member', 0, '', now)
     end
-    redis.call('ZREM', delayed, member)
+  end
+  -- every member read leaves, moved or dead-lettered: one ZREM for all of them (a
+  -- revisit's promotion is one of the commands a tracked page's fetch pays for), in
+  -- runs of 1,000 (unpack's limit is a few thousand values; a reclaimer --batch is not)
+  for i = 1, #due, 1000 do
+    redis.call('ZREM', delayed, unpack(due, i, math.min(i + 999, #due)))
   end
   if moved > 0 then
     redis.call('HINCRBY', stats, 'promoted', moved)
