@@ -93,7 +93,7 @@ local function lease_site(k, site, total, max_http, max_browser)
     -- has no stream: then its backlog is what the promotion moves, and its six streams
     -- need not be read
     local bare = not known and redis.call('EXISTS', unpack(streams)) == 0
-    local moved, left, per_stream = promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit)
+    local moved, left, per_stream = promote_due(K[1], K[2], K[3], streams, group, clock(), promote_limit, bare)
     delayed = delayed - left
     if bare then
       promoted = per_stream

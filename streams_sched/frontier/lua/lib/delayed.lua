@@ -5,8 +5,9 @@
 
 -- Move up to `limit` due delayed requests into their streams. Returns the count moved,
 -- the count that left the ZSET (moved, or dead-lettered as malformed) and the count moved
--- per stream index.
-local function promote_due(delayed, dlq, stats, streams, group, now, limit)
+-- per stream index. `bare`: the caller knows the site has no stream, so each stream is
+-- made without asking whether it exists (a revisit's promotion, every visit).
+local function promote_due(delayed, dlq, stats, streams, group, now, limit, bare)
   local due = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'LIMIT', 0, limit)
   local moved = 0
   local per_stream = {}
@@ -17,7 +18,11 @@ local function promote_due(delayed, dlq, stats, streams, group, now, limit)
     local stream = idx and streams[idx]
     if stream and sep2 then
       if not per_stream[idx] then
-        ensure_group(stream, group)
+        if bare then
+          redis.call('XGROUP', 'CREATE', stream, group, '0', 'MKSTREAM')
+        else
+          ensure_group(stream, group)
+        end
         per_stream[idx] = 0
       end
       redis.call('XADD', stream, '*', 'r', string.sub(member, sep2 + 1))
