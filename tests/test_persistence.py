@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from streams_sched.connect.persistence import (
-    RECENT_RESTART_S,
     NodePersistence,
     came_back_empty,
     check_persistence,
@@ -45,22 +44,32 @@ def test_aof_or_no_replica_or_a_replica_needs_no_warning() -> None:
     assert start_warning(_replace(node(), {"role": "slave"})) is None
 
 
-def test_came_back_empty_only_for_a_fresh_primary_that_keeps_and_loaded_nothing() -> None:
-    """Just started, AOF off, no key loaded: empty. Long up, AOF on, keys loaded or unknown: not."""
-    fresh = _replace(node(), {"uptime_s": 3})
-    assert came_back_empty(fresh)
-    assert not came_back_empty(_replace(fresh, {"uptime_s": RECENT_RESTART_S}))  # a promoted replica
-    assert not came_back_empty(_replace(fresh, {"aof": True}))
-    assert not came_back_empty(_replace(fresh, {"keys_loaded": 120}))
-    assert not came_back_empty(_replace(fresh, {"keys_loaded": None}))
-    assert not came_back_empty(_replace(fresh, {"role": "slave"}))
+def test_came_back_empty_only_for_a_new_primary_that_keeps_loaded_and_copied_nothing() -> None:
+    """A new run id, AOF off, no key loaded, no history copied: empty. Anything else, or the same process: not."""
+    fresh = _replace(node(), {"uptime_s": 3, "run_id": "new"})
+    assert came_back_empty(fresh, "old", 600.0)
+    assert not came_back_empty(fresh, "new", 600.0)  # the process this worker saw: not restarted
+    # a cluster created a minute ago: young, but the process this worker saw from its start
+    assert not came_back_empty(_replace(fresh, {"uptime_s": 60}), "new", 30.0)
+    # an address never seen: restarted only if its process started while the worker watched
+    assert came_back_empty(fresh, None, 10.0)
+    assert not came_back_empty(_replace(fresh, {"uptime_s": 60}), None, 30.0)
+    # a replica that copied its primary's data and was then promoted holds that data
+    assert not came_back_empty(_replace(fresh, {"replid2": "a" * 40, "second_offset": 5001}), "old", 600.0)
+    assert came_back_empty(_replace(fresh, {"replid2": "0" * 40, "second_offset": -1}), "old", 600.0)
+    assert not came_back_empty(_replace(fresh, {"loading": True}), "old", 600.0)
+    assert not came_back_empty(_replace(fresh, {"aof": True}), "old", 600.0)
+    assert not came_back_empty(_replace(fresh, {"keys_loaded": 120}), "old", 600.0)
+    assert not came_back_empty(_replace(fresh, {"keys_loaded": None}), "old", 600.0)
+    assert not came_back_empty(_replace(fresh, {"role": "slave"}), "old", 600.0)
 
 
 def test_parse_reads_info_fields() -> None:
     """INFO server, persistence and replication fields become a NodePersistence."""
     info = {"role": "master", "connected_slaves": 2, "aof_enabled": 0, "uptime_in_seconds": 7,
-            "rdb_last_load_keys_loaded": 0}
-    assert parse_persistence("n", info) == NodePersistence("n", "master", 2, False, 7, 0)
+            "rdb_last_load_keys_loaded": 0, "run_id": "r", "loading": 0, "master_replid2": "b" * 40,
+            "second_repl_offset": 91}
+    assert parse_persistence("n", info) == NodePersistence("n", "master", 2, False, 7, 0, "r", False, "b" * 40, 91)
     assert parse_persistence("n", {}) == NodePersistence("n", "", 0, None, None, None)
 
 
@@ -93,14 +102,20 @@ def test_a_real_primary_with_a_replica_and_no_persistence_is_warned_of(caplog: A
 
 @pytest.mark.e2e
 def test_a_primary_that_restarted_empty_is_reported_once_per_restart() -> None:
-    """A fresh primary with no AOF that loaded nothing is a loss once; asking again about the same process is not."""
+    """A primary seen once, restarted with no AOF and nothing loaded, is a loss once; the process seen first is not."""
     from streams_sched.connect.clients import connect
     from streams_sched.connect.replicas import ReplicaBook, ReplicaGuard
 
     server = RedisServer().start()
     try:
         guard = ReplicaGuard(connect(server.url), ReplicaBook(), 10, "test")
+        guard.note_primaries()
+        assert not guard.came_back_empty("")  # young, empty, but the process seen at start
+        assert not guard.restarted_empty()
+        server.kill()
+        server.start()
         assert guard.came_back_empty("")
         assert not guard.came_back_empty("")
+        assert not guard.restarted_empty()
     finally:
         server.cleanup()

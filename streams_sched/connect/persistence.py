@@ -13,12 +13,30 @@ Nothing a client does can make up for that, so:
 
 - at start, every primary with replicas and no AOF gets one WARNING naming the option
   and the fix (:func:`start_warning`, :func:`check_persistence`);
-- when a worker finds that a primary it wrote to was replaced, it asks whether the new
-  one is a fresh process that loaded nothing and keeps nothing (:func:`came_back_empty`),
+- when a worker finds that a primary it wrote to was replaced, or Redis answers again
+  after an outage, it asks whether the primary lost its data (:func:`came_back_empty`),
   and if so says at ERROR that the crawl lost data there, instead of a routine warning.
 
-What is read: ``INFO server`` (uptime), ``INFO persistence`` (``aof_enabled``,
-``rdb_last_load_keys_loaded``) and ``INFO replication`` (role, replicas). Every role's
+A primary lost its data only if all of these hold, each a fact Redis gives:
+
+- it is a primary (``role:master``) and has finished loading (``loading:0``);
+- it keeps no AOF and loaded no key at its start (``aof_enabled:0``,
+  ``rdb_last_load_keys_loaded:0``);
+- it is a new process: its ``run_id`` is not the one this worker saw at that address
+  (for an address never seen, it started after the worker began to watch);
+- it did not copy a primary's data before it took writes: a promoted replica carries the
+  history it copied in ``master_replid2`` / ``second_repl_offset``; a primary that
+  restarted empty has neither;
+- on a cluster, the cluster still gives it its slots (another node's ``CLUSTER NODES``):
+  a master restarted after its replica was promoted answers as a master for a moment,
+  then is demoted and copies the promoted replica; nothing was lost there.
+
+Age alone says nothing: a cluster created a minute ago has primaries as young as one
+that just restarted.
+
+What is read: ``INFO server`` (uptime, run id), ``INFO persistence`` (``aof_enabled``,
+``loading``, ``rdb_last_load_keys_loaded``) and ``INFO replication`` (role, replicas,
+replication ids). Every role's
 ACL rules allow INFO and none allows CONFIG (server_checks.py says why), so the RDB
 ``save`` schedule is not read: an RDB snapshot only narrows the loss to the writes since
 the last one. Pure decisions over :class:`NodePersistence`; the reads are
@@ -32,7 +50,6 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "RECENT_RESTART_S",
     "NodePersistence",
     "came_back_empty",
     "check_persistence",
@@ -42,10 +59,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: a primary up for less than this when it is found replaced counts as just restarted
-RECENT_RESTART_S = 120
-
 
 @dataclass(frozen=True, slots=True)
 class NodePersistence:
@@ -60,6 +73,17 @@ class NodePersistence:
     keys_loaded: int | None
     #: the server process's run id (a restart gives a new one)
     run_id: str = ""
+    #: still loading its data set (INFO persistence ``loading``)
+    loading: bool = False
+    #: the history it continued when it was promoted (master_replid2; "" if none) and
+    #: the offset up to which it shares it (second_repl_offset; -1 if none)
+    replid2: str = ""
+    second_offset: int = -1
+
+    @property
+    def promoted(self) -> bool:
+        """True if it copied another primary's data as its replica before it took writes."""
+        return bool(self.replid2.strip("0")) and self.second_offset > 0
 
 
 def _int(info: dict[str, Any], field: str) -> int | None:
@@ -81,6 +105,9 @@ def parse_persistence(name: str, info: dict[str, Any]) -> NodePersistence:
         uptime_s=_int(info, "uptime_in_seconds"),
         keys_loaded=_int(info, "rdb_last_load_keys_loaded"),
         run_id=str(info.get("run_id", "")),
+        loading=_int(info, "loading") == 1,
+        replid2=str(info.get("master_replid2", "")),
+        second_offset=_int(info, "second_repl_offset") or -1,
     )
 
 
@@ -99,16 +126,19 @@ def start_warning(node: NodePersistence) -> str | None:
     )
 
 
-def came_back_empty(node: NodePersistence) -> bool:
-    """True if ``node`` is a primary that has just started, keeps no AOF and loaded no key:
-    whatever it held before it restarted is gone."""
-    return (
-        node.role == "master"
-        and node.aof is False
-        and node.uptime_s is not None
-        and node.uptime_s < RECENT_RESTART_S
-        and node.keys_loaded == 0
-    )
+def came_back_empty(node: NodePersistence, seen_run_id: str | None, watched_s: float) -> bool:
+    """True if ``node`` is a primary whose data is gone: a new process (its run id is not
+    ``seen_run_id``, what this worker saw at that address; for an address never seen
+    (None), it started less than ``watched_s`` ago, while the worker watched) that keeps no
+    AOF, loaded no key and copied no primary's data before it took writes. Whether the
+    cluster still gives it its slots is the caller's to ask (:class:`ReplicaGuard`)."""
+    if node.role != "master" or node.loading or node.aof is not False or node.keys_loaded != 0:
+        return False
+    if node.promoted:  # a replica that synced and was promoted holds what it copied
+        return False
+    if seen_run_id is not None:
+        return bool(node.run_id) and node.run_id != seen_run_id
+    return node.uptime_s is not None and node.uptime_s < watched_s
 
 
 def read_persistence(client: Any, node: Any = None) -> list[NodePersistence]:

@@ -51,11 +51,15 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LOSS_GRACE_S", "NodeView", "ReplicaBook", "ReplicaGuard", "Verdict", "parse_replication", "rolled_back"]
+__all__ = [
+    "LOSS_GRACE_S", "NodeView", "ReplicaBook", "ReplicaGuard", "Verdict", "not_descended", "parse_replication",
+    "promoted", "rolled_back",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +113,12 @@ def parse_replication(info: dict[str, Any]) -> NodeView:
     )
 
 
+def promoted(view: NodeView) -> bool:
+    """True if the node was promoted from a replica: it carries the history it copied
+    (master_replid2, second_repl_offset); a primary that started afresh carries none."""
+    return bool(view.replid2.strip("0")) and view.second_offset > 0
+
+
 def rolled_back(known_replid: str, replicated: int, view: NodeView) -> int | None:
     """Bytes of writes a replica had acknowledged that the node now primary lacks, if it
     continues the history of ``known_replid`` (it was that primary's replica); None if it
@@ -116,6 +126,19 @@ def rolled_back(known_replid: str, replicated: int, view: NodeView) -> int | Non
     if view.replid2 != known_replid or view.second_offset <= 0:
         return None
     return max(0, replicated - (view.second_offset - 1))
+
+
+def not_descended(known_replid: str, known_base: int, replicated: int, view: NodeView) -> int | None:
+    """Bytes of writes a replica had acknowledged that a node promoted from another history
+    cannot hold: it was never a replica of ``known_replid`` (a replica promoted before its
+    first sync ended, at offset 0, or one of another primary), so what it serves came from
+    its own disk or another primary, not from the writes this worker made. Replication
+    offsets run on across promotions, so it lacks at least the writes past both the offset
+    it was promoted at and ``known_base``, where the known primary's own history began
+    (0 if it started afresh). None if it was not promoted or continues that history."""
+    if not promoted(view) or view.replid2 == known_replid:
+        return None
+    return max(0, replicated - max(view.second_offset - 1, known_base))
 
 
 @dataclass(slots=True)
@@ -131,6 +154,8 @@ class _Primary:
     gave_up: bool = False
     #: the furthest offset of this identity a replica acknowledged
     replicated: int = 0
+    #: where this identity's own history begins: the offset it was promoted at, or 0
+    base: int = 0
 
 
 @dataclass(slots=True)
@@ -182,15 +207,19 @@ class ReplicaBook:
         known = self.primaries.get(name)
         changed = known is not None and (view.replid != known.replid or view.offset < known.offset)
         lost = None
+        foreign = False
         if changed:
             lost = rolled_back(known.replid, known.replicated, view)  # type: ignore[union-attr]
+            if lost is None:
+                lost = not_descended(known.replid, known.base, known.replicated, view)  # type: ignore[union-attr]
+                foreign = lost is not None
         elif known is None and view.replid2:
             # on a cluster the promoted replica has a name of its own: the primary it took over from
             before = next((p for p in self.primaries.values() if p.replid == view.replid2), None)
             if before is not None:
                 lost = rolled_back(before.replid, before.replicated, view)
         if lost:
-            self._report_rollback(name, lost)
+            self._report_rollback(name, lost, view, foreign)
         elif changed:
             logger.warning(
                 "Redis primary %s is not the one this worker wrote to before (replication id %s,"
@@ -208,9 +237,14 @@ class ReplicaBook:
             required = known.required  # lost its replicas, or a stale primary: see judge()
         else:
             required = 0
+        base = view.second_offset - 1 if promoted(view) else 0
         if known is None:
-            self.primaries[name] = _Primary(required, view.replid, view.offset, now, replicated=view.replica_offset)
+            self.primaries[name] = _Primary(
+                required, view.replid, view.offset, now, replicated=view.replica_offset, base=base
+            )
             return False
+        if changed:
+            known.base = base
         known.replicated = view.replica_offset if changed else max(known.replicated, view.replica_offset)
         known.required, known.replid, known.offset, known.checked_at = required, view.replid, view.offset, now
         if view.connected > 0:
@@ -220,16 +254,25 @@ class ReplicaBook:
             known.gave_up = known.short_logged = False
         return changed
 
-    def _report_rollback(self, name: str, lost: int) -> None:
+    def _report_rollback(self, name: str, lost: int, view: NodeView, foreign: bool = False) -> None:
         self.lost_bytes += lost
+        if foreign:
+            how = (
+                f"it was promoted at replication offset {view.second_offset - 1} of history {view.replid2},"
+                " which never descended from the primary this worker wrote to (a replica promoted before its"
+                " first full sync ended, or a replica of another primary), so it serves its own older data"
+            )
+        else:
+            how = "Redis promoted a replica that was behind another, or the one that had them was wiped"
         logger.error(
             "Redis primary %s was promoted without the last %d bytes of writes that a replica of"
-            " the primary before it had acknowledged (Redis promoted a replica that was behind"
-            " another, or the one that had them was wiped): the acks and leases in them come"
+            " the primary before it had acknowledged (%s): the acks and leases in them come"
             " back, so their pages are crawled twice, and requests queued only in them are lost"
             " unless another page links to them. Redis chose which writes to keep; this worker"
-            " sends again what it had not seen on a replica yet",
-            self.shown(name), lost,
+            " sends again what it had not seen on a replica yet. Promote only a replica in sync (Sentinel:"
+            " keep down-after-milliseconds above a full sync; check master_link_status:up before"
+            " a manual failover)",
+            self.shown(name), lost, how,
         )
 
     def judge(self, name: str, acked: int | None, view: NodeView | None, now: float) -> Verdict:
@@ -288,6 +331,13 @@ class ReplicaGuard:
         self.denied: set[str] = set()
         #: run ids of primaries already reported as restarted empty
         self.reported_empty: set[str] = set()
+        #: primary address -> the run id this worker last saw there (a primary is named by
+        #: its address here, so a Sentinel failover shows as another address)
+        self.run_ids: dict[str, str] = {}
+        self.noted = False
+        #: since when (monotonic): an address never seen counts as restarted only if its
+        #: process started after this
+        self.watching_since = time.monotonic()
 
     def shown(self, name: str) -> str:
         """``name`` for a log line: a cluster node's host:port, or the address of the
@@ -296,36 +346,77 @@ class ReplicaGuard:
 
         return name or primary_address(self.client)
 
-    def came_back_empty(self, name: str) -> bool:
-        """True if primary ``name`` has just restarted with no persistence and loaded
-        nothing (persistence.py): what it held before is gone. False if it cannot say,
-        and for a restart already reported (every resend to that primary asks again)."""
-        from streams_sched.connect.persistence import came_back_empty, read_persistence
+    def note_primaries(self) -> None:
+        """Note the run id of every primary as this worker first sees it: a primary later
+        found with another run id is a new process (persistence.came_back_empty)."""
+        from streams_sched.connect.persistence import read_persistence
 
+        self.noted = True  # once: a primary it could not read counts by its uptime
+        try:
+            for p in read_persistence(self.client):
+                self.run_ids.setdefault(p.name, p.run_id)
+        except Exception as exc:
+            logger.debug("cannot note the primaries' run ids: %s", exc)
+
+    def came_back_empty(self, name: str) -> bool:
+        """True if primary ``name`` lost its data (persistence.py says when), each new
+        process reported once. False if it cannot say: an unanswered question is not a loss."""
         try:
             node = self.client.get_node(node_name=name) if self.cluster else None
             if self.cluster and node is None:
                 return False
-            empty = {p.run_id for p in read_persistence(self.client, node) if came_back_empty(p)}
-        except Exception:  # an unanswered question is not a loss
+            return bool(self._lost(node))
+        except Exception:
             return False
-        new = empty - self.reported_empty
-        self.reported_empty |= new
-        return bool(new)
 
     def restarted_empty(self) -> list[str]:
-        """The primaries that have just restarted with no persistence and loaded nothing,
-        each reported once (:meth:`came_back_empty` for every primary, asked after an
-        outage: a crawl whose work is all revisits sends no enqueue whose resend would ask)."""
-        from streams_sched.connect.persistence import came_back_empty, read_persistence
-
+        """The primaries that lost their data, each reported once (:meth:`came_back_empty`
+        for every primary, asked after an outage: a crawl whose work is all revisits sends
+        no enqueue whose resend would ask)."""
         try:
-            nodes = read_persistence(self.client)
+            return self._lost(None)
         except Exception:  # an unanswered question is not a loss
             return []
-        new = [p for p in nodes if came_back_empty(p) and p.run_id not in self.reported_empty]
-        self.reported_empty |= {p.run_id for p in new}
-        return [p.name for p in new]
+
+    def _lost(self, node: Any) -> list[str]:
+        """The primaries (all, or cluster node ``node``) that lost their data and were not
+        reported yet; each one's run id is noted as seen."""
+        from streams_sched.connect.persistence import came_back_empty, read_persistence
+
+        watched_s = time.monotonic() - self.watching_since
+        out = []
+        for p in read_persistence(self.client, node):
+            seen = self.run_ids.get(p.name)
+            if (
+                p.run_id not in self.reported_empty
+                and came_back_empty(p, seen, watched_s)
+                and not self._superseded(p.name)
+            ):
+                self.reported_empty.add(p.run_id)
+                out.append(p.name)
+            if p.role == "master" and not p.loading:
+                self.run_ids[p.name] = p.run_id
+        return out
+
+    def _superseded(self, name: str) -> bool:
+        """On a cluster: True if another node's CLUSTER NODES gives node ``name`` no slot (a
+        master restarted after its replica was promoted, about to be demoted and to copy
+        the promoted replica). False if no other node says."""
+        if not self.cluster:
+            return False
+        from streams_sched.connect.cluster_health import parse_cluster_nodes
+
+        for other in self.client.get_primaries():
+            if other.name == name or other.redis_connection is None:
+                continue
+            try:
+                nodes = parse_cluster_nodes(other.redis_connection.execute_command("CLUSTER", "NODES"))
+            except Exception:
+                continue
+            entry = next((n for n in nodes if n.address == name), None)
+            if entry is not None:
+                return not entry.is_master or not entry.slots
+        return False
 
     def primary_of(self, key: str) -> str:
         """The name of the primary that owns ``key`` (a standalone server is "")."""

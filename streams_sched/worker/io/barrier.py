@@ -63,6 +63,8 @@ class ReplicaBarrier:
         """Hold the acks until this cycle's confirmed writes are on a replica of each
         primary that took them; run the barriers that are due."""
         guard, gate = self.guard, self.gate
+        if not guard.noted:  # the run ids a restart would change
+            guard.note_primaries()
         confirmed, self.confirmed = self.confirmed, []
         inline, self.inline_wait = self.inline_wait, []
         if len(inline) == 2 and not isinstance(inline[1], Exception) and "" not in gate.awaiting:
@@ -153,9 +155,9 @@ class ReplicaBarrier:
 
     def _report_empty(self, primary: str) -> None:
         logger.error(
-            "Redis primary %s restarted empty (appendonly no, nothing loaded): the crawl's queued"
-            " requests, tracked pages waiting for their next visit, leases and seen filters it held"
-            " are gone. Pages seen before will be crawled again, and requests queued only there are"
+            "Redis primary %s restarted empty (appendonly no, nothing loaded) and took writes without"
+            " copying a replica first: the crawl's queued requests, tracked pages waiting for their"
+            " next visit, leases and seen filters it held are gone. Pages seen before will be crawled again, and requests queued only there are"
             " lost unless another page links to them. Turn on appendonly, or keep it from restarting"
             " faster than the failover timeout",
             self.guard.shown(primary),
