@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 from redis.exceptions import ResponseError
 
+from streams_sched.connect.cluster_health import cluster_down_line
 from streams_sched.connect.server_checks import ServerMemory, hint_for, read_memory
 from streams_sched.frontier.client import Frontier
 from streams_sched.service.daemon import (
@@ -321,6 +322,7 @@ class Monitor:
             log=log,
             role="monitor",
             hint="retrying with back-off; /metrics reports streams_sched_redis_up 0 meanwhile",
+            diagnose=lambda: cluster_down_line(self.client),
         )
         if code != 0:
             return code

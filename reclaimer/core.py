@@ -48,6 +48,7 @@ from typing import Any, TypeVar
 import structlog
 from redis.exceptions import NoScriptError
 
+from streams_sched.connect.cluster_health import cluster_down_line
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.clock import RedisClock
 from streams_sched.frontier.indexes import due_delays, ready_sites, server_ms
@@ -153,6 +154,7 @@ class Reclaimer:
             role="reclaimer",
             hint="retrying with back-off; nothing is lost meanwhile",
             on_error=self.metrics.errors.inc,
+            diagnose=lambda: cluster_down_line(self.client),
         )
         if code != 0:
             return code

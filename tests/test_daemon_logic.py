@@ -387,3 +387,40 @@ def test_daemon_loop_says_each_refusal_once_and_when_writes_go_through_again() -
     hint = log.lines[0][2]["hint"]
     assert "raise maxmemory" in hint and hint.endswith("; retrying")
     assert log.lines[1][2]["refused"] == 4
+
+
+def test_daemon_loop_says_why_a_cluster_is_down_after_a_while_and_not_during_a_failover(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run_passes: CLUSTERDOWN shorter than a failover is the usual warning; once it lasts, one
+    redis_cluster_down ERROR with the diagnosis, and in burst mode the failed pass carries it."""
+    from redis.exceptions import ClusterDownError
+
+    import streams_sched.service.daemon as daemon
+
+    monkeypatch.setattr(daemon, "CLUSTER_DOWN_AFTER_S", 0.05)
+    down = "the Redis Cluster is down (cluster_state:fail): slots 0-5460 have no master"
+    outcomes: list[Exception | None] = [ClusterDownError("The cluster is down")] * 6 + [None]
+    log, stop = _Log(), daemon.StopFlag()
+
+    def one_pass() -> None:
+        outcome = outcomes.pop(0)
+        if not outcomes:
+            stop.set()
+        if outcome is not None:
+            raise outcome
+
+    assert daemon.run_passes(one_pass, interval_s=0.0, burst=False, stop_flag=stop, max_backoff_s=0.03, log=log,
+                             hint="retrying", diagnose=lambda: down) == 0
+    events = [(level, event) for level, event, _ in log.lines]
+    assert events[0] == ("warning", "redis_unreachable")
+    assert events.count(("error", "redis_cluster_down")) == 1
+    assert next(f for _, e, f in log.lines if e == "redis_cluster_down")["diagnosis"] == down
+    burst_log = _Log()
+
+    def failing() -> None:
+        raise ClusterDownError("The cluster is down")
+
+    assert daemon.run_passes(failing, interval_s=0.0, burst=True, stop_flag=daemon.StopFlag(), max_backoff_s=0.01,
+                             log=burst_log, hint="retrying", diagnose=lambda: down) == 1
+    assert burst_log.lines[-1][1] == "pass_failed" and burst_log.lines[-1][2]["hint"] == down

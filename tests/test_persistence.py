@@ -13,6 +13,7 @@ from streams_sched.connect.persistence import (
     parse_persistence,
     read_persistence,
     start_warning,
+    sync_warning,
 )
 from streams_sched.testing import RedisServer
 
@@ -119,3 +120,15 @@ def test_a_primary_that_restarted_empty_is_reported_once_per_restart() -> None:
         assert not guard.restarted_empty()
     finally:
         server.cleanup()
+
+
+def test_a_replica_not_in_sync_yet_is_warned_of_naming_it() -> None:
+    """A primary whose replica is still in its first full sync: one warning naming the replica and its state."""
+    info = {"role": "master", "connected_slaves": 1, "aof_enabled": 1,
+            "slave0": {"ip": "10.0.0.2", "port": 7001, "state": "wait_bgsave", "offset": 0, "lag": 0}}
+    found = parse_persistence("10.0.0.1:7000", info)
+    assert found.unsynced == (("10.0.0.2:7001", "wait_bgsave"),)
+    text = sync_warning(found)
+    assert text is not None and "replica 10.0.0.2:7001 (state=wait_bgsave) is not in sync yet" in text
+    online = {**info, "slave0": {**info["slave0"], "state": "online"}}  # type: ignore[dict-item]
+    assert sync_warning(parse_persistence("10.0.0.1:7000", online)) is None

@@ -43,6 +43,22 @@ def test_an_outage_longer_than_a_lease_is_an_error_naming_what_was_tried(caplog:
     assert x.unreachable_since is None
 
 
+def test_a_cluster_that_answers_but_is_down_is_said_as_such_once_a_minute(caplog: Any) -> None:
+    """CLUSTERDOWN past a lease: the ERROR is the diagnosis (slots, failed master, why), once a
+    minute, and never "reached no Redis server"."""
+    down = "the Redis Cluster is down (cluster_state:fail): slots 0-5460 have no master"
+    trouble = Trouble(Exchange(), lambda: None, tried=lambda: "cluster nodes a:1", escalate_after_s=8.0,
+                      diagnose=lambda: down)
+    error = redis.exceptions.ClusterDownError("The cluster is down")
+    with caplog.at_level(logging.WARNING, logger="streams_sched.worker.io.trouble"):
+        for t in (100.0, 108.0, 130.0, 168.0):
+            trouble.outage(error, now=t)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2 and all(down in e for e in errors), errors
+    assert "for 8s" in errors[0] and "for 68s" in errors[1]
+    assert "reached no Redis" not in caplog.text and "still no Redis" not in caplog.text
+
+
 def test_a_short_outage_stays_one_warning(caplog: Any) -> None:
     """An outage shorter than a lease logs one WARNING when it starts and one when it ends."""
     trouble = Trouble(Exchange(), lambda: None, escalate_after_s=8.0)

@@ -95,6 +95,19 @@ def known_crawl(client: Any, crawl: str, redis_url: str) -> Frontier:
     return frontier
 
 
+def _cluster_down(url: str | None) -> str | None:
+    """Why the cluster of ``url`` is down (connect/cluster_health.py), or None."""
+    if not url:
+        return None
+    from streams_sched.connect.clients import connect
+    from streams_sched.connect.cluster_health import cluster_down_line
+
+    try:
+        return cluster_down_line(connect(url))
+    except Exception:  # no node answers: nothing better to say
+        return None
+
+
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn the library's and Redis' errors into one line and a documented exit code."""
 
@@ -106,8 +119,13 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             raise CliError(str(exc), EXIT_UNREACHABLE) from None
         except StreamsSchedError as exc:
             raise CliError(str(exc)) from None
+        except (redis.exceptions.ClusterDownError, redis.exceptions.RedisClusterException) as exc:
+            # the nodes answer, but a slot has no master: say which and why, not "unreachable"
+            down = _cluster_down(kwargs.get("redis_url"))
+            raise CliError(down or f"Redis Cluster: {' '.join(str(exc).split())}", EXIT_UNREACHABLE) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise CliError(f"lost the connection to Redis: {exc}", EXIT_UNREACHABLE) from None
+            down = _cluster_down(kwargs.get("redis_url"))
+            raise CliError(down or f"lost the connection to Redis: {exc}", EXIT_UNREACHABLE) from None
         except redis.ResponseError as exc:
             # one line that names the Redis setting to fix (maxmemory, stop-writes-on-bgsave-error)
             # or, from a replica, the URL; exit 1 like any refusal

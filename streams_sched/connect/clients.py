@@ -173,6 +173,7 @@ def connect_ready(
             break
         except Exception as exc:
             waiter.failed(exc)
+    waiter.client = client
     _wait(client, waiter)
     return client
 

@@ -30,6 +30,7 @@ __all__ = [
     "ClusterDown",
     "ClusterNode",
     "ReplicaState",
+    "cluster_down_line",
     "describe",
     "diagnose",
     "parse_cluster_nodes",
@@ -263,3 +264,10 @@ def _auth(client: Any) -> dict[str, Any]:
     if client.connection_pool.connection_class.__name__ == "SSLConnection":
         out["ssl"] = True
     return out
+
+
+def cluster_down_line(client: Any) -> str | None:
+    """:func:`describe` of what keeps cluster client ``client``'s cluster down, or None
+    (not a cluster, up, or no node answers)."""
+    down = read_cluster_down(client)
+    return describe(down) if down is not None else None

@@ -56,6 +56,7 @@ __all__ = [
     "parse_persistence",
     "read_persistence",
     "start_warning",
+    "sync_warning",
 ]
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class NodePersistence:
     #: the offset up to which it shares it (second_repl_offset; -1 if none)
     replid2: str = ""
     second_offset: int = -1
+    #: its replicas that are attached but not in sync yet: (address, state)
+    unsynced: tuple[tuple[str, str], ...] = ()
 
     @property
     def promoted(self) -> bool:
@@ -108,6 +111,11 @@ def parse_persistence(name: str, info: dict[str, Any]) -> NodePersistence:
         loading=_int(info, "loading") == 1,
         replid2=str(info.get("master_replid2", "")),
         second_offset=_int(info, "second_repl_offset") or -1,
+        unsynced=tuple(
+            (f"{v.get('ip')}:{v.get('port')}", str(v.get("state", "")))
+            for k, v in sorted(info.items())
+            if k.startswith("slave") and k[5:].isdigit() and isinstance(v, dict) and str(v.get("state", "")) != "online"
+        ),
     )
 
 
@@ -123,6 +131,23 @@ def start_warning(node: NodePersistence) -> str | None:
         " requests queued only there are lost. Set appendonly yes on every primary, or make sure none"
         " restarts automatically faster than the failover timeout (docs/concepts/faults.md,"
         " 'A primary that rejoins empty')"
+    )
+
+
+def sync_warning(node: NodePersistence) -> str | None:
+    """The WARNING for a primary whose replica is not in sync yet, or None: until it is,
+    a failover of that primary has no replica with its data (a cluster refuses to promote
+    it and stays down; Sentinel may promote it and lose the writes since)."""
+    if node.role != "master" or not node.unsynced:
+        return None
+    replicas = ", ".join(f"{address} (state={state})" for address, state in node.unsynced)
+    return (
+        f"Redis primary {node.name}: replica {replicas} is not in sync yet (its first full sync has not"
+        " ended). Until it is, a failover of this primary has no replica with its data: a cluster will"
+        " not promote it (cluster-replica-validity-factor) and its slots stay down, and Sentinel may"
+        " promote it and drop every write since (STREAMS_MIN_REPLICAS=auto counts only replicas in"
+        " sync). Wait for the sync to end before relying on a failover; if it lasts, check the"
+        " replica's master_link_status and the primary's repl-diskless-sync-delay"
     )
 
 
@@ -165,12 +190,12 @@ def read_persistence(client: Any, node: Any = None) -> list[NodePersistence]:
 
 
 def check_persistence(client: Any) -> list[str]:
-    """Log one WARNING per primary that would come back empty after a quick restart;
-    return the warnings."""
+    """Log one WARNING per primary that would come back empty after a quick restart,
+    and one per primary whose replica is not in sync yet; return the warnings."""
     warnings = []
     for node in read_persistence(client):
-        text = start_warning(node)
-        if text:
-            logger.warning(text)
-            warnings.append(text)
+        for text in (start_warning(node), sync_warning(node)):
+            if text:
+                logger.warning(text)
+                warnings.append(text)
     return warnings

@@ -35,6 +35,8 @@ class Waiter:
         self.setting = setting if setting == "REDIS_URL" else f"{setting} / REDIS_URL"
         self.delay = 0.1
         self.warned = quiet
+        #: the client once built: at the deadline, a cluster's nodes are asked why it is down
+        self.client: object = None
 
     def answered(self) -> None:
         if self.warned:
@@ -48,6 +50,9 @@ class Waiter:
             raise exc
         left = self.deadline - time.monotonic()
         if left <= 0:
+            down = self._cluster_down()
+            if down:
+                raise RedisUnavailable(f"{self.what}: {down}") from None
             raise RedisUnavailable(
                 f"{self.what} did not answer within {self.timeout_s:g}s ({text});{self._hint(text)}"
             ) from None
@@ -58,6 +63,17 @@ class Waiter:
             self.warned = True
         time.sleep(min(self.delay, max(left, 0.01)))
         self.delay = min(self.delay * 2, 2.0)
+
+    def _cluster_down(self) -> str | None:
+        """Why the cluster is down, if its nodes answer and say it is (cluster_health.py)."""
+        if self.client is None:
+            return None
+        from streams_sched.connect.cluster_health import cluster_down_line
+
+        try:
+            return cluster_down_line(self.client)
+        except Exception:  # the question failed too: the usual line stands
+            return None
 
     def _refuse_hopeless(self, exc: BaseException, text: str) -> None:
         """Raise RedisUnavailable at once for what waiting cannot fix: credentials, ACL

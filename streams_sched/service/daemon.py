@@ -152,6 +152,7 @@ def run_passes(
     hint: str,
     role: str = "worker",
     on_error: Callable[[], object] = lambda: None,
+    diagnose: Callable[[], str | None] = lambda: None,
 ) -> int:
     """Run ``one_pass`` every ``interval_s`` until ``stop_flag`` is set; the exit code.
 
@@ -163,10 +164,15 @@ def run_passes(
     the daemon's ACL role); the repeats only count (``on_error``), and the first pass that
     works logs ``redis_accepts_writes_again`` (or ``redis_refusals_ended``) with how many.
     With ``burst`` it runs one pass: 0 if it worked, 1 (``pass_failed``) if not.
+    A Redis Cluster whose nodes answer but which is down (a slot without a master) is not
+    unreachable: ``diagnose`` says why (connect/cluster_health.py), logged as one
+    ``redis_cluster_down`` ERROR once it has lasted :data:`CLUSTER_DOWN_AFTER_S`, and
+    again every :data:`CLUSTER_DOWN_EVERY_S` while it lasts.
     """
     backoff = Backoff(max_s=max_backoff_s)
     refusals = WriteWait()
     unreachable = False
+    told_down: float | None = None
     while not stop_flag.is_set():
         started = time.monotonic()
         try:
@@ -175,8 +181,16 @@ def run_passes(
             on_error()
             refused = not isinstance(exc, TRANSIENT)
             advice = "; ".join(h for h in (hint_for(str(exc), role, URL_SETTING), hint) if h) if refused else hint
+            down = None
+            if not refused and (burst or backoff.failing_s >= CLUSTER_DOWN_AFTER_S) and (
+                told_down is None or time.monotonic() - told_down >= CLUSTER_DOWN_EVERY_S
+            ):
+                down = _diagnosis(diagnose)
+                if down:
+                    told_down = time.monotonic()
+                    log.error("redis_cluster_down", diagnosis=down, down_for_s=round(backoff.failing_s, 1))
             if burst:
-                log.error("pass_failed", error=str(exc), hint=advice)
+                log.error("pass_failed", error=str(exc), hint=down or advice)
                 return EXIT_ERROR
             delay = backoff.next()
             if not refused:
@@ -198,9 +212,22 @@ def run_passes(
             if unreachable:
                 log.warning("redis_reachable_again", after_s=lasted)
             unreachable = False
+            told_down = None
         if burst or stop_flag.wait(interval_s - (time.monotonic() - started)):
             return EXIT_OK
     return EXIT_OK
+
+
+#: how long a daemon's passes fail before it asks whether the cluster is down (a
+#: failover's own seconds of CLUSTERDOWN are no fault), and how often it says so again
+CLUSTER_DOWN_AFTER_S, CLUSTER_DOWN_EVERY_S = 10.0, 60.0
+
+
+def _diagnosis(diagnose: Callable[[], str | None]) -> str | None:
+    try:
+        return diagnose()
+    except Exception:  # the question failed too: the unreachable warning stands
+        return None
 
 
 class Daemon(Protocol):

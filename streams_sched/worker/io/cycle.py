@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.config import StreamsConfig
+from streams_sched.connect.cluster_health import cluster_down_line
 from streams_sched.connect.clients import TRANSIENT, describe_nodes
 from streams_sched.frontier import scripts as lua
 from streams_sched.frontier.batches import drop_legacy_seen, enqueue_calls
@@ -179,6 +180,7 @@ class IOThread(threading.Thread):
         self.trouble = Trouble(
             x, self.barrier.refresh_topology,
             tried=lambda: describe_nodes(frontier.client), escalate_after_s=config.lease_seconds,
+            diagnose=lambda: cluster_down_line(frontier.client),
         )
         self.drain = DrainCheck(frontier, config, x)
         self.feed = Feed(feed, config, x)

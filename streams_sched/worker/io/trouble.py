@@ -4,6 +4,10 @@ Redis unreachable: the cycle is retried with back-off and the unsent operations 
 A WARNING says so at once; once it has lasted longer than a lease (the worker's leases
 are then being taken over by others), an ERROR names every server it tried, and a
 one-line summary follows every minute while it lasts, so an outage is never silent.
+A Redis Cluster whose nodes answer but which is down (CLUSTERDOWN: a slot has no
+master) is not unreachable: then the ERROR and each summary say which slots have no
+master, which master failed and why Redis does not promote its replica
+(connect/cluster_health.py), and nothing about addresses.
 How long it has lasted is on the Exchange (``unreachable_since``) for the metrics.
 Redis refusing a command for good (NOPERM, WRONGTYPE; OOM at maxmemory, MISCONF after a
 failed snapshot, READONLY from a replica): the operation is kept and retried with the same
@@ -48,9 +52,11 @@ class Trouble:
         *,
         tried: Callable[[], str] = lambda: "Redis",
         escalate_after_s: float = 300.0,
+        diagnose: Callable[[], str | None] = lambda: None,
     ) -> None:
         """``tried`` names the servers the client tries (for the log lines);
-        ``escalate_after_s`` is how long an outage lasts before it is an ERROR (a lease)."""
+        ``escalate_after_s`` is how long an outage lasts before it is an ERROR (a lease);
+        ``diagnose`` says why a cluster whose nodes answer is down (None: it is not)."""
         self.exchange = x
         self.retry = Backoff(initial_s=RETRY_INITIAL_S, max_s=RETRY_MAX_S)
         self.outage_since: float | None = None
@@ -63,6 +69,7 @@ class Trouble:
         #: a command was refused in this cycle: back off before the next
         self.refused = False
         self.on_outage = on_outage
+        self.diagnose = diagnose
 
     def outage(self, exc: BaseException, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -75,8 +82,20 @@ class Trouble:
         self.exchange.stats.append(("streams/redis_errors", 1))
         self.on_outage()
         lasted = now - self.outage_since
-        if self._told is None and lasted >= self.escalate_after_s:
-            self._told = now
+        due = (self._told is None and lasted >= self.escalate_after_s) or (
+            self._told is not None and now - self._told >= OUTAGE_SUMMARY_S
+        )
+        if not due:
+            return
+        first, self._told = self._told is None, now
+        down = self._diagnosis()
+        if down:
+            logger.error(
+                "streams-sched: for %.0fs, %s. Its leases expire and go to other workers; its %d unsent"
+                " operations wait here (said again every %.0fs while this lasts)",
+                lasted, down, len(self.exchange.outbox), OUTAGE_SUMMARY_S,
+            )
+        elif first:
             logger.error(
                 "streams-sched has reached no Redis server of its crawl for %.0fs (tried %s; last error: %s)."
                 " Its leases expire and go to other workers; its %d unsent operations wait here. Check that"
@@ -84,12 +103,18 @@ class Trouble:
                 " A summary follows every %.0fs while this lasts",
                 lasted, self.tried(), one_line(exc), len(self.exchange.outbox), OUTAGE_SUMMARY_S,
             )
-        elif self._told is not None and now - self._told >= OUTAGE_SUMMARY_S:
-            self._told = now
+        else:
             logger.error(
                 "streams-sched: still no Redis after %.0fs (%d tries; tried %s; last error: %s)",
                 lasted, self._failures, self.tried(), one_line(exc),
             )
+
+    def _diagnosis(self) -> str | None:
+        try:
+            return self.diagnose()
+        except Exception as exc:  # the question failed too: say what the client saw
+            logger.debug("cannot tell why the cluster is down: %s", exc)
+            return None
 
     def reachable(self) -> bool:
         """The cycle went through: True if that ends an outage."""
