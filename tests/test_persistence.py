@@ -132,3 +132,25 @@ def test_a_replica_not_in_sync_yet_is_warned_of_naming_it() -> None:
     assert text is not None and "replica 10.0.0.2:7001 (state=wait_bgsave) is not in sync yet" in text
     online = {**info, "slave0": {**info["slave0"], "state": "online"}}  # type: ignore[dict-item]
     assert sync_warning(parse_persistence("10.0.0.1:7000", online)) is None
+
+
+@pytest.mark.e2e
+def test_a_real_replica_still_in_its_first_sync_is_warned_of_at_start(caplog: Any) -> None:
+    """Against real servers: a replica whose full sync the primary holds back (repl-diskless-sync-delay 60) is named at start."""
+    import logging
+
+    from streams_sched.connect.clients import connect
+
+    from helpers import wait_for
+
+    primary = RedisServer(appendonly=True, extra_args=["--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "60"]).start()
+    replica = RedisServer(extra_args=["--replicaof", "127.0.0.1", str(primary.port)]).start()
+    try:
+        client = connect(primary.url, decode_responses=True)
+        wait_for(lambda: client.info("replication").get("connected_slaves", 0) >= 1, timeout=30, what="the replica")
+        with caplog.at_level(logging.WARNING, logger="streams_sched.connect.persistence"):
+            warnings = check_persistence(client)
+        assert any(f"replica 127.0.0.1:{replica.port} (state=wait_bgsave) is not in sync yet" in w for w in warnings), warnings
+    finally:
+        replica.cleanup()
+        primary.cleanup()

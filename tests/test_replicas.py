@@ -206,31 +206,37 @@ def test_on_a_cluster_a_promoted_replica_is_compared_with_the_primary_it_took_ov
 
 def test_a_promotion_that_never_descended_from_the_primary_written_to_is_an_error_with_the_bytes(caplog: Any) -> None:
     """A replica promoted at offset 0, or from a history the worker never wrote to, lacks every
-    acknowledged write since the known primary's own history began: ERROR with those bytes;
-    a primary restarted with its AOF (no history copied) stays a warning."""
+    write the known primary took in its own history: ERROR with those bytes, even when no
+    replica had acknowledged any; a primary restarted with its AOF (no history copied) stays a warning."""
     import logging
 
     book = ReplicaBook()
-    # the primary this worker writes to was itself promoted at offset 12,000 of history a
-    book.look(PRIMARY, NodeView("master", 1, "b" * 40, 20_000, replica_offset=19_500, replid2="a" * 40,
-                                second_offset=12_001), 0.0)
-    # the old primary, restarted from its AOF with history c at offset 0, made a replica,
-    # promoted before its full sync ended: history d, copied nothing (second_repl_offset 1)
-    unsynced = NodeView("master", 0, "d" * 40, 0, replid2="c" * 40, second_offset=1)
+    # the primary this worker writes to was itself promoted at offset 12,000 of history a; no
+    # replica of it in sync (the old primary is still in its full sync)
+    book.look(PRIMARY, NodeView("master", 0, "b" * 40, 20_000, replid2="a" * 40, second_offset=12_001), 0.0)
+    # the old primary, restarted from its AOF, took id b in its full-sync handshake and was
+    # promoted before the transfer ended: history d, second_repl_offset 1
+    unsynced = NodeView("master", 0, "d" * 40, 0, replid2="b" * 40, second_offset=1)
     with caplog.at_level(logging.WARNING, logger="streams_sched.connect.replicas"):
         assert book.look(PRIMARY, unsynced, 1.0)
-    assert book.lost_bytes == 7_500
+    assert book.lost_bytes == 8_000
     assert caplog.records[-1].levelname == "ERROR"
-    assert "without the last 7500 bytes" in caplog.text and "never descended" in caplog.text
-    # a primary that started afresh: never promoted, so there is nothing to compare it with
+    assert "without the last 8000 bytes" in caplog.text and "never descended" in caplog.text
+    # the same from a history of its own (a replica of another primary)
+    other = ReplicaBook()
+    other.look(PRIMARY, NodeView("master", 1, "b" * 40, 20_000, replica_offset=19_500, replid2="a" * 40,
+                                 second_offset=12_001), 0.0)
+    other.look(PRIMARY, NodeView("master", 0, "e" * 40, 0, replid2="c" * 40, second_offset=1), 1.0)
+    assert other.lost_bytes == 8_000
+    # a primary restarted with its AOF: never promoted, nothing to compare it with
     fresh = ReplicaBook()
     fresh.look(PRIMARY, NodeView("master", 1, "a" * 40, 9_000, replica_offset=9_000), 0.0)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="streams_sched.connect.replicas"):
-        assert fresh.look(PRIMARY, NodeView("master", 0, "e" * 40, 0, replid2="0" * 40, second_offset=-1), 1.0)
+        assert fresh.look(PRIMARY, NodeView("master", 0, "f" * 40, 0, replid2="0" * 40, second_offset=-1), 1.0)
     assert fresh.lost_bytes == 0 and caplog.records[-1].levelname == "WARNING"
-    # the same history, promoted at offset 0 of it: every acknowledged byte
-    assert fresh.look(PRIMARY, NodeView("master", 1, "a" * 40, 9_100, replica_offset=9_100), 2.0)
-    fresh.look(PRIMARY, NodeView("master", 1, "a" * 40, 9_200, replica_offset=9_200), 3.0)
-    fresh.look(PRIMARY, NodeView("master", 0, "f" * 40, 0, replid2="a" * 40, second_offset=1), 4.0)
-    assert fresh.lost_bytes == 9_200
+    # a replica in sync promoted where its history began: what a replica acknowledged past it
+    synced = ReplicaBook()
+    synced.look(PRIMARY, NodeView("master", 1, "a" * 40, 9_200, replica_offset=9_200), 0.0)
+    synced.look(PRIMARY, NodeView("master", 0, "g" * 40, 9_200, replid2="a" * 40, second_offset=9_201), 1.0)
+    assert synced.lost_bytes == 0

@@ -128,17 +128,22 @@ def rolled_back(known_replid: str, replicated: int, view: NodeView) -> int | Non
     return max(0, replicated - (view.second_offset - 1))
 
 
-def not_descended(known_replid: str, known_base: int, replicated: int, view: NodeView) -> int | None:
-    """Bytes of writes a replica had acknowledged that a node promoted from another history
-    cannot hold: it was never a replica of ``known_replid`` (a replica promoted before its
-    first sync ended, at offset 0, or one of another primary), so what it serves came from
-    its own disk or another primary, not from the writes this worker made. Replication
-    offsets run on across promotions, so it lacks at least the writes past both the offset
-    it was promoted at and ``known_base``, where the known primary's own history began
-    (0 if it started afresh). None if it was not promoted or continues that history."""
-    if not promoted(view) or view.replid2 == known_replid:
+def not_descended(known_replid: str, known_base: int, known_offset: int, view: NodeView) -> int | None:
+    """Bytes of writes the known primary took in a history of its own that the node now
+    primary cannot hold, because it never was that primary's replica in sync: it was
+    promoted from another history (a replica of another primary), or from that history's
+    id at an offset before it began (a replica that got the id in its full-sync handshake
+    and was promoted before the transfer ended, at offset 0). What it serves came from
+    its own disk, not from those writes. Replication offsets run on across promotions,
+    so the writes it lacks are those past both the offset it was promoted at and
+    ``known_base``, where the known primary's own history began (0 if it started
+    afresh), up to ``known_offset``. None if it was not promoted or continues that history."""
+    if not promoted(view):
         return None
-    return max(0, replicated - max(view.second_offset - 1, known_base))
+    at = view.second_offset - 1
+    if view.replid2 == known_replid and at >= known_base:
+        return None  # it did copy that history, up to ``at``: rolled_back() says what it lacks
+    return max(0, known_offset - max(at, known_base))
 
 
 @dataclass(slots=True)
@@ -209,10 +214,11 @@ class ReplicaBook:
         lost = None
         foreign = False
         if changed:
-            lost = rolled_back(known.replid, known.replicated, view)  # type: ignore[union-attr]
-            if lost is None:
-                lost = not_descended(known.replid, known.base, known.replicated, view)  # type: ignore[union-attr]
-                foreign = lost is not None
+            foreign_lost = not_descended(known.replid, known.base, known.offset, view)  # type: ignore[union-attr]
+            if foreign_lost is not None:
+                lost, foreign = foreign_lost, True
+            else:
+                lost = rolled_back(known.replid, known.replicated, view)  # type: ignore[union-attr]
         elif known is None and view.replid2:
             # on a cluster the promoted replica has a name of its own: the primary it took over from
             before = next((p for p in self.primaries.values() if p.replid == view.replid2), None)
@@ -257,22 +263,26 @@ class ReplicaBook:
     def _report_rollback(self, name: str, lost: int, view: NodeView, foreign: bool = False) -> None:
         self.lost_bytes += lost
         if foreign:
-            how = (
-                f"it was promoted at replication offset {view.second_offset - 1} of history {view.replid2},"
-                " which never descended from the primary this worker wrote to (a replica promoted before its"
-                " first full sync ended, or a replica of another primary), so it serves its own older data"
+            logger.error(
+                "Redis primary %s was promoted without the last %d bytes of writes that the primary"
+                " before it took (it was promoted at replication offset %d of history %s, which never"
+                " descended from the primary this worker wrote to: a replica promoted before its first"
+                " full sync ended, or a replica of another primary, so it serves its own older data):"
+                " the leases and acks in them come back, so their pages are crawled twice, and requests"
+                " queued only in them are lost unless another page links to them. This worker sends"
+                " again what it had not seen on a replica yet. Promote only a replica in sync"
+                " (master_link_status:up; Sentinel: down-after-milliseconds longer than a full sync)",
+                self.shown(name), lost, view.second_offset - 1, view.replid2,
             )
-        else:
-            how = "Redis promoted a replica that was behind another, or the one that had them was wiped"
+            return
         logger.error(
             "Redis primary %s was promoted without the last %d bytes of writes that a replica of"
-            " the primary before it had acknowledged (%s): the acks and leases in them come"
+            " the primary before it had acknowledged (Redis promoted a replica that was behind"
+            " another, or the one that had them was wiped): the acks and leases in them come"
             " back, so their pages are crawled twice, and requests queued only in them are lost"
             " unless another page links to them. Redis chose which writes to keep; this worker"
-            " sends again what it had not seen on a replica yet. Promote only a replica in sync (Sentinel:"
-            " keep down-after-milliseconds above a full sync; check master_link_status:up before"
-            " a manual failover)",
-            self.shown(name), lost, how,
+            " sends again what it had not seen on a replica yet",
+            self.shown(name), lost,
         )
 
     def judge(self, name: str, acked: int | None, view: NodeView | None, now: float) -> Verdict:
