@@ -473,3 +473,16 @@ def test_purge_deletes_every_key_of_the_crawl_and_counts_them(plain_redis_url: s
     assert before > 0
     assert f.purge() == before
     assert f.client.dbsize() == 0
+
+
+def test_a_leased_entry_carries_the_payload_it_was_enqueued_with(redis_url: str, dedupe: str, crawl: str) -> None:
+    """Through the inbox and the stream, a lease returns the enqueued payload as it was: its digest
+    identifies the request an enqueue sent (a resend after a failover leaves out what was crawled)."""
+    from streams_sched.frontier.records import payload_digest
+
+    f = frontier(redis_url, crawl, dedupe)
+    sent = [out(1), out(2)]
+    f.enqueue("a.test", sent[:1])
+    f.enqueue("a.test", sent[1:])
+    leased = f.lease("a.test", "w1", 10, (1, 1, 1)).entries
+    assert sorted(payload_digest(e.payload) for e in leased if e.payload) == sorted(payload_digest(e.payload) for e in sent)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from streams_sched.connect.replicas import NodeView, ReplicaBook, Verdict, parse_replication, rolled_back
-from streams_sched.frontier.records import Entry, LeasedEntry
+from streams_sched.frontier.records import Entry, LeasedEntry, payload_digest
 from streams_sched.worker.ops import Ack, AckGate
 
 PRIMARY = "10.0.0.1:7000"
@@ -133,6 +133,26 @@ def test_gate_sends_the_enqueues_of_a_lost_primary_again_before_any_ack() -> Non
     assert enq == [enqueue(1)] and not after
     enq, after = gate.plan([])
     assert after == [ack(1)]
+
+
+def test_a_resend_leaves_out_the_requests_this_worker_has_crawled_since() -> None:
+    """RESEND after a primary was replaced: an enqueue whose request this worker leased, crawled and
+    acked since (the ack waits behind it) is not sent again; the others and every ack are."""
+    gate = AckGate()
+    first, second = Entry(b"1" * 20, 0, 0, b"page-1", site="s"), Entry(b"2" * 20, 0, 0, b"page-2", site="s")
+    enq, _ = gate.plan([first, second])
+    gate.await_replicas(PRIMARY, enq)
+    crawled = Ack(LeasedEntry("s", 0, b"7-0", None, 0, digest=payload_digest(b"page-1")))
+    follow_up = Entry(b"3" * 20, 0, 0, b"page-3", site="s")
+    enq, after = gate.plan([follow_up, crawled])
+    assert enq == [follow_up] and not after
+    gate.await_replicas(PRIMARY, enq)
+    assert gate.resend(PRIMARY) == [second, follow_up]
+    assert gate.skipped == 1
+    enq, after = gate.plan([])
+    assert enq == [second, follow_up] and not after
+    enq, after = gate.plan([])
+    assert after == [crawled]
 
 
 def test_after_auto_gave_up_each_write_still_gets_a_barrier_that_sees_a_returning_replica() -> None:

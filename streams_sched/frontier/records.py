@@ -10,9 +10,11 @@ back-end and sizing.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 __all__ = ["BloomParams", "EffectiveRate", "Entry", "LeaseReply", "LeasedEntry", "Outgoing", "ShardLease", "SiteStatus",
+           "payload_digest",
            "StreamStatus"]
 
 
@@ -91,6 +93,14 @@ class LeasedEntry:
     leased_at: float = 0.0
     #: its site's policy ``revisit`` when this worker leased it ("" none)
     revisit: str = ""
+    #: :func:`payload_digest` of its payload, kept when the payload is dropped: a resend
+    #: after a failover leaves out the requests this worker crawled since (worker/ops.py)
+    digest: bytes = b""
+
+
+def payload_digest(payload: bytes) -> bytes:
+    """8 bytes that tell one entry payload from another (BLAKE2b)."""
+    return hashlib.blake2b(payload, digest_size=8).digest()
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ Metrics (labels ``crawl`` and ``node``, the worker's consumer name)::
     streams_sched_worker_redis_errors_total      failed Redis round trips and refused commands (retried)
     streams_sched_worker_replica_waits_total     barriers that found a primary's replicas behind (acks held)
     streams_sched_worker_replica_resends_total   enqueues sent again: their primary was gone or replaced
+    streams_sched_worker_replica_resends_skipped_total  of those, left out: crawled by this worker since
     streams_sched_worker_unserializable_local_total  requests that cannot travel, crawled by this worker
     streams_sched_worker_browser_leased_total    browser tasks leased or taken over
     streams_sched_worker_render_failed_total     browser tasks whose download failed (a failed delivery each)
@@ -71,6 +72,10 @@ WORKER_COUNTERS: dict[str, tuple[str, str]] = {
     ),
     "streams_sched_worker_replica_resends": (
         "streams/replica_resends", "Enqueues sent again because the primary that confirmed them was gone or replaced."
+    ),
+    "streams_sched_worker_replica_resends_skipped": (
+        "streams/replica_resends_skipped",
+        "Enqueues not sent again after their primary was replaced: this worker had crawled them since.",
     ),
     "streams_sched_worker_unserializable_local": (
         "streams/unserializable_local",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from streams_sched.frontier.records import Entry, LeasedEntry
+from streams_sched.frontier.records import Entry, LeasedEntry, payload_digest
 
 __all__ = ["Ack", "AckGate", "DeadLetter", "Entry", "Extend", "Failed", "LeaseOp", "Op", "Release"]
 
@@ -109,6 +109,9 @@ class AckGate:
     own_dead: list[DeadLetter] = field(default_factory=list)
     #: primary -> enqueues it confirmed, not yet known to be on its replicas
     awaiting: dict[str, list[Entry]] = field(default_factory=dict)
+    #: enqueues a resend left out: this worker had crawled them since (their acks wait in
+    #: :attr:`behind`), over the worker's life
+    skipped: int = 0
 
     def plan(self, new: list[Op]) -> tuple[list[Entry], list[LeaseOp]]:
         """The enqueues and lease operations to send in this cycle."""
@@ -144,10 +147,23 @@ class AckGate:
         self.awaiting.pop(primary, None)
 
     def resend(self, primary: str) -> list[Entry]:
-        """What ``primary`` confirmed may be wiped (it is no longer the primary): send it again."""
+        """What ``primary`` confirmed may be wiped (it is no longer the primary): send it
+        again, except the requests this worker has crawled since.
+
+        Every ack since the first of these enqueues waits in :attr:`behind` (acks go only
+        once nothing is awaiting), so an :class:`Ack` there whose entry carries the payload
+        digest of one of them means this worker leased that request, crawled it and queued its
+        follow-ups, which are sent again too or are on a replica already. Sending the
+        request again would only crawl it twice; its ack stays queued (a tracked page's
+        next visit rides on it). Only requests with a fingerprint: dedupe keeps one of
+        each, so the ack is of that request; one without (``dont_filter``) may be a
+        second crawl its spider asked for."""
         chunk = self.awaiting.pop(primary, [])
-        self.unconfirmed += chunk
-        return chunk
+        done = {(op.entry.site, op.entry.digest) for op in self.behind if isinstance(op, Ack) and op.entry.digest}
+        keep = [e for e in chunk if not e.fp or (e.site, payload_digest(e.payload)) not in done] if done else chunk
+        self.skipped += len(chunk) - len(keep)
+        self.unconfirmed += keep
+        return keep
 
     def after_failed(self, group: list[LeaseOp]) -> None:
         """These lease operations were not done: send them again, first."""

@@ -125,17 +125,23 @@ class ReplicaBarrier:
     def _resend(self, primary: str) -> None:
         """What ``primary`` confirmed may be gone: send it again (enqueue.lua registers
         the sites again with it)."""
+        skipped = self.gate.skipped
         chunk = self.gate.resend(primary)
+        skipped = self.gate.skipped - skipped
         self.sync_keys.pop(primary, None)
         self.next_barrier.pop(primary, None)
-        self._resent(primary, len(chunk))
+        if skipped:
+            # crawled since they were confirmed: sending them again would crawl them twice
+            self.exchange.stats.append(("streams/replica_resends_skipped", skipped))
+        self._resent(primary, len(chunk), skipped)
 
-    def _resent(self, primary: str, n: int) -> None:
+    def _resent(self, primary: str, n: int, skipped: int = 0) -> None:
         self.exchange.stats.append(("streams/replica_resends", n))
-        if n:
+        if n or skipped:
             logger.warning(
                 "Redis primary %s may not keep the %d requests it confirmed (it is gone, restarted"
-                " or no longer the primary): sending them again", self.guard.shown(primary), n,
+                " or no longer the primary): sending them again%s", self.guard.shown(primary), n + skipped,
+                f", but for {skipped} this worker has crawled since" if skipped else "",
             )
         # what this worker remembers sending may not have arrived either
         self.exchange.seen_epoch += 1
