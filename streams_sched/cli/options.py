@@ -99,11 +99,10 @@ def _cluster_down(url: str | None) -> str | None:
     """Why the cluster of ``url`` is down (connect/cluster_health.py), or None."""
     if not url:
         return None
-    from streams_sched.connect.clients import connect
     from streams_sched.connect.cluster_health import cluster_down_line
 
     try:
-        return cluster_down_line(connect(url))
+        return cluster_down_line(url=url)
     except Exception:  # no node answers: nothing better to say
         return None
 

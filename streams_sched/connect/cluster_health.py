@@ -35,6 +35,7 @@ __all__ = [
     "diagnose",
     "parse_cluster_nodes",
     "read_cluster_down",
+    "read_cluster_down_at",
     "slot_ranges",
 ]
 
@@ -218,35 +219,61 @@ def read_cluster_down(client: Any) -> ClusterDown | None:
 
     if not is_cluster_client(client):
         return None
-    import redis
-
     seen: set[str] = set()
     for node in list(client.get_nodes()):
-        name = str(node.name)
-        if name in seen:
+        if node.name in seen:
             continue
-        seen.add(name)
+        seen.add(node.name)
         try:
-            one = _node_client(node)
-            nodes = parse_cluster_nodes(one.execute_command("CLUSTER", "NODES"))
+            return _diagnose_from(_node_client(node))
         except Exception as exc:  # down or refusing: ask the next one
-            logger.debug("CLUSTER NODES from %s: %s", name, exc)
-            continue
-        replication: dict[str, dict[str, Any] | None] = {}
-        for master in (n for n in nodes if n.is_master and n.failed and n.slots):
-            for r in (n for n in nodes if n.master_id == master.node_id and not n.failed):
-                host, _, port = r.address.rpartition(":")
-                try:
-                    with redis.Redis(
-                        host=host, port=int(port), socket_timeout=2, socket_connect_timeout=1, decode_responses=True,
-                        **_auth(one),
-                    ) as rc:
-                        replication[r.address] = rc.info("replication")
-                except Exception as exc:
-                    logger.debug("INFO replication from %s: %s", r.address, exc)
-                    replication[r.address] = None
-        return diagnose(nodes, replication)
+            logger.debug("CLUSTER NODES from %s: %s", node.name, exc)
     return None
+
+
+def read_cluster_down_at(url: str) -> ClusterDown | None:
+    """As :func:`read_cluster_down`, asking the nodes a cluster URL names one by one (for
+    when no cluster client could be built: redis-py's asks a random node, maybe the
+    failed one, as it starts)."""
+    import redis
+
+    from streams_sched.connect.clients import _strip_cluster, is_cluster_url
+    from streams_sched.connect.urls import _split_hosts, cluster_nodes
+
+    if not is_cluster_url(url):
+        return None
+    before, _, after = _split_hosts(url)
+    for host, port in cluster_nodes(url)[1]:
+        try:
+            with redis.Redis.from_url(
+                _strip_cluster(f"{before}{host}:{port}{after}"), socket_timeout=2, socket_connect_timeout=1,
+            ) as one:
+                return _diagnose_from(one)
+        except Exception as exc:
+            logger.debug("CLUSTER NODES from %s:%s: %s", host, port, exc)
+    return None
+
+
+def _diagnose_from(one: Any) -> ClusterDown | None:
+    """:func:`diagnose` from what node client ``one`` says, asking each replica of a failed
+    master for its INFO replication."""
+    import redis
+
+    nodes = parse_cluster_nodes(one.execute_command("CLUSTER", "NODES"))
+    replication: dict[str, dict[str, Any] | None] = {}
+    for master in (n for n in nodes if n.is_master and n.failed and n.slots):
+        for r in (n for n in nodes if n.master_id == master.node_id and not n.failed):
+            host, _, port = r.address.rpartition(":")
+            try:
+                with redis.Redis(
+                    host=host, port=int(port), socket_timeout=2, socket_connect_timeout=1, decode_responses=True,
+                    **_auth(one),
+                ) as rc:
+                    replication[r.address] = rc.info("replication")
+            except Exception as exc:
+                logger.debug("INFO replication from %s: %s", r.address, exc)
+                replication[r.address] = None
+    return diagnose(nodes, replication)
 
 
 def _node_client(node: Any) -> Any:
@@ -266,8 +293,8 @@ def _auth(client: Any) -> dict[str, Any]:
     return out
 
 
-def cluster_down_line(client: Any) -> str | None:
-    """:func:`describe` of what keeps cluster client ``client``'s cluster down, or None
-    (not a cluster, up, or no node answers)."""
-    down = read_cluster_down(client)
+def cluster_down_line(client: Any = None, url: str = "") -> str | None:
+    """:func:`describe` of what keeps the cluster of client ``client`` (or, with none, of
+    ``url``) down, or None (not a cluster, up, or no node answers)."""
+    down = read_cluster_down(client) if client is not None else read_cluster_down_at(url)
     return describe(down) if down is not None else None

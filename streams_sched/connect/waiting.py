@@ -66,12 +66,10 @@ class Waiter:
 
     def _cluster_down(self) -> str | None:
         """Why the cluster is down, if its nodes answer and say it is (cluster_health.py)."""
-        if self.client is None:
-            return None
         from streams_sched.connect.cluster_health import cluster_down_line
 
         try:
-            return cluster_down_line(self.client)
+            return cluster_down_line(self.client, self.url)
         except Exception:  # the question failed too: the usual line stands
             return None
 
