@@ -2,7 +2,8 @@
 
 Exit codes: 0 stopped cleanly (SIGTERM, SIGINT, or --burst done), 1 the read
 failed in --burst mode or the metrics port is taken, 2 bad options, 3 Redis
-unreachable at start (one line on stderr).
+unreachable at start (one line on stderr), 6 every crawl it watches has moved to
+another Redis (streams-sched move; one line naming where).
 """
 
 from __future__ import annotations

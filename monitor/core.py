@@ -38,6 +38,7 @@ from streams_sched.service.daemon import (
     connect_at_start,
     run_passes,
 )
+from streams_sched.service.moves import MovedCrawls
 from streams_sched.service.liveness import ALIVE, DEAD, NodeState, node_states
 
 from .alerts import FIRING, AlertRules, Debouncer
@@ -104,6 +105,7 @@ class Monitor:
         #: ("info", "") (INFO is refused)
         self._said: set[tuple[str, str]] = set()
         self._crawls: list[str] = list(settings.crawls)
+        self._moved = MovedCrawls(log)
         #: servers seen refusing writes at maxmemory, and since when (time.monotonic())
         self._refusing: dict[str, float] = {}
         self.passes = 0
@@ -153,9 +155,9 @@ class Monitor:
     # -- reading --------------------------------------------------------------
 
     def crawls(self) -> list[str]:
-        if self.settings.crawls:
-            return list(self.settings.crawls)
-        return Frontier.crawls(self.client)
+        """The crawls to watch, without those that moved (CrawlMoved once all have)."""
+        crawls = list(self.settings.crawls) if self.settings.crawls else Frontier.crawls(self.client)
+        return self._moved.keep(self.client, crawls)
 
     def read(self) -> View:
         """Read every crawl now; the result is cached for scrapes."""

@@ -2,7 +2,8 @@
 
 Exit codes: 0 stopped cleanly (SIGTERM, SIGINT, or --burst done), 1 a pass
 failed in --burst mode or --check found no recent pass, 2 bad options,
-3 Redis unreachable at start (one line on stderr).
+3 Redis unreachable at start (one line on stderr), 6 every crawl it looks after
+has moved to another Redis (streams-sched move; one line naming where).
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ from streams_sched.service.daemon import (
     connect_at_start,
     run_passes,
 )
+from streams_sched.service.moves import MovedCrawls
 from streams_sched.service.liveness import ALIVE, NodeState, node_states
 
 from .logic import crawl_limits
@@ -96,6 +97,7 @@ class Reclaimer:
         self._frontiers: dict[str, Frontier] = {}
         self._next_prune = 0.0
         self._warned_missing: set[str] = set()
+        self._moved = MovedCrawls(log)
         self.passes = 0
         #: Redis time for the health key and the last-pass metric (frontier/clock.py)
         self.clock: RedisClock | None = None
@@ -181,14 +183,15 @@ class Reclaimer:
     # -- one pass ---------------------------------------------------------------
 
     def crawls(self) -> list[str]:
+        """The crawls to look after, without those that moved (CrawlMoved once all have)."""
         registered = Frontier.crawls(self.client)
         if not self.settings.crawls:
-            return registered
+            return self._moved.keep(self.client, registered)
         for crawl in self.settings.crawls:
             if crawl not in registered and crawl not in self._warned_missing:
                 self._warned_missing.add(crawl)
                 log.warning("crawl_not_registered", crawl=crawl, hint="handled once a worker registers it")
-        return [c for c in self.settings.crawls if c in registered]
+        return self._moved.keep(self.client, [c for c in self.settings.crawls if c in registered])
 
     def _clock(self) -> RedisClock:
         if self.clock is None:

@@ -279,6 +279,9 @@ SETTINGS: tuple[Setting, ...] = (
     S("STREAMS_HEARTBEAT_SECONDS", "heartbeat_seconds", 5.0, "node heartbeat interval", WORKER, p.number, p.positive),
     S("STREAMS_CLOSE_ON_DRAIN", "close_on_drain", True, "close once the whole crawl is drained; False: wait for new work",
       WORKER, p.flag, p.is_flag),
+    S("STREAMS_EXIT_ON_MOVE", "exit_on_move", True, "a worker whose crawl was moved to another Redis (`streams-sched "
+      "move`) closes and ends its process with exit code 6 once Scrapy has stopped; False: Scrapy's own exit code "
+      "(a crawl run inside another program)", WORKER, p.flag, p.is_flag),
     S("STREAMS_EMPTY_CRAWL_WAIT_SECONDS", "empty_crawl_wait_seconds", 60.0, "a worker on a crawl that never had a request "
       "waits this long for seeds before it counts the crawl as drained", WORKER, p.number, p.positive_or_zero),
     S("STREAMS_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds", 25.0, "on SIGTERM / Ctrl-C, how long requests in "
@@ -390,6 +393,7 @@ class StreamsConfig:
     node_id: str = _field("node_id")
     heartbeat_seconds: float = _field("heartbeat_seconds")
     close_on_drain: bool = _field("close_on_drain")
+    exit_on_move: bool = _field("exit_on_move")
     empty_crawl_wait_seconds: float = _field("empty_crawl_wait_seconds")
     shutdown_timeout_seconds: float = _field("shutdown_timeout_seconds")
     metrics_ports: tuple[int, ...] = _field("metrics_ports")

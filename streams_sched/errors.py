@@ -15,6 +15,9 @@ catches them all::
     ├── BadInput               a dump file cannot be read on from a line (cut short, corrupt, another format)
     ├── DumpBusy               another dump of the crawl is running
     ├── JournalLost            a dump lost a shard's journal (it would miss requests): run it again
+    ├── CrawlMoved             the crawl was moved to another Redis (streams-sched move)
+    ├── MoveRefused            a move cannot start: the crawl is moving or moved, or the target
+    │                          holds it (in streams_sched.transfer.move)
     └── PickleRefused          a scrapy-redis queue would be unpickled without --trust-pickle
                                (in streams_sched.scrapy_redis.migrate, which needs Scrapy)
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "BadInput",
     "ConfigError",
+    "CrawlMoved",
     "DedupeBackendError",
     "DumpBusy",
     "EntryError",
@@ -134,3 +138,18 @@ class DumpBusy(StreamsSchedError):
 class JournalLost(StreamsSchedError):
     """Raised when a dump lost a shard's journal (it was paused longer than the journal lives,
     or Redis lost the key): the dump would miss the requests added meanwhile."""
+
+
+class CrawlMoved(StreamsSchedError):
+    """Raised when the crawl was moved to another Redis by ``streams-sched move``: this Redis
+    holds only the mark it left. ``to`` is the new place (a URL without its password). A
+    process that meets it stops with exit code 6 (``EXIT_MOVED``), to be started again with
+    the new REDIS_URL."""
+
+    def __init__(self, crawl: str, to: str) -> None:
+        self.crawl = crawl
+        self.to = to
+        super().__init__(
+            f"crawl {crawl!r} has moved to {to} (streams-sched move); start this again with REDIS_URL={to}"
+            " (with its password, if it has one)"
+        )

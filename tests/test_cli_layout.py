@@ -56,7 +56,7 @@ def test_command_modules_import_only_the_shared_modules_and_no_private_names() -
 def test_every_command_module_registers_its_commands() -> None:
     """The group lists every command of the CLI, each from the module of its topic."""
     assert sorted(main.commands) == [
-        "crawls", "dlq", "dump", "load", "migrate-scrapy-redis", "nodes", "pause", "purge", "push", "resume", "revisits",
+        "crawls", "dlq", "dump", "load", "migrate-scrapy-redis", "move", "nodes", "pause", "purge", "push", "resume", "revisits",
         "site", "status", "url", "watch",
     ]
     assert sorted(main.commands["site"].commands) == ["set", "show"]  # type: ignore[attr-defined]

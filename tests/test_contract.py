@@ -102,7 +102,8 @@ def crawl_roles(k: CrawlKeys) -> dict[str, list[str]]:
 def shard_roles(ix: ShardKeys) -> dict[str, list[str]]:
     return {"ready:http": [ix.ready("http")], "ready:browser": [ix.ready("browser")], "leased": [ix.leased],
             "inbox": [ix.inbox], "sites": [ix.sites], "shard stats": [ix.stats],
-            "fresh:http": [ix.freshes[0]], "fresh:browser": [ix.freshes[1]], "journal": [ix.journal]}
+            "fresh:http": [ix.freshes[0]], "fresh:browser": [ix.freshes[1]], "journal": [ix.journal],
+            "halt": [ix.halt]}
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

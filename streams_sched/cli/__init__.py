@@ -10,6 +10,7 @@ with ``error:``. Exit codes, for scripts (:mod:`streams_sched.exit_codes`):
     3    Redis unreachable (or the credentials were refused)
     4    ``watch --until-drained --timeout``: not drained in time
     5    ``load``: bad input (lines it could not load, a file cut short or of another format)
+    6    the crawl has moved to another Redis (``streams-sched move``): start again with its URL
     130  interrupted (Ctrl-C)
 
 Layout: ``options`` (the shared connection options, errors as exit codes),
@@ -17,7 +18,7 @@ Layout: ``options`` (the shared connection options, errors as exit codes),
 module per topic of commands, none importing another: ``seed`` (push), ``status``
 (status, watch), ``sites`` (site set/show, pause, resume), ``dead_letters`` (dlq), ``revisits``,
 ``nodes`` (nodes, crawls), ``purge``, ``scrapy_redis`` (migrate-scrapy-redis), ``url``
-(url) and ``transfer`` (dump, load). Scrapy is imported only by the commands that need
+(url) and ``transfer`` (dump, load, move). Scrapy is imported only by the commands that need
 it (push, migrate-scrapy-redis, url, load), when they run.
 """
 
@@ -63,5 +64,6 @@ for _command in (
     url.url,
     transfer.dump,
     transfer.load,
+    transfer.move,
 ):
     main.add_command(_command)

@@ -23,10 +23,11 @@ import redis
 
 from streams_sched.connect.clients import connect_ready, redact
 from streams_sched.connect.server_checks import check_eviction, hint_for
-from streams_sched.errors import RedisUnavailable, StreamsSchedError
-from streams_sched.exit_codes import EXIT_ERROR, EXIT_UNREACHABLE
+from streams_sched.errors import CrawlMoved, RedisUnavailable, StreamsSchedError
+from streams_sched.exit_codes import EXIT_ERROR, EXIT_MOVED, EXIT_UNREACHABLE
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import CrawlKeys, validate_crawl_name
+from streams_sched.frontier.moves import moved_in_error
 
 __all__ = [
     "CliError",
@@ -116,6 +117,8 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             return func(*args, **kwargs)
         except RedisUnavailable as exc:
             raise CliError(str(exc), EXIT_UNREACHABLE) from None
+        except CrawlMoved as exc:
+            raise CliError(str(exc), EXIT_MOVED) from None
         except StreamsSchedError as exc:
             raise CliError(str(exc)) from None
         except (redis.exceptions.ClusterDownError, redis.exceptions.RedisClusterException) as exc:
@@ -126,6 +129,9 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             down = _cluster_down(kwargs.get("redis_url"))
             raise CliError(down or f"lost the connection to Redis: {exc}", EXIT_UNREACHABLE) from None
         except redis.ResponseError as exc:
+            to = moved_in_error(exc)
+            if to is not None:
+                raise CliError(str(CrawlMoved(kwargs.get("crawl") or "?", to)), EXIT_MOVED) from None
             # one line that names the Redis setting to fix (maxmemory, stop-writes-on-bgsave-error)
             # or, from a replica, the URL; exit 1 like any refusal
             hint = hint_for(str(exc), "worker", "--redis-url (REDIS_URL)")

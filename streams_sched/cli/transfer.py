@@ -1,4 +1,5 @@
-"""``streams-sched dump`` and ``load``: a crawl to a JSON Lines file and back, into any Redis."""
+"""``streams-sched dump``, ``load`` and ``move``: a crawl to a JSON Lines file and back, into
+any Redis, or from its Redis straight into another while it runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from itertools import chain
 from typing import Any
 
 import click
+import redis
 
 from streams_sched.cli.options import (
     CliError,
@@ -22,7 +24,7 @@ from streams_sched.cli.options import (
 )
 from streams_sched.connect.clients import is_cluster_client, redact
 from streams_sched.errors import BadInput, DumpBusy, JournalLost
-from streams_sched.exit_codes import EXIT_BAD_INPUT
+from streams_sched.exit_codes import EXIT_BAD_INPUT, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE
 from streams_sched.frontier.bloom import crawl_bloom, server_has_bloom
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import DEFAULT_SHARDS, MAX_SHARDS, validate_site_name
@@ -38,7 +40,7 @@ from streams_sched.transfer.inputs import (
 from streams_sched.transfer.progress import Progress
 from streams_sched.transfer.records import BadRecord, Header, parse_record
 
-__all__ = ["dump", "load"]
+__all__ = ["dump", "load", "move"]
 
 #: bad lines a load prints; the rest are counted
 SHOWN_BAD_LINES = 20
@@ -217,3 +219,82 @@ def _load(redis_url: str, crawl: str, file: str, stream: Any, lines: Iterator[tu
     finally:
         bar.close()
     return summary, cut, take_seen, shown
+
+
+@click.command()
+@shared_options
+@click.option("--to", "to_url", required=True, metavar="URL",
+              help="Redis to move the crawl to (as REDIS_URL: ?cluster=1 for a cluster, redis+sentinel://, rediss://).")
+@click.option("--lease-seconds", type=click.FloatRange(min=0), default=None,
+              help="Longest wait for the requests in flight (default: the lease time the crawl's workers advertise).")
+@click.option("--budget", default=1000, show_default=True, type=click.IntRange(min=10),
+              help="Entries one read call takes at most: a longer site is read a chunk at a time.")
+@allow_eviction_option
+def move(redis_url: str, crawl: str, to_url: str, lease_seconds: float | None, budget: int, allow_eviction: bool) -> None:
+    """Move a running crawl to another Redis (a bigger server, a cluster): stop leasing, wait
+    for the requests in flight (at most one lease time), copy everything (requests, policies,
+    counters, tracked pages, dead letters, seen filters) streamed, and leave a mark in this
+    Redis. Workers, producers and daemons that meet it stop with exit code 6 and one line
+    naming the new place: start them again with that REDIS_URL.
+
+    A move that fails (or Ctrl-C) lets the crawl go on here as it was."""
+    import streams_sched
+    from streams_sched.transfer.move import Mover, MoveRefused, lease_time
+
+    source = connect(redis_url)
+    known_crawl(source, crawl, redis_url)
+    target = connect_for_writes(to_url, allow_eviction)
+    frontier = Frontier(source, crawl, crawl_bloom(source, crawl))
+    frontier.use_crawl_defaults(frontier.crawl_meta())
+    frontier.load_scripts()
+    if lease_seconds is None:
+        lease_seconds = lease_time(frontier.nodes())
+    to = redact(to_url)
+    bar = Progress()
+    stage = [""]
+
+    def progress(name: str, done: int, total: int, n: int) -> None:
+        if name != stage[0]:
+            bar.close()
+            stage[0] = name
+        bar.update(done, total, n, "sites with leases left" if name == "wait" else "requests")
+
+    mover = Mover(frontier, target, to, lease_s=lease_seconds, has_bloom=server_has_bloom(target), budget=budget,
+                  source_label=redact(redis_url), server=_server(source), version=streams_sched.__version__,
+                  progress=progress)
+    try:
+        summary = mover.run()
+    except MoveRefused as exc:
+        raise CliError(str(exc)) from None
+    except BaseException as exc:
+        bar.close()
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        if not isinstance(exc, Exception) and not interrupted:
+            raise
+        what = "interrupted" if interrupted else f"failed: {' '.join(str(exc).split()) or type(exc).__name__}"
+        click.echo(
+            f"error: the move of crawl {crawl} to {to} {what}. The crawl goes on in {redact(redis_url)} as it was"
+            f" (leasing again, nothing lost). The target may hold part of a copy, halted: purge it there"
+            f" (streams-sched purge -c {crawl} --redis-url {to} --yes) before you run the move again.", err=True)
+        code = EXIT_INTERRUPTED if interrupted else (
+            EXIT_UNREACHABLE if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) else EXIT_ERROR)
+        sys.exit(code)
+    finally:
+        bar.close()
+    d, ld = summary.dump, summary.load
+    click.echo(
+        f"moved crawl {crawl} from {redact(redis_url)} to {to}: {d.requests} request(s) of {d.sites} site(s) (queued"
+        f" {d.states.get('queued', 0)}, delayed {d.states.get('delayed', 0)}, tracked {d.states.get('tracked', 0)},"
+        f" dead {d.states.get('dead', 0)}; {d.journal} added while it ran), {ld.policies} site policies,"
+        f" {ld.sites_restored} site(s)' counters and seen filters", err=True,
+    )
+    click.echo(
+        f"leasing stopped for {summary.paused_s:.1f}s: {summary.wait_s:.1f}s waiting for the requests in flight"
+        f" ({summary.leased_sites_at_pause} site(s) with leases, {summary.leased_sites_after_wait} left after the wait,"
+        f" at most {lease_seconds:g}s), {summary.copy_s:.1f}s copying; {d.leased} request(s) still leased were copied"
+        f" as queued: they are crawled again there", err=True,
+    )
+    click.echo(
+        f"the crawl's old Redis now says it moved: workers, producers and daemons there stop with exit code 6;"
+        f" start them with REDIS_URL={to}", err=True,
+    )

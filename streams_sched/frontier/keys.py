@@ -20,7 +20,8 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:crawls                       SET     names of every crawl (daemons find crawls here)
     ss:health:<daemon>:<name>       STRING  a daemon's last pass (JSON), expires when it stops
     ss:{C}:nodes                    HASH    node id -> JSON {host, pid, state, last_seen (Redis TIME), ...}
-    ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end)
+    ss:{C}:meta                     HASH    crawl settings fixed at first start (dedupe back-end);
+                                            moved_to: where `streams-sched move` moved the crawl
     ss:{C}:events                   channel pub/sub: node_online, node_offline, heartbeat
     ss:{C}:feed-lock                STRING  node moving the scrapy-redis feed now (short TTL)
     ss:{C}:legacy-seen              SET     a migrated scrapy-redis dupefilter (read-only)
@@ -39,6 +40,10 @@ Key layout (``C`` = crawl, ``n`` = shard, ``S`` = site)::
     ss:{C/#n}:#stats                HASH    the shard's counters (enqueued), read by the drain check
     ss:{C/#n}:#journal              STREAM  what enqueue.lua adds to the shard while a dump reads it
                                             (transfer/journal.py); exists only then, expires by itself
+    ss:{C/#n}:#halt                 STRING  set by `streams-sched move` (transfer/move.py): ``pause:<id>``
+                                            while it copies (lease.lua leases nothing, claim.lua takes
+                                            nothing over), ``moved:<url>`` once the crawl has moved
+                                            (enqueue.lua refuses too: CRAWLMOVED <url>)
     ss:{C/#n}:#loaded:<id>          STRING  a load's ledger: a bitmap of the lines of file <id> the
                                             shard took (transfer/load.py), so loading it again adds nothing
     ss:{C/#n}:#scratch:<name>       (any)   a dump's or a load's short-lived copies (they expire)
@@ -313,6 +318,12 @@ class ShardKeys:
         """What enqueue.lua adds to the shard while a dump reads it (transfer/journal.py)."""
         return f"{self.base}journal"
 
+    @cached_property
+    def halt(self) -> str:
+        """Set while ``streams-sched move`` moves the crawl (``pause:<id>``: nothing is leased
+        or taken over) and once it has moved (``moved:<url>``: enqueues are refused too)."""
+        return f"{self.base}halt"
+
     def ledger(self, file_id: str) -> str:
         """The lines of file ``file_id`` this shard took (a bitmap; transfer/load.py)."""
         return f"{self.base}loaded:{file_id}"
@@ -324,7 +335,7 @@ class ShardKeys:
     @cached_property
     def all(self) -> tuple[str, ...]:
         return (*self.readies, *self.freshes, self.leased, self.inbox, self.sites, self.stats, self.sync,
-                self.journal)
+                self.journal, self.halt)
 
 
 #: the suffixes of a site's request streams after its base, in :data:`STREAMS` order

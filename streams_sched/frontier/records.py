@@ -203,8 +203,11 @@ class SiteStatus:
 class ShardLease:
     """lease.lua's reply: one :class:`LeaseReply` per site asked, in order (None: the call's
     budget was spent before that site); ready sites of the shard for the next call; ms
-    until its next site that is not ready yet is due (-1 none)."""
+    until its next site that is not ready yet is due (-1 none); the shard's halt."""
 
     sites: list[LeaseReply | None]
     named: list[str]
     next_in_ms: int
+    #: the shard's halt (keys.py): '' none, ``pause:<id>`` while a move copies the crawl,
+    #: ``moved:<url>`` once it has moved
+    halt: str = ""

@@ -45,10 +45,11 @@ from streams_sched.connect.server_checks import (
     refuses_writes,
 )
 from streams_sched.connect.writable import WriteWait, connect_answering
-from streams_sched.errors import RedisUnavailable, StreamsSchedError
+from streams_sched.errors import CrawlMoved, RedisUnavailable, StreamsSchedError
 from streams_sched.exit_codes import (
     EXIT_CODES,
     EXIT_ERROR,
+    EXIT_MOVED,
     EXIT_OK,
     EXIT_TIMEOUT,
     EXIT_UNREACHABLE,
@@ -252,7 +253,8 @@ def fail(prog: str, message: str, code: int) -> NoReturn:
 def serve(prog: str, daemon: Daemon) -> NoReturn:
     """Connect, handle SIGTERM/SIGINT, run until stopped, close, exit with the code.
 
-    Redis unreachable at start exits 3; an evicting Redis (allkeys-*, see
+    Redis unreachable at start exits 3; every crawl it looks after moved to another Redis
+    (``streams-sched move``) exits 6; an evicting Redis (allkeys-*, see
     :func:`check_server`) and a port or file that cannot be used exit 1; each with
     one line on stderr.
     """
@@ -263,6 +265,9 @@ def serve(prog: str, daemon: Daemon) -> NoReturn:
         code = daemon.run()
     except RedisUnavailable as exc:
         fail(prog, str(exc), EXIT_UNREACHABLE)
+    except CrawlMoved as exc:  # every crawl it looks after has moved (service/moves.py)
+        click.echo(f"{prog}: {exc}", err=True)
+        code = EXIT_MOVED
     except StreamsSchedError as exc:  # the server's eviction policy (check_server)
         fail(prog, str(exc), EXIT_ERROR)
     except OSError as exc:

@@ -81,7 +81,9 @@ class Dumper:
 
     ``sites``: only these sites (None: every site); ``seen``: with the seen filters;
     ``budget``: entries a read call reads at most; ``progress(sites done, sites, requests)``
-    is called as it goes."""
+    is called as it goes; ``before_end()`` once every site is read, before the journals'
+    last entries are taken and stopped (``streams-sched move`` seals the crawl there, so
+    nothing added to it before the seal is missed)."""
 
     def __init__(
         self,
@@ -97,6 +99,7 @@ class Dumper:
         version: str = "",
         progress: Callable[[int, int, int], Any] | None = None,
         spool_dir: str | None = None,
+        before_end: Callable[[], Any] | None = None,
     ) -> None:
         if (write is None) == (sink is None):
             raise ValueError("a Dumper writes lines (write) or hands on records (sink): give one of them")
@@ -111,6 +114,7 @@ class Dumper:
         self.server = server
         self.version = version
         self.progress = progress
+        self.before_end = before_end
         self.dump_id = uuid.uuid4().hex
         self.reader = SiteReader(frontier, budget=budget, seen=seen, spool_dir=spool_dir, tag=self.dump_id[:12],
                                  on_chunk=self._alive)
@@ -160,6 +164,10 @@ class Dumper:
                     written_to[m] = self._drain(journal, m, written_to[m])
                 done.append(n)
                 journal.keep_alive()
+            if self.before_end is not None:
+                # every site is read and every journal written so far: what the caller does now
+                # (a move seals the crawl) comes before the journals' last entries are taken
+                self.before_end()
             for n in done:
                 for entry in journal.stop(n, written_to[n]):
                     self._journal(entry)

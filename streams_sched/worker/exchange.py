@@ -48,6 +48,8 @@ Written on the I/O thread, read by the reactor thread:
   primary was replaced, so the scheduler forgets the fingerprints it remembers
   sending (they may not have arrived);
 - ``fatal`` (writer: ``IOThread``): the I/O thread crashed;
+- ``moved`` (writer: ``IOThread``): where the crawl has moved (``streams-sched move``),
+  once a lease reply or a refused enqueue said so (frontier/moves.py);
 - ``unreachable_since`` (writer: ``Trouble``, io/trouble.py): since when
   (``time.monotonic()``) no Redis server answered a cycle (None while they do);
 - ``cycle_started`` (writer: ``IOThread``): when the cycle under way began
@@ -250,6 +252,7 @@ class Exchange:
     legacy: str | None = None
     seen_epoch: int = 0
     fatal: BaseException | None = None
+    moved: str | None = None
     unreachable_since: float | None = None
     cycle_started: float = 0.0
     io_thread: int | None = None

@@ -170,6 +170,7 @@ class StreamsScheduler(BaseScheduler):
         #: called on the reactor thread with (entry, seconds from lease to ack) for every ack
         self.ack_listeners: list[Callable[[LeasedEntry, float], None]] = []
         self._fatal_reported = False
+        self._moved_reported = False
         #: notices an I/O cycle that never returns (watchdog.py); built in open()
         self.watchdog: Watchdog | None = None
 
@@ -374,6 +375,9 @@ class StreamsScheduler(BaseScheduler):
         if x.fatal is not None:
             self._report_fatal()
             return False
+        if x.moved is not None:
+            self._report_moved(x.moved)
+            return False
         if self.watchdog is not None:
             self.watchdog.check()
         held_here = bool(self.ready.count or self._leases or self.ready.local_busy)
@@ -434,6 +438,9 @@ class StreamsScheduler(BaseScheduler):
     def next_request(self) -> Request | None:
         x = self._x
         if x is None:
+            return None
+        if x.moved is not None:
+            self._report_moved(x.moved)
             return None
         if x.stats:
             self.counts.apply(x)
@@ -602,6 +609,30 @@ class StreamsScheduler(BaseScheduler):
 
     def _on_spider_idle(self, spider: Spider) -> None:
         raise DontCloseSpider
+
+    def _report_moved(self, to: str) -> None:
+        """The crawl has moved to another Redis (streams-sched move): one line naming it, close
+        the spider, and (STREAMS_EXIT_ON_MOVE) end the process with EXIT_MOVED, so that
+        systemd or Kubernetes start it again with the new REDIS_URL. The worker never
+        connects to a place it read from Redis."""
+        if self._moved_reported:
+            return
+        self._moved_reported = True
+        from streams_sched.exit_codes import EXIT_MOVED
+
+        logger.warning(
+            "streams-sched: crawl %r has moved to %s (streams-sched move); closing%s: start this worker again with"
+            " REDIS_URL=%s (with its password, if it has one)",
+            self.config.crawl, to, f" with exit code {EXIT_MOVED}" if self.config.exit_on_move else "", to,
+        )
+        if self.config.exit_on_move:
+            from streams_sched.worker.exit_code import exit_with_at_end
+
+            exit_with_at_end(EXIT_MOVED)
+        if self.crawler is not None and self.crawler.engine is not None:
+            from streams_sched.worker.engine import close_spider
+
+            close_spider(self.crawler.engine, "streams_sched_moved")
 
     def _report_fatal(self) -> None:
         if self._fatal_reported:

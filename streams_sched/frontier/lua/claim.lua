@@ -16,6 +16,8 @@
 -- KEYS[10]     ready:browser  ZSET of the shard's sites with browser work
 -- KEYS[11]     leased         ZSET of the shard's sites with leased entries
 -- KEYS[12]     policy         HASH of the site's policy (its revisit, for the claim mode)
+-- KEYS[13]     halt           STRING set by `streams-sched move` (keys.py): while it exists the
+--                             claim mode takes nothing over (a move stops leasing)
 -- ARGV[1]      consumer group
 -- ARGV[2]      consumer claiming (node id, or the reclaimer's name)
 -- ARGV[3]      minimum idle time in ms (the lease time)
@@ -34,6 +36,9 @@
 local group, consumer = ARGV[1], ARGV[2]
 local min_idle, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local max_deliveries, mode, mask = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+if mode == 'claim' and redis.call('EXISTS', KEYS[13]) == 1 then
+  return { 0, 0, '' }
+end
 local now = now_ms()
 local taken, dead = 0, 0
 local out = {}

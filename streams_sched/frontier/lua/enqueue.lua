@@ -14,7 +14,11 @@
 -- KEYS[6]      fresh:http     LIST of the shard's new sites with http work due now
 -- KEYS[7]      fresh:browser  LIST of the shard's new sites with browser work due now
 -- KEYS[8]      journal        STREAM of what is added to the shard while a dump reads it
--- KEYS[9..]    per site, 9 + 2 * ARGV[8] keys (+1 dlq, after the filters, with 'load' keys):
+-- KEYS[9]      halt           STRING set by `streams-sched move` (keys.py): once it says the
+--                             crawl has moved ('moved:<url>'), the call adds nothing and
+--                             fails with 'CRAWLMOVED <url>' (while it copies, 'pause:...',
+--                             requests go in as ever: the journal takes them to the copy)
+-- KEYS[10..]   per site, 9 + 2 * ARGV[8] keys (+1 dlq, after the filters, with 'load' keys):
 --              delayed        ZSET of waiting requests, score = due time in ms
 --              stats          HASH of counters
 --              policy         HASH of the site's policy (task_type routes requests)
@@ -100,7 +104,11 @@ local ready = { KEYS[1], KEYS[2] }
 local inbox, sites_ix = KEYS[3], KEYS[5]
 local new_site_lists = { KEYS[6], KEYS[7] }
 local journal = KEYS[8]
-local FIRST_SITE_KEY = 9
+local FIRST_SITE_KEY = 10
+local halt = redis.call('GET', KEYS[9])
+if halt and string.sub(halt, 1, 6) == 'moved:' then
+  return redis.error_reply('CRAWLMOVED ' .. string.sub(halt, 7))
+end
 local ledger = load_keys and KEYS[#KEYS]
 -- what the call adds goes to the journal too while a dump reads the shard: site, stream
 -- index, due ms, payload, ... (written with the indexes)

@@ -25,7 +25,10 @@
 -- KEYS[4]      inbox          HASH of the shard's small sites' queued requests
 -- KEYS[5]      fresh:http     LIST of the shard's new sites with http work (enqueue.lua)
 -- KEYS[6]      fresh:browser  LIST of the shard's new sites with browser work
--- KEYS[7..]    per site, 10 keys:
+-- KEYS[7]      halt           STRING set by `streams-sched move` (keys.py): while it exists the
+--                             call leases nothing, every site answering as paused, names no
+--                             site, and its value comes last in the reply
+-- KEYS[8..]    per site, 10 keys:
 --              delayed        ZSET of waiting requests
 --              dlq            dead-letter stream (for malformed delayed members)
 --              stats          HASH of counters and band-rotation state
@@ -61,7 +64,7 @@
 --          the site's policy revisit ('' none: see politeness/policy.py),
 --          then per entry: stream index, id, payload (false if missing), prior deliveries},
 --          then {named ready sites}, then ms until the shard's next not-yet-ready site
---          is due (-1 none)}
+--          is due (-1 none), then the halt's value ('' none)}
 
 local group, consumer = ARGV[1], ARGV[2]
 local weights = { tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]) }
@@ -255,7 +258,18 @@ local function lease_site(k, site, total, max_http, max_browser)
 end
 
 local replies = {}
-local k = 7
+local halt = redis.call('GET', KEYS[7])
+if halt then
+  -- a move stops leasing: every site answers as a paused one, to be asked again later
+  for _ = 19, #ARGV, 4 do
+    replies[#replies + 1] = { 0, 0, 0, 0, -1, -1, 0, '1', -1, '0', '' }
+  end
+  replies[#replies + 1] = {}
+  replies[#replies + 1] = paused_wait
+  replies[#replies + 1] = halt
+  return replies
+end
+local k = 8
 local budget_left = tonumber(ARGV[18])
 for i = 19, #ARGV, 4 do
   local total = math.min(tonumber(ARGV[i + 1]), budget_left)
@@ -317,4 +331,5 @@ for t, letter in ipairs({ 'h', 'b' }) do
 end
 replies[#replies + 1] = named
 replies[#replies + 1] = next_in
+replies[#replies + 1] = ''
 return replies

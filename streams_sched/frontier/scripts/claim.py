@@ -27,8 +27,9 @@ class ClaimReply(NamedTuple):
 
 
 def keys(k: SiteKeys) -> list[str]:
-    """dlq, stats, streams, the shard's ready indexes and leased index, the site's policy."""
-    return [k.dlq, k.stats, *k.streams, *k.index.readies, k.index.leased, k.policy]
+    """dlq, stats, streams, the shard's ready indexes and leased index, the site's policy,
+    the shard's halt."""
+    return [k.dlq, k.stats, *k.streams, *k.index.readies, k.index.leased, k.policy, k.index.halt]
 
 
 def args(

@@ -35,11 +35,11 @@ class EnqueueReply(NamedTuple):
 
 
 def keys(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], seed: bool = False) -> list[str]:
-    """The shard's ready indexes, inbox, stats, site registry, lists of new sites and dump
-    journal, then per site: delayed, stats, policy, streams, then its Bloom filter pairs
+    """The shard's ready indexes, inbox, stats, site registry, lists of new sites, dump
+    journal and halt (a move), then per site: delayed, stats, policy, streams, then its Bloom filter pairs
     (current first). With ``seed`` (enqueue.lua's 'seed' keys) a site has only its stats and
     its filter pairs."""
-    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes, shard.journal]
+    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes, shard.journal, shard.halt]
     for k, filters in sites:
         out += (k.stats, *filters) if seed else (k.delayed, k.stats, k.policy, *k.streams, *filters)
     return out
@@ -48,7 +48,7 @@ def keys(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], seed
 def load_keys(shard: ShardKeys, sites: Sequence[tuple[SiteKeys, Sequence[str]]], ledger: str) -> list[str]:
     """:func:`keys` with enqueue.lua's 'load' keys: each site's dlq after its filters, the
     load's ledger last."""
-    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes, shard.journal]
+    out = [*shard.readies, shard.inbox, shard.stats, shard.sites, *shard.freshes, shard.journal, shard.halt]
     for k, filters in sites:
         out += (k.delayed, k.stats, k.policy, *k.streams, *filters, k.dlq)
     out.append(ledger)

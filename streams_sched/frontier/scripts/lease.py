@@ -24,9 +24,9 @@ _HEAD = 11
 
 
 def keys(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
-    """The shard's ready indexes, leased index, inbox and lists of new sites, then per site:
-    delayed, dlq, stats, policy, streams."""
-    out = [*shard.readies, shard.leased, shard.inbox, *shard.freshes]
+    """The shard's ready indexes, leased index, inbox, lists of new sites and halt, then per
+    site: delayed, dlq, stats, policy, streams."""
+    out = [*shard.readies, shard.leased, shard.inbox, *shard.freshes, shard.halt]
     for k in sites:
         out += (k.delayed, k.dlq, k.stats, k.policy, *k.streams)
     return out
@@ -85,8 +85,8 @@ def leased_entries(site: str, flat: Sequence[Any], start: int, claimed: bool = F
 
 def parse(sites: Sequence[str], reply: Sequence[Any]) -> ShardLease:
     """The reply of a call for ``sites`` (in plan order): per site its part (None where the
-    call's budget ran out before it), then the ready sites the shard named and when to ask
-    it again."""
+    call's budget ran out before it), then the ready sites the shard named, when to ask
+    it again, and the shard's halt (a move)."""
     n = len(sites)
     parts: list[LeaseReply | None] = []
     for site, part in zip(sites, reply[:n], strict=True):
@@ -104,7 +104,7 @@ def parse(sites: Sequence[str], reply: Sequence[Any]) -> ShardLease:
         r.revisit = text(part[10])
         r.entries = leased_entries(site, part, _HEAD)
         parts.append(r)
-    return ShardLease(parts, [text(v) for v in reply[n]], int(reply[n + 1]))
+    return ShardLease(parts, [text(v) for v in reply[n]], int(reply[n + 1]), text(reply[n + 2]))
 
 
 def call(

@@ -18,9 +18,10 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from streams_sched.connect.clients import TRANSIENT, refresh_topology
 from streams_sched.connect.replicas import Verdict
-from streams_sched.errors import RedisUnavailable
+from streams_sched.errors import CrawlMoved, RedisUnavailable
 from streams_sched.frontier.batches import CallParts, drop_legacy_seen, enqueue_calls
 from streams_sched.frontier.keys import CrawlKeys, ShardKeys
+from streams_sched.frontier.moves import moved_in_error
 from streams_sched.frontier.records import Entry
 from streams_sched.frontier.scripts import Call, enqueue
 from streams_sched.frontier.seeding.packing import Batch, Packed, Packer
@@ -137,6 +138,9 @@ class Sender:
                 if isinstance(reply, NoScriptError) or (isinstance(reply, ResponseError) and is_moved(reply)):
                     redo.append(call)
                 elif isinstance(reply, Exception):
+                    to = moved_in_error(reply)
+                    if to is not None:
+                        raise CrawlMoved(self.seeder.crawl, to) from None
                     raise reply
         except TRANSIENT:
             refresh_topology(self.seeder.client)

@@ -54,6 +54,7 @@ from streams_sched.frontier import scripts as lua
 from streams_sched.frontier.batches import drop_legacy_seen, enqueue_calls
 from streams_sched.frontier.client import Frontier
 from streams_sched.frontier.keys import shard_of
+from streams_sched.frontier.moves import moved_in_error, moved_in_halt
 from streams_sched.frontier.records import Entry
 from streams_sched.frontier.scripts._call import Call
 from streams_sched.politeness.adaptive import FeedbackBatch
@@ -263,6 +264,10 @@ class IOThread(threading.Thread):
         """Stopping: True once everything queued is sent, or the flush ran out of time."""
         x = self.exchange
         if not self.gate and not x.outbox:
+            return True
+        if x.moved is not None:
+            # what is left can only go to the Redis the crawl has left: its requests are in
+            # the copy (queued), and the enqueues would be refused
             return True
         if time.monotonic() <= deadline:
             return False
@@ -523,7 +528,10 @@ class IOThread(threading.Thread):
                 self.barrier.confirmed.append(cmd)
                 confirmed = True
             elif isinstance(cmd, Leased):
-                arrived += self.leasing.on_leased(cmd.plan, cmd.parse(reply))
+                lease = cmd.parse(reply)
+                if lease.halt:
+                    self._halted(lease.halt)
+                arrived += self.leasing.on_leased(cmd.plan, lease)
             elif isinstance(cmd, Heartbeat):
                 if cmd.parse is not None and cmd.sent_at is not None:
                     self.frontier.clock.observe(cmd.parse(reply), cmd.sent_at, received)
@@ -554,9 +562,26 @@ class IOThread(threading.Thread):
             raise transient
         return arrived
 
+    def _halted(self, halt: str) -> None:
+        """A shard says a move halted it: a pause leases nothing for now (lease.lua), a
+        move that is done closes the worker (the scheduler reads ``moved``)."""
+        to = moved_in_halt(halt)
+        if to is not None:
+            self._moved(to)
+
+    def _moved(self, to: str) -> None:
+        x = self.exchange
+        if x.moved is None:
+            x.moved = to
+            self.closing = True
+            x.wake()
+
     def _failed(self, cmd: Sent, reply: Exception) -> None:
         """A command failed: what it carried goes back to be sent again."""
-        if not isinstance(reply, (NoScriptError, *TRANSIENT)):
+        to = moved_in_error(reply)
+        if to is not None:
+            self._moved(to)  # no refusal to log: the worker closes, naming where the crawl went
+        elif not isinstance(reply, (NoScriptError, *TRANSIENT)):
             self.trouble.refuse(describe(cmd), reply, back_off=isinstance(cmd, (Enqueued, LeaseOpsSent)))
             if isinstance(cmd, Leased):
                 self.leasing.refused(cmd.plan)
