@@ -377,7 +377,7 @@ class StreamsScheduler(BaseScheduler):
             return False
         if x.moved is not None:
             self._report_moved(x.moved)
-            return False
+            return True  # closing already, for its own reason: not "finished"
         if self.watchdog is not None:
             self.watchdog.check()
         held_here = bool(self.ready.count or self._leases or self.ready.local_busy)
