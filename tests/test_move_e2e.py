@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from streams_sched.connect.clients import connect, redact
+from streams_sched.connect.clients import redact
 
 from helpers import Worker, base_settings, crawl_to_end, crawled_urls, read_items, wait_for
+from transfer_helpers import fresh
 
 pytestmark = [pytest.mark.e2e]
 
@@ -29,14 +30,6 @@ def _cli(url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProc
                           timeout=timeout)
 
 
-def _flushed(url: str) -> str:
-    client = connect(url)
-    client.flushall()
-    client.script_flush()
-    client.close()
-    return url
-
-
 @pytest.mark.cluster
 def test_a_crawl_moved_under_two_workers_to_a_cluster_finishes_there_with_every_page(
     plain_redis_url: str, redis_source: Any, tmp_path: Path, measured: Any
@@ -44,7 +37,7 @@ def test_a_crawl_moved_under_two_workers_to_a_cluster_finishes_there_with_every_
     """`move` with two workers crawling: they stop with exit code 6 and one line naming the cluster, leasing stops for at most the copy plus one lease time, and two workers started with the new REDIS_URL finish the crawl with the pages of Scrapy's in-memory scheduler; only requests still leased when the copy began are crawled twice."""
     crawl = "moving"
     source = plain_redis_url
-    target = _flushed(redis_source.cluster_url())
+    target = fresh(redis_source.cluster_url())
     web = {"SYNTH_SEED": True, "SYNTH_SITES": 4, "SYNTH_PAGES": 150}
     memory_items = tmp_path / "memory.jsonl"
     crawl_to_end(Worker(base_settings(source, "memory", "bitmap", memory_items, **web,
