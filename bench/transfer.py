@@ -9,7 +9,10 @@ start to exit:
   rate the other two are compared with (the same URLs, the same run);
 - ``dump``: ``streams-sched dump -o FILE`` of that crawl (``--gzip``: FILE.gz as well);
 - ``load``: ``streams-sched load`` of FILE into another crawl of the same Redis, emptied
-  of the first (its seen filters too: a load into a crawl of its own).
+  of the first (its seen filters too: a load into a crawl of its own);
+- ``move`` (``--move``): ``streams-sched move`` of the pushed crawl into a second
+  throwaway redis-server (``--lease-seconds 0``: no worker holds a lease), the dump and
+  the load in one process with no file between; its row says how long leasing stopped.
 
 Every run checks that what it reports is exact (N pushed, N dumped, N loaded). Each
 row gives the command's requests per second, its ratio to push in the same round, its
@@ -20,6 +23,7 @@ load promise. Redis CPU per request is INFO cpu over the primaries.
     python -m bench transfer                        # 1,000,000 requests, 10,000 sites, single Redis
     python -m bench transfer --sizes 100000,1000000 --gzip
     python -m bench transfer --targets single,cluster --kinds streams-sched,streams-sched@main
+    python -m bench transfer --move                 # and a move into a second Redis
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--targets", default="single", help="comma-separated: single, cluster (default single)")
     p.add_argument("--kinds", default="streams-sched", help="streams-sched kinds; KIND@REV runs that revision")
     p.add_argument("--gzip", action="store_true", help="also dump to, and load from, a .gz file")
+    p.add_argument("--move", action="store_true", help="also move the crawl into a second redis-server")
     p.add_argument("--repeat", type=int, default=1, help="rounds (default 1)")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
@@ -92,7 +97,7 @@ def count(pattern: str, text: str) -> int:
 
 
 def one_round(kind: str, target: str, url: str, client: Any, meter: RedisMeter, n: int, urls: Path, tmp: Path,
-              gzip: bool, label: str) -> list[dict[str, Any]]:
+              gzip: bool, label: str, move_to: Any = None) -> list[dict[str, Any]]:
     crawl = balanced_crawl(client, f"benchtransfer{label}-")
     rows = []
     meter.empty()
@@ -128,10 +133,28 @@ def one_round(kind: str, target: str, url: str, client: Any, meter: RedisMeter, 
         for key in client.scan_iter(match=f"ss:{{{into}*", count=10_000) if not hasattr(client, "get_primaries") else ():
             client.unlink(key)
         path.unlink()
+    if move_to is not None:
+        before = meter.read()
+        text, wall, cpu, rss = timed(kind, ["move", "--redis-url", url, "--crawl", crawl, "--to", move_to.url,
+                                            "--lease-seconds", "0"])
+        if count(r": (\d+) request\(s\) of", text) != n:
+            raise RuntimeError(f"move: {text}")
+        stopped = float(re.search(r"leasing stopped for ([\d.]+)s", text).group(1))  # type: ignore[union-attr]
+        rows.append(row(f"move (leasing stopped {stopped:.1f} s)", wall, cpu, rss, before))
+        rows[-1]["leasing_stopped_s"] = stopped
+        target_client = connect_to(move_to.url)
+        target_client.flushall()
+        target_client.close()
     push = rows[0]["per_s"]
     for r in rows:
         r["vs_push"] = r["per_s"] / push
     return rows
+
+
+def connect_to(url: str) -> Any:
+    from streams_sched.connect.clients import connect
+
+    return connect(url)
 
 
 def run_target(target: str, args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
@@ -142,6 +165,7 @@ def run_target(target: str, args: argparse.Namespace, tmp: Path) -> list[dict[st
     bloom = find_redisbloom() is not None
     server: Any = RedisServer(bloom=bloom) if target == "single" else LocalCluster(3, bloom=bloom)
     rows: list[dict[str, Any]] = []
+    move_to: Any = RedisServer(bloom=bloom).start() if args.move else None
     with server:
         client = connect(server.url)
         meter = RedisMeter(client)
@@ -154,9 +178,12 @@ def run_target(target: str, args: argparse.Namespace, tmp: Path) -> list[dict[st
                         for page in range(PER_SITE):
                             fh.writelines(f"http://s{s}.test/p{page}\n" for s in range(sites))
                 for i, kind in enumerate(args.kinds):
-                    rows += one_round(kind, target, server.url, client, meter, n, urls, tmp, args.gzip, f"{r}{i}{n}")
+                    rows += one_round(kind, target, server.url, client, meter, n, urls, tmp, args.gzip, f"{r}{i}{n}",
+                                      move_to)
         meter.empty()
         client.close()
+    if move_to is not None:
+        move_to.cleanup()
     return rows
 
 
