@@ -179,3 +179,37 @@ def test_a_move_that_cannot_start_or_fails_halfway_leaves_the_crawl_leasing(
     done = cli("move", "-c", "c", "--to", dst_url, "--lease-seconds", "0.2", url=src_url)
     assert done.exit_code == 0, done.output
     assert connect(dst_url).sismember(CrawlKeys.registry(), "c")
+
+
+def test_a_worker_leases_nothing_while_a_move_copies_and_stops_handing_out_once_it_has_moved(
+    plain_redis_url: str,
+) -> None:
+    """An in-process worker: while the shards say pause it leases nothing more but acks what it holds; once they say moved it hands out nothing, names the new place, and a refused follow-up neither retries nor logs a refusal."""
+    from harness import InProcessWorker
+
+    url = plain_redis_url
+    _seed(url, "w", [f"http://w{i}.test/p" for i in range(20)])
+    worker = InProcessWorker(url, "w", STREAMS_EXIT_ON_MOVE=False)
+    try:
+        first = worker.next_request()
+        f = frontier_of(url, "w")
+        for shard in f.shard_keys():
+            f.client.set(shard.halt, "pause:test")
+        worker.scheduler.request_done(first)
+        for _ in range(worker.io.leases.total - 1):  # what it holds is crawled and acked
+            worker.scheduler.request_done(worker.next_request())
+        worker.settle()
+        for _ in range(5):
+            worker.step()
+        assert worker.io.leases.total == 0 and worker.exchange.moved is None  # nothing new leased
+        for shard in f.shard_keys():
+            f.client.set(shard.halt, "moved:redis://new-redis:6379/0")
+        worker.until(lambda: worker.exchange.moved, what="the worker to read the mark")
+        assert worker.exchange.moved == "redis://new-redis:6379/0"
+        assert worker.scheduler.next_request() is None and worker.scheduler.has_pending_requests()
+        worker.scheduler.enqueue_request(Request("http://follow.test/up"))
+        for _ in range(3):
+            worker.step()
+        assert not worker.io.trouble.refusals.counts
+    finally:
+        worker.close()
