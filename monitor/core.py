@@ -29,6 +29,7 @@ from redis.exceptions import ResponseError
 
 from streams_sched.connect.cluster_health import cluster_down_line
 from streams_sched.connect.server_checks import ServerMemory, hint_for, read_memory
+from streams_sched.errors import CrawlMoved
 from streams_sched.frontier.client import Frontier
 from streams_sched.service.daemon import (
     TRANSIENT,
@@ -195,7 +196,7 @@ class Monitor:
             return view
         try:
             return self.read()
-        except TRANSIENT + (ResponseError,) as exc:
+        except TRANSIENT + (ResponseError, CrawlMoved) as exc:  # a moved crawl: the pass loop stops the monitor
             log.warning("read_failed", error=str(exc))
             with self._lock:
                 return self._view
