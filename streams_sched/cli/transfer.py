@@ -289,9 +289,9 @@ def move(redis_url: str, crawl: str, to_url: str, lease_seconds: float | None, b
         f" {ld.sites_restored} site(s)' counters and seen filters", err=True,
     )
     click.echo(
-        f"leasing stopped for {summary.paused_s:.1f}s: {summary.wait_s:.1f}s waiting for the requests in flight"
+        f"leasing stopped for {summary.paused_s:.2f}s: {summary.wait_s:.2f}s waiting for the requests in flight"
         f" ({summary.leased_sites_at_pause} site(s) with leases, {summary.leased_sites_after_wait} left after the wait,"
-        f" at most {lease_seconds:g}s), {summary.copy_s:.1f}s copying; {d.leased} request(s) still leased were copied"
+        f" at most {lease_seconds:g}s), {summary.copy_s:.2f}s copying; {d.leased} request(s) still leased were copied"
         f" as queued: they are crawled again there", err=True,
     )
     click.echo(
