@@ -35,9 +35,10 @@ LEASE_PER_SITE = {
     "hget": 1, "xgroup|create": 1, "xadd": 1, "hdel": 1, "hincrby": 2, "zcard": 1, "hmget": 1,
     "xreadgroup": 1, "zrem": 2, "zadd": 1,
 }
-#: per lease call: Redis TIME, and the next not-yet-ready site of each ready index
-LEASE_PER_CALL = {"evalsha": 1, "time": 1, "zrangebyscore": 2}
-LEASE_KEYS_PER_SITE, LEASE_KEYS_PER_CALL = 5, 2
+#: per lease call: Redis TIME, the shard's halt mark (set while `move` copies the crawl),
+#: and the next not-yet-ready site of each ready index
+LEASE_PER_CALL = {"evalsha": 1, "time": 1, "get": 1, "zrangebyscore": 2}
+LEASE_KEYS_PER_SITE, LEASE_KEYS_PER_CALL = 5, 3
 
 #: What the ack of an untracked one-page site costs: the entry acked (XACK), its stream
 #: found to hold just it (XLEN) and deleted (DEL), the site found to have no stream
