@@ -47,6 +47,8 @@ GROWTH = 2.0
 #: the share of the way to the budget the multiplier moves per round of the site's
 #: tracked pages (see :func:`next_mu`)
 GAIN = 0.5
+#: where a site's multiplier starts, as a share of its pages' mean interval at the budget
+FIRST_MU_SHARE = 0.02
 #: bounds of the multiplier (seconds)
 MU_MIN, MU_MAX = 1e-3, 1e9
 #: how far one update may move the multiplier's log, either way
@@ -118,8 +120,12 @@ def interval_for(r: float, mu: float, lo_s: float, hi_s: float, last_s: float | 
 
 
 def first_mu(tracked: int, budget: float) -> float:
-    """The multiplier a site starts from: half its pages' mean interval at the budget."""
-    return min(MU_MAX, max(MU_MIN, 0.5 * max(tracked, 1) / budget))
+    """The multiplier a site starts from: :data:`FIRST_MU_SHARE` of its pages' mean interval
+    at the budget. Low on purpose: a multiplier too low asks for more than the budget,
+    which the stretch holds to the site's rate while the multiplier rises within a round;
+    one too high sends pages toward their ``max``, from where they come back only at
+    their next visit."""
+    return min(MU_MAX, max(MU_MIN, FIRST_MU_SHARE * max(tracked, 1) / budget))
 
 
 def next_mu(mu: float | None, demand: float, budget: float, acked: int, tracked: int) -> float:
