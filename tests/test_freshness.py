@@ -269,3 +269,67 @@ def test_a_spider_that_handles_304_gets_it_and_one_can_turn_conditional_revisits
     assert revisits is not None
     revisits.on_response(Response(own.url, status=304, request=own), own, None)
     assert own.callback is None and own.meta["handle_httpstatus_list"] == [304]
+
+
+# -- against Scrapy and a server with validators -----------------------------
+
+
+def _validating_server() -> tuple[Any, list[tuple[str, str | None, int]]]:
+    """A server of /same (ETag "v1", never changes) and /plain (no validators), logging
+    (path, If-None-Match, status) per request."""
+    from streams_sched.demo.serving import answering_server
+
+    log: list[tuple[str, str | None, int]] = []
+
+    def get(handler: Any) -> tuple[int, dict[str, str], bytes]:
+        asked = handler.headers.get("If-None-Match")
+        if handler.path == "/same":
+            headers = {"ETag": '"v1"', "Last-Modified": "Wed, 02 Dec 2026 10:00:00 GMT", "Cache-Control": "no-cache"}
+            status, body = (304, b"") if asked == '"v1"' else (200, b"<html>" + b"x" * 4000 + b"</html>")
+        else:
+            headers, status, body = {}, 200, b"<html>plain</html>"
+        log.append((handler.path, asked, status))
+        return status, {**headers, "Content-Type": "text/html"} if status == 200 else headers, body
+
+    return answering_server(get), log
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("cache", [False, True], ids=["plain", "httpcache-rfc2616"])
+def test_a_real_crawl_revisits_with_validators_and_its_304s_give_no_item(
+    redis_url: str, crawl: str, tmp_path: Any, cache: bool
+) -> None:
+    """Scrapy with streams-sched against a server that answers 304: revisits ask with the ETag, get 304s, the spider's callback gets only the 200 (with RFC 2616 HTTP caching, the cache turns each 304 into its cached 200), and the page stays tracked."""
+    import threading
+
+    from helpers import Worker, base_settings, read_items, wait_for
+
+    server, log = _validating_server()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    record = tmp_path / "items.jsonl"
+    extra: dict[str, Any] = {"HTTPCACHE_ENABLED": True, "HTTPCACHE_POLICY": "scrapy.extensions.httpcache.RFC2616Policy",
+                             "HTTPCACHE_DIR": str(tmp_path / "cache")} if cache else {}
+    settings = base_settings(redis_url, crawl, "bitmap", record, DOWNLOAD_HANDLERS={}, STREAMS_REVISIT_JITTER=0.0,
+                             COND_URLS=[f"http://127.0.0.1:{port}/same", f"http://127.0.0.1:{port}/plain"],
+                             CLOSESPIDER_TIMEOUT=30, **extra)
+    w = Worker(settings, tmp_path / "worker.log", spider="spiders.ConditionalSpider")
+    try:
+        wait_for(lambda: sum(1 for p, _, s in log if p == "/same" and s == 304) >= 3, timeout=30,
+                 what="three 304s of /same")
+        wait_for(lambda: sum(1 for p, _, _ in log if p == "/plain") >= 3, timeout=30, what="three visits of /plain")
+    finally:
+        w.close()
+        server.shutdown()
+        server.server_close()
+    same = [(asked, status) for p, asked, status in log if p == "/same"]
+    assert same[0] == (None, 200) and all(asked == '"v1"' for asked, _ in same[1:])
+    assert all(asked is None for p, asked, _ in log if p == "/plain")
+    items = [i for i in read_items(record) if i["url"].endswith("/same")]
+    if cache:
+        # the cache answers the spider with its stored 200 each time the server says 304
+        assert len(items) >= 3 and {i["status"] for i in items} == {200}
+    else:
+        assert [i["status"] for i in items] == [200]
+    stats = Frontier(redis.Redis.from_url(redis_url), crawl).status("127.0.0.1").stats
+    assert stats.get("unchanged", 0) >= 2 and stats.get("tracked") == 2
