@@ -1064,13 +1064,14 @@ def simulate_given(web: Web, args: argparse.Namespace, warm_s: float | None) -> 
         runs.append((f"freshness rule, {fs.text()}", simulate(web, "freshness", args.rate, args.burst, fresh=fs)))
     if not runs:
         return ""
+    runs.insert(0, (f"cron every {CRON_PERIOD_S:g}s", simulate(web, "cron", args.rate, args.burst)))
     lines = [f"The given specs, simulated on {web.sites} sites x {web.pages} pages for {web.run_s / 60:g} bench minutes:",
-             "", "| schedule | fetches | time-averaged freshness | optimum for its fetches | share of the optimum"
-             " | fetches by class |", "|---|---:|---:|---:|---:|---|"]
+             "", "| schedule | fetches | changes in time | time-averaged freshness | optimum for its fetches"
+             " | share of the optimum | fetches by class |", "|---|---:|---:|---:|---:|---:|---|"]
     for name, fetches in runs:
         s = score(web, fetches, args.rate, args.burst, args.window_s, warm_s)
-        by = ", ".join(f"{k} {v['fetches']:,}" for k, v in s["by_class"].items())
-        lines.append(f"| {name} | {s['fetches']:,} | {s['time_freshness']:.3f} | {s['optimum']:.3f}"
+        by = ", ".join(f"{k} {v['fetches']:,}" for k, v in sorted(s["by_class"].items()))
+        lines.append(f"| {name} | {s['fetches']:,} | {s['in_time']:,} | {s['time_freshness']:.3f} | {s['optimum']:.3f}"
                      f" | {s['of_optimum']:.1%} | {by} |")
     return "\n".join(lines)
 
