@@ -101,8 +101,13 @@ return out
 
 def test_the_state_packs_the_estimate_and_the_validators_and_unpacks_them() -> None:
     """pack_state / unpack_state keep visits, changes, time spanned, the last visit's time, ETag and Last-Modified."""
-    state = {"i": 12.5, "s": 7, "n": 4, "x": 1, "o": 50.25, "l": 1_765_000_000.123, "e": '"abc"', "m": 1_765_000_000}
+    state = {"i": 12.5, "s": 7, "n": 4, "x": 1, "o": 50.25, "l": 1_000_000.123, "e": '"abc"', "m": 1_765_000_000}
     assert unpack_state(pack_state(state)) == state
+    # the last visit's time modulo 2**32 ms: 5 bytes, and the time between visits still right
+    wrapped = unpack_state(pack_state({"i": 60.0, "s": 1, "l": 1_765_000_000.5}))
+    assert wrapped is not None and wrapped["l"] == (1_765_000_000_500 % 2**32) / 1000
+    later = next_visit(SPEC, {**wrapped, "i": 60.0}, 200, 1, CONFIG, 0.0, mu=20.0, at_s=1_765_000_061.5)
+    assert later is not None and later.state["o"] == pytest.approx(61.0)
     assert pack_state({"i": 1.0, "s": 3}) == [1000, 3]
 
 

@@ -116,6 +116,12 @@ def signature_of(body: bytes) -> int:
 _FIELDS = ("s", "f", "t", "n", "x", "o", "l", "e", "m")
 #: fields kept in ms in meta and in seconds in the state dict
 _MS = frozenset(("o", "l"))
+#: the last visit's Redis time is kept modulo 2**32 ms (49.7 days), in 5 bytes of msgpack
+#: rather than 9, which keeps a waiting page's ZSET member in its allocator size class
+#: (128 B); a page whose interval is longer than :data:`_WRAP_SAFE_S` counts its interval
+#: as the time a visit spanned
+_WRAP_MS = 2**32
+_WRAP_SAFE_S = 40 * 86400.0
 
 
 def pack_state(state: Mapping[str, Any]) -> list[Any]:
@@ -127,6 +133,8 @@ def pack_state(state: Mapping[str, Any]) -> list[Any]:
         value = state.get(key)
         if key in _MS:
             value = round(float(value) * 1000) if value else 0
+            if key == "l":
+                value %= _WRAP_MS
         elif key in ("f", "t", "n", "x", "m"):
             value = value or 0
         out.append(value)
@@ -219,7 +227,9 @@ def _adapt(
         factor = config.revisit_changed_factor if changed else config.revisit_unchanged_factor
         return min(spec.max_s, max(spec.min_s, interval * factor))
     since = state.get("l")
-    spanned = at_s - since if at_s is not None and since and at_s > since else interval
+    spanned = interval
+    if at_s is not None and since and interval < _WRAP_SAFE_S:
+        spanned = ((round(at_s * 1000) - round(since * 1000)) % _WRAP_MS) / 1000.0 or interval
     n, x, o = int(state.get("n") or 0) + 1, int(state.get("x") or 0) + int(changed), float(state.get("o") or 0) + spanned
     if n > freshness.WINDOW:
         n, x, o = n // 2, (x + 1) // 2 if x < n else n // 2, o * (n // 2) / n

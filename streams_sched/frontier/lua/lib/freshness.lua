@@ -3,11 +3,11 @@
 -- the two agree on a grid).
 -- needs: (nothing)
 
-local FRESH_GAIN, FRESH_MU_MIN, FRESH_MU_MAX = 0.5, 1e-3, 1e9
+local FRESH_GAIN, FRESH_FIRST, FRESH_MU_MIN, FRESH_MU_MAX = 0.5, 0.02, 1e-3, 1e9
 local FRESH_MAX_STEP = math.log(4.0)
 
 local function first_mu(tracked, budget)
-  return math.min(FRESH_MU_MAX, math.max(FRESH_MU_MIN, 0.5 * math.max(tracked, 1) / budget))
+  return math.min(FRESH_MU_MAX, math.max(FRESH_MU_MIN, FRESH_FIRST * math.max(tracked, 1) / budget))
 end
 
 -- mu after `acked` of the site's `tracked` pages were scheduled, their planned fetches
