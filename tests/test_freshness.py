@@ -276,6 +276,21 @@ def test_a_spider_that_handles_304_gets_it_and_one_can_turn_conditional_revisits
     assert own.callback is None and own.meta["handle_httpstatus_list"] == [304]
 
 
+def test_a_retry_copy_of_a_conditional_revisit_asks_without_the_validators(worker: InProcessWorker) -> None:
+    """RetryMiddleware's copy of a revisit sent with If-None-Match is crawled once, untracked, for the page itself: no validators."""
+    spec = {"every": 0.1, "adaptive": True, "min": 0.05, "max": 60}
+    s = worker.scheduler
+    s.enqueue_request(scrapy.Request("http://flaky.test/", meta={"revisit": spec}))
+    first = worker.next_request()
+    answer(worker, first, HtmlResponse(first.url, body=b"b", headers={"ETag": '"e"'}))
+    again = worker.next_request()
+    assert again.headers[b"If-None-Match"] == b'"e"'
+    s.enqueue_request(again.replace(dont_filter=True))  # what RetryMiddleware does on a 503
+    answer(worker, again, Response(again.url, status=503))
+    retry = worker.next_request()
+    assert retry.meta["revisit"] is False and b"If-None-Match" not in retry.headers
+
+
 # -- against Scrapy and a server with validators -----------------------------
 
 

@@ -404,6 +404,10 @@ class Revisits:
         meta = request.meta
         meta["revisit"] = False
         meta.pop(STATE, None)
+        if self.conditional and any(r.url == request.url for r in self.conditional):
+            # a copy is crawled once and must get the page, not a 304 nobody reads
+            for name in (b"If-None-Match", b"If-Modified-Since"):
+                request.headers.pop(name, None)
 
     def ack(self, entry: LeasedEntry, request: Request) -> Ack:
         """The ack of a tracked page (``entry.payload``: its request as leased): its next
