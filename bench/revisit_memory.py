@@ -8,7 +8,12 @@ scripts:
   Retry-After): what a waiting request costs today;
 - ``tracked``: every page enqueued, leased and acked as a tracked page
   (``meta["revisit"]``), so it waits in its site's delayed ZSET with its state
-  (interval and last signature) in its meta.
+  (interval and last signature) in its meta;
+- ``estimate``: as ``tracked``, an adaptive page under the freshness rule, its state
+  also holding its change-rate estimate (visits, changes, time spanned, the last visit's
+  Redis time in ms);
+- ``validators``: as ``estimate``, with the ETag (a typical 22-character
+  ``"<hex>-<hex>"``, as nginx and Apache send) and Last-Modified (4 bytes) of its last answer.
 
 Bytes are the growth of ``used_memory`` over the empty crawl, divided by the pages;
 both include each page's fingerprint in its site's seen filter and the sites' stats.
@@ -83,7 +88,7 @@ def run(url: str, kind: str, sites: int, pages: int) -> tuple[float, dict[str, A
         batch = [entry_for(r, codec, fingerprinter, now=f.clock.now) for r in requests(site, pages, meta)]
         for i in range(0, len(batch), BATCH):
             f.enqueue(site, batch[i : i + BATCH])
-        if kind == "tracked":
+        if kind != "delayed":
             left = pages
             while left:
                 leased = f.lease(site, "w1", min(left, BATCH), WEIGHTS).entries
@@ -92,7 +97,12 @@ def run(url: str, kind: str, sites: int, pages: int) -> tuple[float, dict[str, A
                 for e in leased:
                     assert e.payload is not None
                     again = codec.decode(e.payload)
-                    again.meta["_rv"] = pack_state({"i": 3600.0, "s": signature_of(b"<html>a product page</html>")})
+                    state: dict[str, Any] = {"i": 3600.0, "s": signature_of(b"<html>a product page</html>")}
+                    if kind in ("estimate", "validators"):
+                        state.update(n=12, x=3, o=12 * 3600.0 * 1.07, l=f.clock.now())
+                    if kind == "validators":
+                        state.update(e='"65f1a2b3-1c9e4d7a2b"', m=int(f.clock.now()) - 86400)
+                    again.meta["_rv"] = pack_state(state)
                     revisits.append((e.stream, e.id, HOUR_MS, "n", codec.encode(again)))
                 f.ack(site, [], revisits=revisits)
                 left -= len(leased)
@@ -106,17 +116,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sites", type=int, default=100)
     ap.add_argument("--pages", type=int, default=1000, help="pages per site")
+    ap.add_argument("--kinds", default="delayed,tracked,estimate,validators",
+                    help="which kinds to measure (delayed must be first and is always measured)")
     ap.add_argument("--redis-url", help="a Redis to use (it gets FLUSHALL!); default: a throwaway redis-server")
     args = ap.parse_args()
     n = args.sites * args.pages
 
     def both(url: str) -> None:
-        runs = {kind: run(url, kind, args.sites, args.pages) for kind in ("delayed", "tracked")}
+        kinds = ["delayed", *(k for k in args.kinds.split(",") if k != "delayed")]
+        runs = {kind: run(url, kind, args.sites, args.pages) for kind in kinds}
         got = {kind: r[0] for kind, r in runs.items()}
         sizes = {kind: r[1] for kind, r in runs.items()}
         print(f"{n:,} pages on {args.sites:,} sites: Redis bytes per page waiting")
         print(f"  delayed request  {got['delayed']:7.0f} B")
-        print(f"  tracked page     {got['tracked']:7.0f} B  ({got['tracked'] / got['delayed']:.2f}x)")
+        for kind in kinds[1:]:
+            print(f"  {kind + ' page':16s} {got[kind]:7.0f} B  ({got[kind] / got['delayed']:.2f}x),"
+                  f" ZSET member {sizes[kind]['member']:.0f} B")
+        if "tracked" not in runs:
+            return
         d, t = sizes["delayed"], sizes["tracked"]
         print(f"where: the ZSET member is {t['member'] - d['member']:+.0f} B"
               f" ({d['member']:.0f} B delayed, {t['member']:.0f} B tracked; payloads {d['payload']} and {t['payload']} B)")

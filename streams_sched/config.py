@@ -178,6 +178,14 @@ SETTINGS: tuple[Setting, ...] = (
     S("STREAMS_REVISIT_ADAPTIVE", "revisit_adaptive", False,
       "a tracked page's interval adapts to how often it changes (a tracked page's own `adaptive` wins)",
       CONTINUOUS, p.flag, p.is_flag),
+    S("STREAMS_REVISIT_RULE", "revisit_rule", "freshness",
+      "how an adaptive page's interval moves: `freshness` spends each site's revisit budget where it buys the most "
+      "freshness, from each page's estimated change rate; `nutch` multiplies the interval by the changed or "
+      "unchanged factor", CONTINUOUS, p.keyword, p.one_of(("freshness", "nutch"), 'expected "freshness" or "nutch"')),
+    S("STREAMS_REVISIT_CONDITIONAL", "revisit_conditional", True,
+      "a tracked page's revisit sends `If-None-Match` / `If-Modified-Since` with the validators of its last answer; "
+      "a 304 is an unchanged visit (a request's `meta[\"revisit_conditional\"] = False` turns it off for that page)",
+      CONTINUOUS, p.flag, p.is_flag),
     S("STREAMS_REVISIT_MIN_SECONDS", "revisit_min_seconds", 60.0, "the shortest adaptive interval (a page's own `min` wins)",
       CONTINUOUS, p.number, p.positive),
     S("STREAMS_REVISIT_MAX_SECONDS", "revisit_max_seconds", 31_536_000.0,
@@ -353,6 +361,8 @@ class StreamsConfig:
     revisit_buckets: int = _field("revisit_buckets")
     revisit_every_seconds: float = _field("revisit_every_seconds")
     revisit_adaptive: bool = _field("revisit_adaptive")
+    revisit_rule: str = _field("revisit_rule")
+    revisit_conditional: bool = _field("revisit_conditional")
     revisit_min_seconds: float = _field("revisit_min_seconds")
     revisit_max_seconds: float = _field("revisit_max_seconds")
     revisit_changed_factor: float = _field("revisit_changed_factor")

@@ -367,3 +367,18 @@ class TrackedSpider(SyntheticSpider):
         for href in response.css("a::attr(href)").getall():
             url = response.urljoin(href)
             yield response.follow(url, callback=self.parse, **self._tracking(url))
+
+
+class ConditionalSpider(scrapy.Spider):
+    """Tracks the URLs of COND_URLS (adaptive, every COND_EVERY_SECONDS) and yields one item
+    per answer its callback gets, with the answer's status."""
+
+    name = "conditional"
+
+    async def start(self) -> Any:
+        every = self.settings.getfloat("COND_EVERY_SECONDS", 0.3)
+        for url in self.settings.getlist("COND_URLS"):
+            yield scrapy.Request(url, meta={"revisit": {"every": every, "adaptive": True, "min": every, "max": every}})
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url, "status": response.status}

@@ -73,6 +73,29 @@ def test_simulation_paces_sites_and_revisits_on_the_products_schedule() -> None:
     assert all(b - a >= 10.0 for a, b in zip(times[1][4:], times[1][5:]))  # never under min
 
 
+def test_time_averaged_freshness_and_the_optimum_for_the_same_fetches() -> None:
+    """A page is fresh from each fetch until its next change; the optimum of one site of a 10 s page and a static one at 0.05 fetches/s is Cho & Garcia-Molina's."""
+    rc = recrawl()
+    assert rc.fresh_time([5.0, 30.0], [0.0, 12.0, 40.0], 0.0, 50.0) == pytest.approx(5.0 + 18.0 + 10.0)
+    assert rc.fresh_time([], [10.0], 0.0, 50.0) == pytest.approx(40.0)
+    from streams_sched.worker import freshness as fr
+
+    # all of the budget on the changing page: its freshness at f = 0.05, the static page's 1
+    assert rc.optimal_freshness([0.1, 0.0], 0.05) == pytest.approx((fr.freshness(0.1, 0.05) + 1.0) / 2)
+    assert rc.optimal_freshness([0.1, 0.0], 0.0) == 0.5
+
+
+def test_the_freshness_schedule_skips_pages_it_cannot_follow_and_spends_on_the_others() -> None:
+    """Simulated with the product's rule: a site of 2 s, 8 s, 30 s and static pages at 2 fetches/s reaches 95% of the optimum, and beats uniform visits."""
+    rc = recrawl()
+    web = rc.Web(4, 40, 600.0, 1, rc.parse_classes("0.25:2,0.25:8,0.25:30,0.25:never"))
+    fresh = rc.score(web, rc.simulate(web, "freshness", 2.0, 2.0, fresh=rc.Fresh(20.0, 1.0, 120.0, 1.0)), 2.0, 2.0,
+                     warm_s=120.0)
+    uniform = rc.score(web, rc.simulate(web, "fixed", 2.0, 2.0, fixed_every_s=20.0), 2.0, 2.0, warm_s=120.0)
+    assert fresh["of_optimum"] >= 0.95 and fresh["time_freshness"] > uniform["time_freshness"]
+    assert fresh["by_class"]["never"]["fetches"] < uniform["by_class"]["never"]["fetches"] / 2
+
+
 @pytest.mark.e2e
 def test_tiny_run_reports_three_schedules_whose_numbers_match_the_servers_fetch_log(tmp_path: Path) -> None:
     """`python -m bench recrawl` at 3 sites x 10 pages and time scale 0.0025 prints the three rows and PASS/FAIL lines, and each row's fetches, waste, changes in time and fullest window agree with the server's fetch log."""
@@ -86,13 +109,20 @@ def test_tiny_run_reports_three_schedules_whose_numbers_match_the_servers_fetch_
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    for kind in ("cron", "fixed", "adaptive"):
-        assert sum(line.startswith(f"| {kind} | ") for line in proc.stdout.splitlines()) == 2, kind  # table + by class
-    assert "adaptive fetches at most as much as cron" in proc.stdout
-    assert proc.stdout.count("PASS: ") + proc.stdout.count("FAIL: ") == 5
+    for kind in ("cron", "fixed", "adaptive", "freshness"):
+        # the table, the one by class and the one of the pages with validators
+        assert sum(line.startswith(f"| {kind} | ") for line in proc.stdout.splitlines()) == 3, kind
+    assert "freshness fetches at most as much as cron" in proc.stdout
+    assert "of the optimal freshness for its fetches" in proc.stdout
+    assert proc.stdout.count("PASS: ") + proc.stdout.count("FAIL: ") >= 7
     [result] = tmp_path.glob("recrawl-2*.json")
     res = json.loads(result.read_text())
-    assert set(res["runs"]) == {"cron", "fixed", "adaptive"}
+    assert set(res["runs"]) == {"cron", "fixed", "adaptive", "freshness"}
+    # cron never asks with validators; the freshness rule's revisits of unchanged pages get 304s
+    assert res["runs"]["cron"]["run"]["etag"]["not_modified"] == 0
+    fresh = res["runs"]["freshness"]
+    assert fresh["run"]["etag"]["not_modified"] > 0 and fresh["run"]["etag"]["ratio"] > 5
+    assert 0 < fresh["score"]["time_freshness"] <= 1 and fresh["score"]["optimum"] > 0
     web = recrawl().Web(3, 10, 20 * 60.0, seed=1)
     for kind, run in res["runs"].items():
         log = [tuple(f) for f in json.loads((work / f"{kind}-fetches.json").read_text())]

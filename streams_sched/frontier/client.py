@@ -89,6 +89,9 @@ class Frontier(CrawlReads):
         #: the share of a site's rate its tracked pages may need before ack.lua stretches
         #: their schedule (STREAMS_REVISIT_BUDGET_SHARE)
         self.revisit_budget_share = 0.9
+        #: how adaptive intervals move (STREAMS_REVISIT_RULE): 'freshness' keeps each
+        #: site's multiplier in ack.lua
+        self.revisit_rule = "freshness"
 
     def crawl_meta(self) -> dict[str, str]:
         """The crawl's meta hash, decoded (dedupe parameters, defaults, site key, ...)."""

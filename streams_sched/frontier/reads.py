@@ -88,6 +88,7 @@ class CrawlReads:
     default_policy: tuple[str, ...]
     politeness: str
     revisit_budget_share: float
+    revisit_rule: str
 
     @property
     def shards(self) -> int:

@@ -93,6 +93,8 @@ class LeasedEntry:
     leased_at: float = 0.0
     #: its site's policy ``revisit`` when this worker leased it ("" none)
     revisit: str = ""
+    #: its site's freshness multiplier when this worker leased it (None: unknown)
+    mu: float | None = None
     #: :func:`payload_digest` of its payload, kept when the payload is dropped: a resend
     #: after a failover leaves out the requests this worker crawled since (worker/ops.py)
     digest: bytes = b""
@@ -117,6 +119,8 @@ class LeaseReply:
     rate: float = 0.0
     #: the site's policy ``revisit`` ("" none): its pages are tracked
     revisit: str = ""
+    #: the site's freshness multiplier (seconds; None: none yet, see worker/freshness.py)
+    mu: float | None = None
     entries: list[LeasedEntry] = field(default_factory=list)
 
 

@@ -71,6 +71,7 @@ def set_up_crawl(client: Any, cfg: StreamsConfig, robots_obey: bool) -> Frontier
     frontier.register()
     frontier.politeness = ("a" if cfg.adaptive else "") + ("r" if robots_obey else "")
     frontier.revisit_budget_share = cfg.revisit_budget_share
+    frontier.revisit_rule = cfg.revisit_rule
     _record_site_key(frontier, cfg)
     if cfg.sites:
         from streams_sched.politeness.policy import apply_site_policies

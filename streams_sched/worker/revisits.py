@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
+from email.utils import formatdate, parsedate_to_datetime
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from streams_sched.errors import SerializationError
 from streams_sched.frontier.records import LeasedEntry
 from streams_sched.politeness.policy import parse_revisit
 from streams_sched.wire.codec import RequestCodec
+from streams_sched.worker import freshness
 from streams_sched.worker.ops import Ack
 
 __all__ = ["PERMANENT", "Revisits", "Spec", "Visit", "next_visit", "pack_state", "signature_of", "spec_of", "unpack_state"]
@@ -50,6 +52,8 @@ PERMANENT = frozenset((404, 410))
 #: the status a tracked page's ack counts when Scrapy followed its redirect (Scrapy's
 #: response_received does not fire for it): an answer, neither changed nor a failure
 REDIRECTED = 300
+#: a conditional revisit's answer when the page has not changed
+NOT_MODIFIED = 304
 #: the meta key of a page's tracking state (short: it is in every waiting page)
 STATE = "_rv"
 
@@ -108,10 +112,32 @@ def signature_of(body: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(body, digest_size=4).digest(), "big")
 
 
+#: the state's fields after the interval, in their order in meta (see the module docstring)
+_FIELDS = ("s", "f", "t", "n", "x", "o", "l", "e", "m")
+#: fields kept in ms in meta and in seconds in the state dict
+_MS = frozenset(("o", "l"))
+#: the last visit's Redis time is kept modulo 2**32 ms (49.7 days), in 5 bytes of msgpack
+#: rather than 9, which keeps a waiting page's ZSET member in its allocator size class
+#: (128 B); a page whose interval is longer than :data:`_WRAP_SAFE_S` counts its interval
+#: as the time a visit spanned
+_WRAP_MS = 2**32
+_WRAP_SAFE_S = 40 * 86400.0
+
+
 def pack_state(state: Mapping[str, Any]) -> list[Any]:
     """The state dict as it travels in meta: [interval ms, signature, permanent failures,
-    temporary failures], trailing empty values left out."""
-    out: list[Any] = [round(float(state.get("i") or 0) * 1000), state.get("s"), state.get("f") or 0, state.get("t") or 0]
+    temporary failures, visits compared, changes seen, ms those visits spanned, Redis ms of
+    the last visit, ETag, Last-Modified (epoch s)], trailing empty values left out."""
+    out: list[Any] = [round(float(state.get("i") or 0) * 1000)]
+    for key in _FIELDS:
+        value = state.get(key)
+        if key in _MS:
+            value = round(float(value) * 1000) if value else 0
+            if key == "l":
+                value %= _WRAP_MS
+        elif key in ("f", "t", "n", "x", "m"):
+            value = value or 0
+        out.append(value)
     while len(out) > 1 and not out[-1]:
         out.pop()
     return out
@@ -122,26 +148,31 @@ def unpack_state(packed: Any) -> dict[str, Any] | None:
     if not isinstance(packed, (list, tuple)) or not packed or not isinstance(packed[0], (int, float)):
         return None
     state: dict[str, Any] = {"i": packed[0] / 1000.0}
-    for key, value in zip(("s", "f", "t"), packed[1:]):
+    for key, value in zip(_FIELDS, packed[1:]):
         if value:
-            state[key] = value
+            state[key] = value / 1000.0 if key in _MS else value
     return state
 
 
 def next_visit(
-    spec: Spec, state: Mapping[str, Any], status: int | None, signature: str | None, config: StreamsConfig,
-    jitter: float,
+    spec: Spec, state: Mapping[str, Any], status: int | None, signature: int | str | None, config: StreamsConfig,
+    jitter: float, *, mu: float | None = None, at_s: float | None = None,
 ) -> Visit | None:
     """The page's next visit after an answer (``status`` None: no answer, a download error),
-    or None when it is no longer tracked. ``jitter`` is drawn from [-1, 1].
+    or None when it is no longer tracked. ``jitter`` is drawn from [-1, 1]; ``mu`` is the
+    site's freshness multiplier as the lease carried it (None: unknown), ``at_s`` the Redis
+    time of this visit (its entry's id).
 
     A 404 or 410 counts towards STREAMS_REVISIT_STOP_AFTER and keeps the interval. Any
     other failure (no answer, 429, 5xx) keeps the interval and backs the next visit off:
     each one in a row doubles the delay, up to STREAMS_REVISIT_BACKOFF_LIMIT times the
     interval (and the page's ``max``), so a site that is down is asked less and less
-    often, and the first good answer brings the page back to its interval. An adaptive
-    page's interval is multiplied by the changed or unchanged factor when its signature
-    can be compared with the last one, within its bounds; a fixed page keeps ``every``.
+    often, and the first good answer brings the page back to its interval. A 304 is an
+    unchanged answer. An adaptive page whose signature can be compared with the last one
+    counts the visit in its change-rate estimate; under the freshness rule, with the
+    site's multiplier known, its interval is the one that spends the site's budget best
+    (worker/freshness.py), otherwise it is multiplied by the changed or unchanged factor
+    (Nutch's rule); within its bounds either way. A fixed page keeps ``every``.
     """
     interval = float(state.get("i") or spec.every_s) if spec.adaptive else spec.every_s
     interval = min(spec.max_s, max(spec.min_s, interval)) if spec.adaptive else interval
@@ -149,7 +180,8 @@ def next_visit(
     temporary = int(state.get("t") or 0)
     last = state.get("s")
     found = ""
-    out: dict[str, Any] = {"i": interval}
+    out: dict[str, Any] = {k: state[k] for k in ("n", "x", "o", "l", "e", "m") if state.get(k)}
+    out["i"] = interval
     backoff = 1.0
     if status in PERMANENT:
         fails += 1
@@ -162,14 +194,17 @@ def next_visit(
     else:
         fails = 0
         temporary = 0
+        if status == NOT_MODIFIED:
+            signature = last
         if spec.adaptive and signature is not None:
             if last is not None:
                 changed = signature != last
                 found = "c" if changed else "u"
-                factor = config.revisit_changed_factor if changed else config.revisit_unchanged_factor
-                interval = min(spec.max_s, max(spec.min_s, interval * factor))
+                interval = _adapt(spec, state, out, changed, interval, config, mu, at_s)
                 out["i"] = interval
             last = signature
+            if at_s is not None and config.revisit_rule == "freshness":
+                out["l"] = at_s
     if last is not None:
         out["s"] = last
     if fails:
@@ -180,6 +215,82 @@ def next_visit(
     if backoff > 1.0:
         delay = max(delay, min(interval * backoff, spec.max_s))
     return Visit(max(0.0, delay), out, found, interval)
+
+
+def _adapt(
+    spec: Spec, state: Mapping[str, Any], out: dict[str, Any], changed: bool, interval: float, config: StreamsConfig,
+    mu: float | None, at_s: float | None,
+) -> float:
+    """An adaptive page's next interval after a compared visit: under the freshness rule
+    the visit counts in the page's estimate (``out``'s n, x, o) first."""
+    if config.revisit_rule != "freshness":
+        factor = config.revisit_changed_factor if changed else config.revisit_unchanged_factor
+        return min(spec.max_s, max(spec.min_s, interval * factor))
+    since = state.get("l")
+    spanned = interval
+    if at_s is not None and since and interval < _WRAP_SAFE_S:
+        spanned = ((round(at_s * 1000) - round(since * 1000)) % _WRAP_MS) / 1000.0 or interval
+    n, x, o = int(state.get("n") or 0) + 1, int(state.get("x") or 0) + int(changed), float(state.get("o") or 0) + spanned
+    if n > freshness.WINDOW:
+        n, x, o = n // 2, (x + 1) // 2 if x < n else n // 2, o * (n // 2) / n
+    out.update(n=n, x=x, o=o)
+    if mu is not None:
+        rate = freshness.estimate_rate(n, x, o)
+        return freshness.interval_for(rate, mu, spec.min_s, spec.max_s, interval)
+    factor = config.revisit_changed_factor if changed else config.revisit_unchanged_factor
+    return min(spec.max_s, max(spec.min_s, interval * factor))
+
+
+def _unchanged(response: Any, **kwargs: Any) -> list[Any]:
+    """The callback of a revisit answered 304: the page did not change, nothing to scrape."""
+    return []
+
+
+def _handles_304(request: Request, spider: Any) -> bool:
+    """Whether the spider asked for 304 answers itself (HttpErrorMiddleware's rules)."""
+    meta = request.meta
+    if meta.get("handle_httpstatus_all"):
+        return True
+    if NOT_MODIFIED in meta.get("handle_httpstatus_list", ()):
+        return True
+    if NOT_MODIFIED in getattr(spider, "handle_httpstatus_list", ()):
+        return True
+    settings = getattr(getattr(spider, "crawler", None), "settings", None)
+    if settings is not None:
+        if settings.getbool("HTTPERROR_ALLOW_ALL") or NOT_MODIFIED in settings.getlist("HTTPERROR_ALLOWED_CODES"):
+            return True
+    return False
+
+
+def _epoch_s(value: bytes | None) -> int | None:
+    """A Last-Modified header as whole epoch seconds (None: absent or not a date)."""
+    if not value:
+        return None
+    try:
+        when = parsedate_to_datetime(value.decode("latin-1"))
+    except (TypeError, ValueError, IndexError):
+        return None
+    seconds = int(when.timestamp())
+    return seconds if 0 < seconds < 2**32 else None
+
+
+def _entry_s(entry_id: bytes) -> float | None:
+    """The Redis time of an entry's id (``ms-seq``), in seconds: when its visit was
+    enqueued or became due."""
+    try:
+        return int(entry_id.split(b"-", 1)[0]) / 1000.0
+    except ValueError:
+        return None
+
+
+def _keep_validators(state: dict[str, Any], etag: str | None, modified: int | None) -> None:
+    """Keep the validators a page answered with in its state (an ETag as the server sent it)."""
+    state.pop("e", None)
+    state.pop("m", None)
+    if etag:
+        state["e"] = etag
+    if modified:
+        state["m"] = modified
 
 
 def _ms(seconds: Any) -> int:
@@ -211,10 +322,12 @@ class Revisits:
         self.live: dict[str, int] = {}
         #: whether the crawl's tracking was stopped (the frontier's, once the worker runs)
         self.crawl_stopped: Callable[[], bool] = lambda: False
-        #: tracked request in flight -> (status, body signature) of its answer
-        self.answers: dict[Request, tuple[int, int]] = {}
+        #: tracked request in flight -> (status, body signature, ETag, Last-Modified) of its answer
+        self.answers: dict[Request, tuple[int, int, str | None, int | None]] = {}
         #: URLs of tracked requests in flight that answered with a redirect
         self.redirected: set[str] = set()
+        #: tracked requests in flight sent with the validators of their last answer
+        self.conditional: set[Request] = set()
         #: connects :meth:`on_response` to Scrapy's response_received (the scheduler's),
         #: called when the first tracked request goes to the engine: a crawl that tracks
         #: nothing gets no signal handler called for every response
@@ -222,16 +335,52 @@ class Revisits:
         self.listening = False
 
     def handed_out(self, request: Request) -> None:
-        """A tracked request went to the engine."""
+        """A tracked request went to the engine: a revisit asks with the validators of the
+        page's last answer (unless the request or the crawl turned that off, or the spider
+        set the header itself)."""
         if not self.listening and self.listen is not None:
             self.listening = True
             self.listen()
         self.live[request.url] = self.live.get(request.url, 0) + 1
+        if not self.config.revisit_conditional:
+            return
+        meta = request.meta
+        packed = meta.get(STATE)
+        if not isinstance(packed, list) or len(packed) < 9 or meta.get("revisit_conditional", True) is False:
+            return
+        state = unpack_state(packed) or {}
+        headers = request.headers
+        etag, modified = state.get("e"), state.get("m")
+        asked = False
+        if isinstance(etag, str) and b"If-None-Match" not in headers:
+            headers[b"If-None-Match"] = etag
+            asked = True
+        if isinstance(modified, int) and b"If-Modified-Since" not in headers:
+            headers[b"If-Modified-Since"] = formatdate(modified, usegmt=True)
+            asked = True
+        if asked:
+            self.conditional.add(request)
 
     def on_response(self, response: Any, request: Request, spider: Any = None) -> None:
-        """Scrapy's response_received: remember a tracked request's answer."""
-        if request.url in self.live and self.is_tracked(request):
-            self.answers[request] = (response.status, signature_of(response.body))
+        """Scrapy's response_received: remember a tracked request's answer and its validators.
+
+        A 304 to a conditional revisit is the page unchanged: unless the spider handles 304
+        itself (``handle_httpstatus_list`` / ``handle_httpstatus_all`` in the request's meta,
+        the spider's ``handle_httpstatus_list`` or ``HTTPERROR_ALLOWED_CODES``), the request's
+        callback becomes one that yields nothing, so the spider sees neither a bodiless
+        answer nor an ``HttpError``. The request is this lease's own copy: its next visit is
+        built from the payload as leased, with its callback."""
+        if request.url not in self.live or not self.is_tracked(request):
+            return
+        status = response.status
+        headers = response.headers
+        etag = headers.get(b"ETag")
+        modified = _epoch_s(headers.get(b"Last-Modified"))
+        self.answers[request] = (status, signature_of(response.body), etag.decode("latin-1") if etag else None, modified)
+        if status == NOT_MODIFIED and request in self.conditional and not _handles_304(request, spider):
+            request.callback = _unchanged
+            meta = request.meta
+            meta["handle_httpstatus_list"] = [*meta.get("handle_httpstatus_list", ()), NOT_MODIFIED]
 
     def copy_of_tracked(self, request: Request) -> bool:
         """Whether ``request`` is a copy Scrapy made of a tracked request in flight, which is
@@ -255,6 +404,10 @@ class Revisits:
         meta = request.meta
         meta["revisit"] = False
         meta.pop(STATE, None)
+        if self.conditional and any(r.url == request.url for r in self.conditional):
+            # a copy is crawled once and must get the page, not a 304 nobody reads
+            for name in (b"If-None-Match", b"If-Modified-Since"):
+                request.headers.pop(name, None)
 
     def ack(self, entry: LeasedEntry, request: Request) -> Ack:
         """The ack of a tracked page (``entry.payload``: its request as leased): its next
@@ -266,7 +419,8 @@ class Revisits:
             self.live[url] = n - 1
         else:
             self.live.pop(url, None)
-        status, body_sig = self.answers.pop(request, (None, None))
+        status, body_sig, etag, modified = self.answers.pop(request, (None, None, None, None))
+        self.conditional.discard(request)
         if url in self.redirected:
             self.redirected.discard(url)
             if status is None:
@@ -296,9 +450,15 @@ class Revisits:
             return Ack(entry) if first else Ack(entry, (-1, "", b"", 0, prev_ms))
         given = request.meta.get("revisit_signature")
         signature = signature_of(str(given).encode()) if given is not None else body_sig
-        visit = next_visit(spec, state or {}, status, signature, self.config, 2 * self.rand() - 1)
+        visit = next_visit(spec, state or {}, status, signature, self.config, 2 * self.rand() - 1,
+                           mu=entry.mu, at_s=_entry_s(entry.id))
         if visit is None:
             return Ack(entry, (-1, flags_new, b"", 0, prev_ms))
+        if status is not None and 200 <= status < 300:
+            # the validators of this answer, for the next visit's conditional request
+            _keep_validators(visit.state, etag, modified)
+        elif status == NOT_MODIFIED:
+            _keep_validators(visit.state, etag or visit.state.get("e"), modified or visit.state.get("m"))
         meta[STATE] = pack_state(visit.state)
         try:
             again = self.codec.encode(kept)
@@ -312,3 +472,4 @@ class Revisits:
         self.live.clear()
         self.answers.clear()
         self.redirected.clear()
+        self.conditional.clear()

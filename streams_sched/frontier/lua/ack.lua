@@ -3,7 +3,7 @@
 -- empty with nothing pending is deleted with its group (enqueue recreates it), and a
 -- site left with nothing pending leaves the shard's leased index.
 --
--- include: codes, time, rate, streams, answers
+-- include: codes, time, rate, streams, answers, freshness
 --
 -- KEYS[1]      leased    ZSET of the shard's sites with leased entries
 -- KEYS[2]      ready:http     ZSET of the shard's sites with http work (lib/index.lua)
@@ -17,8 +17,9 @@
 -- ARGV[2..]    per site: site name, n (0, or 11 when the site's healthy answers ride along:
 --              feedback.lua's ARGV[1..11], reported here instead of in a feedback.lua call of
 --              their own), those n values, m, then m pairs: stream index (1-6), entry id,
---              then r; when r > 0, the crawl's default rate ('' none) and the share of the
---              site's rate its revisits may need; then r tracked pages, 7 values each:
+--              then r; when r > 0, the crawl's default rate ('' none), the share of the
+--              site's rate its revisits may need and the rule ('f' freshness, 'n' Nutch's);
+--              then r tracked pages, 7 values each:
 --              stream index (1-6), entry id, ms until the next visit (-1: no longer
 --              tracked), flags ('n' first visit, 'c' changed, 'u' unchanged, '' neither),
 --              payload (the request to visit again), the page's interval after and before
@@ -57,6 +58,12 @@
 -- would be fetched and the rest would wait. The rate is the site's own (policy rate, else
 -- the crawl's default, else its robots.txt Crawl-delay), not a back-off's, which passes.
 --
+-- Under the freshness rule the pages' intervals spend the budget themselves: the site's
+-- multiplier (policy field rv_mu, lib/freshness.lua) moves with every call toward the
+-- value at which tdemand equals the budget, and lease.lua carries it to the workers, which
+-- choose each page's next interval from it (worker/freshness.py). The stretch then only
+-- catches a demand 10% over the budget (the first round, or pages whose min needs more).
+--
 -- Besides the total (field acked), acks of a site that still has work are counted in six
 -- 10-second buckets
 -- (fields ack0..ack5, slot = bucket % 6, absent = 0; ack_b = the newest bucket written),
@@ -88,9 +95,9 @@ local function stopped_url(stops, payload)
 end
 
 local function revisit(site, streams, stats, policy, delayed, stops, first, r, counts)
-  local d_rate, share = ARGV[first - 2], tonumber(ARGV[first - 1])
+  local d_rate, share, rule = ARGV[first - 3], tonumber(ARGV[first - 2]), ARGV[first - 1]
   local deleted = 0
-  local p = redis.call('HMGET', policy, 'revisit', 'rate', 'robots_delay', 'revisit_stops')
+  local p = redis.call('HMGET', policy, 'revisit', 'rate', 'robots_delay', 'revisit_stops', 'rv_mu')
   -- `streams-sched revisits --stop` sets the site's policy revisit to 'off': whatever a
   -- worker leased before it learned that, no page of the site is scheduled again
   local off = p[1] == 'off'
@@ -104,6 +111,8 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
   end
   local due_pages = {}
   local change = 0
+  -- adaptive pages whose interval the worker chose from the site's multiplier
+  local compared = 0
   for i = first, first + 7 * (r - 1), 7 do
     local idx = tonumber(ARGV[i])
     local stream = streams[idx]
@@ -135,8 +144,10 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
           tally(counts, 'revisits', 1)
           if flags == 'c' then
             tally(counts, 'changed', 1)
+            compared = compared + 1
           elseif flags == 'u' then
             tally(counts, 'unchanged', 1)
+            compared = compared + 1
           end
         end
       end
@@ -144,7 +155,7 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
     end
   end
   -- the site's demand, stretch and member sequence: one HMGET, and one HSET below
-  local cur = redis.call('HMGET', stats, 'tdemand', 'stretch')
+  local cur = redis.call('HMGET', stats, 'tdemand', 'stretch', 'tracked')
   local demand = tonumber(cur[1]) or 0
   local out = {}
   if change ~= 0 then
@@ -155,8 +166,14 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
   if #due_pages > 0 then
     local stretch = 1
     local rate = base_rate(p[2], d_rate, p[3], true)
-    if rate > 0 and demand / 1e6 > rate * share then
-      stretch = demand / 1e6 / (rate * share)
+    local over = 1
+    if rule == 'f' and rate > 0 and compared > 0 then
+      over = 1.1
+      local mu = next_mu(tonumber(p[5]), demand / 1e6, rate * share, compared, tonumber(cur[3]) or compared)
+      redis.call('HSET', policy, 'rv_mu', string.format('%.6g', mu))
+    end
+    if rate > 0 and demand / 1e6 > rate * share * over then
+      stretch = demand / 1e6 / (rate * share * over)
       local permille = math.floor(stretch * 1000 + 0.5)
       if tonumber(cur[2]) ~= permille then
         out[#out + 1] = 'stretch'
@@ -217,7 +234,7 @@ local function ack_site(k, site, a, n_answers, first, last, r)
   end
   local acked = 0
   if r > 0 then
-    acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], KEYS[k + 10], last + 4, r, counts)
+    acked = revisit(site, streams, K[1], K[2], KEYS[k + 9], KEYS[k + 10], last + 5, r, counts)
   end
   if last == first + 1 then
     -- one entry (a one-page site's): no table of ids per stream
@@ -319,7 +336,7 @@ while i <= #ARGV do
   end
   i = first + 2 * m + 1
   if r > 0 then
-    i = i + 2 + 7 * r
+    i = i + 3 + 7 * r
   end
 end
 return replies

@@ -62,6 +62,7 @@
 --          -1 paused), entries put back because of ARGV[7], the site's weight (string),
 --          the site's max_browser (-1 none), the site's effective rate (string, '0' none),
 --          the site's policy revisit ('' none: see politeness/policy.py),
+--          the site's freshness multiplier (rv_mu, seconds; '' none: see ack.lua),
 --          then per entry: stream index, id, payload (false if missing), prior deliveries},
 --          then {named ready sites}, then ms until the shard's next not-yet-ready site
 --          is due (-1 none), then the halt's value ('' none)}
@@ -70,7 +71,7 @@ local group, consumer = ARGV[1], ARGV[2]
 local weights = { tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]) }
 local promote_limit = tonumber(ARGV[6])
 -- the values of a site's reply before its entries (scripts/lease.py: _HEAD)
-local REPLY_HEAD = 11
+local REPLY_HEAD = 12
 local suspects_left = tonumber(ARGV[7]) or 1
 local ready = { KEYS[1], KEYS[2] }
 local leased_ix, inbox = KEYS[3], KEYS[4]
@@ -108,9 +109,10 @@ local function lease_site(k, site, total, max_http, max_browser)
   -- policy_fields' fields (lib/rate.lua) and the lease's, in one HMGET, into a table built
   -- at its size: filled field by field it would be rehashed four times, for every site
   local g = redis.call('HMGET', K[4], 'paused', 'rate', 'burst', 'robots_delay', 'a_rate', 'a_until',
-    'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe', 'revisit')
+    'tokens', 'tokens_ts', 'weight', 'max_browser', 'robots_probe', 'revisit', 'rv_mu')
   local p = { paused = g[1], rate = g[2], burst = g[3], robots_delay = g[4], a_rate = g[5], a_until = g[6],
-    tokens = g[7], tokens_ts = g[8], weight = g[9], max_browser = g[10], robots_probe = g[11], revisit = g[12] }
+    tokens = g[7], tokens_ts = g[8], weight = g[9], max_browser = g[10], robots_probe = g[11], revisit = g[12],
+    rv_mu = g[13] }
   local site_weight = p.weight or ARGV[11]
   local max_browser = tonumber(p.max_browser) or tonumber(ARGV[12]) or -1
   -- politeness: the policy or robots.txt rate, the adaptive back-off, a Retry-After pause
@@ -155,7 +157,7 @@ local function lease_site(k, site, total, max_http, max_browser)
   local pending = 0
   -- the reply: REPLY_HEAD values (set at the end), then the entries, in one table built at
   -- the head's size (a table grown entry by entry is reallocated at every power of two)
-  local out = { 0, 0, 0, 0, 0, 0, 0, '', 0, '', '' }
+  local out = { 0, 0, 0, 0, 0, 0, 0, '', 0, '', '', '' }
   local leased = 0
   local deferred = 0
   if promoted then
@@ -254,6 +256,7 @@ local function lease_site(k, site, total, max_http, max_browser)
   out[1], out[2], out[3], out[4], out[5], out[6] = backlog[1], backlog[2], pending, delayed, next_due, wait_ms
   out[7], out[8], out[9], out[10], out[11] = deferred, tostring(site_weight or '1'), max_browser, tostring(rate),
     p.revisit or ''
+  out[12] = p.rv_mu or ''
   return out
 end
 

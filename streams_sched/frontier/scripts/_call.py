@@ -82,6 +82,7 @@ class Context(Protocol):
     default_policy: tuple[str, ...]
     politeness: str
     revisit_budget_share: float
+    revisit_rule: str
 
     def site(self, site: str) -> SiteKeys: ...
 

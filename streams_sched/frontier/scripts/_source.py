@@ -20,7 +20,7 @@ __all__ = ["LIB_ORDER", "includes", "lib_needs", "read_lua", "script_text"]
 
 #: The helper files of ``lua/lib/``, in the order they are joined: each after the ones it needs.
 LIB_ORDER: tuple[str, ...] = (
-    "codes", "time", "rate", "streams", "delayed", "inbox", "index", "bands", "answers", "bloom", "snapshot",
+    "codes", "time", "rate", "streams", "delayed", "inbox", "index", "bands", "answers", "bloom", "snapshot", "freshness",
 )
 
 _NOTHING = "(nothing)"

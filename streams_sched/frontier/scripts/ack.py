@@ -40,9 +40,12 @@ def keys(shard: ShardKeys, sites: Sequence[SiteKeys], tracked: Collection[str] =
     return out
 
 
-def args(group: str, sites: Sequence[SiteAcks], defaults: Sequence[str], budget_share: float = 0.9) -> list[Arg]:
+def args(
+    group: str, sites: Sequence[SiteAcks], defaults: Sequence[str], budget_share: float = 0.9, rule: str = "freshness",
+) -> list[Arg]:
     """``defaults``: the crawl's default policy, for the answers (feedback.args) and, with
-    ``budget_share``, a site's revisit budget."""
+    ``budget_share``, a site's revisit budget; ``rule``: how adaptive intervals move
+    (STREAMS_REVISIT_RULE: 'freshness' keeps the site's multiplier)."""
     out: list[Arg] = [group]
     for site, entries, answers, revisits in sites:
         out.append(site)
@@ -57,7 +60,7 @@ def args(group: str, sites: Sequence[SiteAcks], defaults: Sequence[str], budget_
             pairs += (stream_code(stream), entry_id)
         out += (len(pairs) // 2, *pairs, len(revisits))
         if revisits:
-            out += (defaults[_DEFAULT_RATE], budget_share)
+            out += (defaults[_DEFAULT_RATE], budget_share, "f" if rule == "freshness" else "n")
         for stream, entry_id, delay_ms, flags, payload, *intervals in revisits:
             interval_ms, prev_ms = intervals or (0, 0)
             out += (stream_code(stream), entry_id, delay_ms, flags, payload, interval_ms, prev_ms)
@@ -82,4 +85,4 @@ def call(f: Context, sites: Sequence[SiteAcks]) -> Call[list[int]]:
     keyed = [f.site(s[0]) for s in sites]
     tracked = {s[0] for s in sites if s[3]}
     return Call(f.scripts["ack"], keys(keyed[0].index, keyed, tracked),
-                args(f.group, sites, f.default_policy, f.revisit_budget_share), parse)
+                args(f.group, sites, f.default_policy, f.revisit_budget_share, f.revisit_rule), parse)

@@ -20,7 +20,7 @@ __all__ = ["DEFAULT_POLICY_FIELDS", "LeaseOptions", "args", "call", "keys", "lea
 DEFAULT_POLICY_FIELDS: tuple[str, ...] = ("rate", "burst", "paused", "weight", "max_browser")
 
 #: values of a site's part before its entries
-_HEAD = 11
+_HEAD = 12
 
 
 def keys(shard: ShardKeys, sites: Sequence[SiteKeys]) -> list[str]:
@@ -102,6 +102,7 @@ def parse(sites: Sequence[str], reply: Sequence[Any]) -> ShardLease:
         r.max_browser = int(part[8])
         r.rate = float(part[9] or 0)
         r.revisit = text(part[10])
+        r.mu = float(part[11]) if part[11] else None
         r.entries = leased_entries(site, part, _HEAD)
         parts.append(r)
     return ShardLease(parts, [text(v) for v in reply[n]], int(reply[n + 1]), text(reply[n + 2]))

@@ -255,6 +255,11 @@ class Leasing:
             elif self.site_revisit:
                 self.site_revisit.pop(site, None)
             if n:
+                if part.mu is not None:
+                    # the site's freshness multiplier: its tracked pages' next intervals
+                    # are chosen with it at their acks (worker/freshness.py)
+                    for e in part.entries:
+                        e.mu = part.mu
                 x.stats.append(("streams/leased", n))
                 arrived += self.accept(part.entries)
         for site in r.named:
