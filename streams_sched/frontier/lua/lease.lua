@@ -265,7 +265,7 @@ local halt = redis.call('GET', KEYS[7])
 if halt then
   -- a move stops leasing: every site answers as a paused one, to be asked again later
   for _ = 19, #ARGV, 4 do
-    replies[#replies + 1] = { 0, 0, 0, 0, -1, -1, 0, '1', -1, '0', '' }
+    replies[#replies + 1] = { 0, 0, 0, 0, -1, -1, 0, '1', -1, '0', '', '' }
   end
   replies[#replies + 1] = {}
   replies[#replies + 1] = paused_wait
