@@ -312,6 +312,8 @@ class RunResult:
     twice: int = 0
     exits: dict[str, int | str] = field(default_factory=dict)
     tracebacks: dict[str, str] = field(default_factory=dict)
+    #: the loss ERRORs the workers logged, per worker (docs/concepts/faults.md, word for word)
+    loss_errors: dict[str, list[str]] = field(default_factory=dict)
     leftovers: list[str] = field(default_factory=list)
     #: sites whose counters do not balance though nothing is left: reported, not failed (the
     #: counters are statistics; the pages and the leftovers are what the invariants hold to)
@@ -325,6 +327,20 @@ class RunResult:
     tracked: bool = False
     revisits: int = 0
     tracked_problems: list[str] = field(default_factory=list)
+
+    def false_loss_errors(self) -> list[str]:
+        """Loss ERRORs that no fault of the run could have caused: every node keeps an AOF, so
+        only a node restarted empty can lose its data, and only a node killed or stopped can
+        be replaced by a replica that lacks writes. Such a line would be a false alarm."""
+        ran = {f.fault.kind + ":" + f.fault.then for f in self.fired if not f.skipped}
+        emptied = any(k.endswith(":restart-empty") for k in ran)
+        replaced = any(k.split(":")[0] in ("kill-node", "stop-node") for k in ran)
+        out = []
+        for w, lines in self.loss_errors.items():
+            for line in lines:
+                if ("restarted empty" in line and not emptied) or ("was promoted without" in line and not replaced):
+                    out.append(f"a loss ERROR in {w}'s log that no fault of this run explains: {line[:400]}")
+        return out
 
     def twice_bound(self) -> int:
         """Pages a run may crawl twice: for each kill or stop, the pages in flight then
@@ -345,6 +361,7 @@ class RunResult:
             out.append(f"workers did not exit 0: {bad}")
         for w, line in self.tracebacks.items():
             out.append(f"traceback in {w}'s log: {line}")
+        out.extend(self.false_loss_errors())
         if self.leftovers:
             out.append(f"left in Redis: {self.leftovers[:8]}")
         out.extend(self.tracked_problems)
@@ -384,7 +401,7 @@ class RunResult:
             "setup": self.setup, "seed": self.seed, "schedule": [asdict(f) for f in self.schedule],
             "fired": [{**asdict(f), "fault": asdict(f.fault), "label": f.fault.label()} for f in self.fired],
             "total": self.total, "crawled": self.crawled, "missing": len(self.missing), "twice": self.twice,
-            "twice_bound": self.twice_bound(), "exits": self.exits, "tracebacks": self.tracebacks,
+            "twice_bound": self.twice_bound(), "exits": self.exits, "tracebacks": self.tracebacks, "loss_errors": self.loss_errors,
             "leftovers": self.leftovers, "counters_off": self.counters_off, "stall": self.stall, "error": self.error, "elapsed_s": self.elapsed_s,
             "longest_gap_s": self.longest_gap_s, "failures": self.failures(),
             "tracked": self.tracked, "revisits": self.revisits, "tracked_problems": self.tracked_problems,
@@ -990,6 +1007,10 @@ class Campaign:
             if "Traceback" in log:
                 at = log.index("Traceback")
                 self.result.tracebacks[node] = log[at:at + 1500]
+            losses = [line for line in log.splitlines()
+                      if "ERROR" in line and ("restarted empty" in line or "was promoted without" in line)]
+            if losses:
+                self.result.loss_errors[node] = losses
 
     def _check_redis(self) -> None:
         try:

@@ -2,7 +2,9 @@
 seed (node SIGKILL or SIGSTOP, the URL's node included, maxmemory reached, connections cut,
 workers killed, stopped or with a clock off) over one crawl on a 3+3 Redis Cluster or under
 Sentinel, then checks that every page was crawled, every worker exited 0 by itself with no
-traceback, and nothing was left in Redis. A seed of TRACKED_SEEDS runs with one page in 20
+traceback, no worker logged a loss ERROR that no fault of the run could cause (every node
+keeps an AOF: only a node restarted empty loses data, only a node killed or stopped can be
+replaced by a replica without writes), and nothing was left in Redis. A seed of TRACKED_SEEDS runs with one page in 20
 tracked (continuous crawling), and checks too that, after the first pass, each tracked page
 is in the frontier exactly once. A failure prints the seed and the schedule.
 
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from campaign import SETUPS, draw_schedule, run_campaign
+from campaign import SETUPS, Fault, Fired, RunResult, draw_schedule, run_campaign
 
 from streams_sched.testing import redis_server_binary
 
@@ -89,3 +91,26 @@ def test_a_schedule_depends_on_its_seed_alone() -> None:
             for a, b in zip(schedule, schedule[1:], strict=False):
                 assert not (a.with_next and a.kind in ("kill-node", "stop-node") and b.kind in ("kill-node", "stop-node"))
     assert draw_schedule(1, "cluster") != draw_schedule(2, "cluster")
+
+
+def test_a_loss_error_that_no_fault_explains_fails_the_run() -> None:
+    """A "restarted empty" ERROR fails a run without a node restarted empty, and a "promoted
+    without" ERROR fails a run without a node killed or stopped; the same lines after such a
+    fault are true and pass."""
+    empty = "ERROR: Redis primary 127.0.0.1:7000 restarted empty (appendonly no, nothing loaded) and took writes"
+    rolled = "ERROR: Redis primary 127.0.0.1:7003 was promoted without the last 4,096 bytes of writes"
+
+    def run(*faults: Fault) -> RunResult:
+        result = RunResult("cluster", 1, list(faults), fired=[Fired(f) for f in faults])
+        result.loss_errors = {"w1": [empty, rolled]}
+        return result
+
+    quiet = run(Fault("kill-worker", 0.3, "worker:1"))
+    assert len(quiet.false_loss_errors()) == 2 and len(quiet.failures()) == 2
+    restarted = run(Fault("kill-node", 0.3, "master:0", then="restart"))
+    assert [line for line in restarted.false_loss_errors()] == [
+        f"a loss ERROR in w1's log that no fault of this run explains: {empty}"]
+    assert run(Fault("kill-node", 0.3, "master:0", then="restart-empty")).false_loss_errors() == []
+    skipped = run(Fault("kill-node", 0.3, "master:0", then="restart-empty"))
+    skipped.fired[0].skipped = "the crawl ended before it was due"
+    assert len(skipped.false_loss_errors()) == 2
