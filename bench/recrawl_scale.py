@@ -159,7 +159,7 @@ def build_tracked(url: str, sites: int, pages: int, due: int, chunk_sites: int =
                 request = codec.decode(e.payload)
                 j = int(_URL_RE.match(request.url).group(2))  # type: ignore[union-attr]
                 revisits.handed_out(request)
-                revisits.on_response(SimpleNamespace(status=200, body=page_body(s, j)), request)
+                revisits.on_response(SimpleNamespace(status=200, body=page_body(s, j), headers={}), request)
                 ack = revisits.ack(e, request)
                 assert ack.revisit is not None, request.url
                 acks.append((e.stream, e.id, delay_ms(s, j, sites, pages, due), *ack.revisit[1:]))
