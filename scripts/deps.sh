@@ -131,24 +131,9 @@ culprit() {
   local suspects=() failed=()
   mapfile -t failed < "$venv/failed-args"
   while read -r name have want; do
-    suspects+=("$name $have $want")
-  done < <("$venv/bin/python" -m pip freeze --exclude-editable 2>/dev/null |
-           "$PYTHON" -c '
-import sys
-edge = sys.argv[2].split()
-ref = {}
-for line in open(sys.argv[1]):
-    if "==" in line and not line.startswith("#"):
-        name, _, version = line.strip().partition("==")
-        ref[name.lower()] = version
-rows = []
-for line in sys.stdin:
-    name, sep, have = line.strip().partition("==")
-    want = ref.get(name.lower())
-    if sep and want and want != have:
-        rows.append((name.lower() not in edge, name.lower(), f"{name} {have} {want}"))
-print("\n".join(row[2] for row in sorted(rows)))
-' "$reference" "$EDGE_PACKAGES")
+    # a package the reference does not pin cannot be put back to its version
+    [ "$want" = none ] || suspects+=("$name $have $want")
+  done < <(differing "$venv" "$reference")
   local now pins
   now="$(mktemp)"; pins="$(mktemp)"
   "$venv/bin/python" -m pip freeze --exclude-editable 2>/dev/null | grep '==' > "$now"
@@ -194,11 +179,13 @@ lowest() {
   return 1
 }
 
-# newer_than_constraints VENV: "name have (constraints: want)" for each package installed in
-# VENV at another version than constraints.txt pins, on one line; nothing when none differs
-newer_than_constraints() {
+# differing VENV REFERENCE: "name have want" for each package installed in VENV at another
+# version than the "name==version" file REFERENCE pins ("none": not pinned there), the edge
+# packages first
+differing() {
   "$1/bin/python" -m pip freeze --exclude-editable 2>/dev/null | "$PYTHON" -c '
 import sys
+edge = sys.argv[2].split()
 ref = {}
 for line in open(sys.argv[1]):
     if "==" in line and not line.startswith("#"):
@@ -207,11 +194,22 @@ for line in open(sys.argv[1]):
 rows = []
 for line in sys.stdin:
     name, sep, have = line.strip().partition("==")
-    if sep and ref.get(name.lower()) != have:
-        want = ref.get(name.lower(), "none")
-        rows.append(f"{name} {have} (constraints: {want})")
-print(", ".join(rows))
-' "$CONSTRAINTS"
+    want = ref.get(name.lower(), "none")
+    if sep and want != have:
+        rows.append((name.lower() not in edge, name.lower(), f"{name} {have} {want}"))
+print("\n".join(row[2] for row in sorted(rows)))
+' "$2" "$EDGE_PACKAGES"
+}
+
+# newer_than_constraints VENV: "name have (constraints: want)" for each package installed in
+# VENV at another version than constraints.txt pins, on one line; nothing when none differs
+newer_than_constraints() {
+  local name have want out=()
+  while read -r name have want; do
+    [ -n "$name" ] && out+=("$name $have (constraints: $want)")
+  done < <(differing "$1" "$CONSTRAINTS")
+  local IFS=,
+  echo "${out[*]}" | sed 's/,/, /g'
 }
 
 newest() {
