@@ -165,7 +165,13 @@ def test_the_stack_starts_with_the_compose_files_own_commands_variables_ports_vo
 
     # the published ports, from the namespace's host side
     assert [c["crawl"] for c in cli(stack, "crawls")] == [CRAWL], "Redis on the published 6379 is not the stack's"
-    assert b"streams_sched_redis_up" in stack.netns.http_get("http://127.0.0.1:9108/metrics")
+    def metrics() -> bytes | None:  # the monitor listens once its start-up checks of Redis are done
+        try:
+            return stack.netns.http_get("http://127.0.0.1:9108/metrics")
+        except AssertionError:
+            return None
+
+    assert b"streams_sched_redis_up" in wait_for(metrics, timeout=60, interval=1, what="the monitor's published port")
 
     def ready() -> bool:
         try:

@@ -120,7 +120,9 @@ def promote_before_sync(sentinel: LocalSentinel) -> None:
         return info.get("role") == "slave" and info.get("master_port") == second.port and info.get(
             "master_link_status") == "down"
 
-    wait_for(syncing, timeout=30, what="the old primary made a replica, its full sync held back")
+    # the sentinels convert a restarted old primary at their next INFO of it (every 10 s), later
+    # on a loaded machine; the held-back sync leaves 60 s after that
+    wait_for(syncing, timeout=90, what="the old primary made a replica, its full sync held back")
     with sentinel.sentinel_client(sentinel.sentinels[0]) as s:
         wait_for(lambda: any(int(r["port"]) == first.port for r in s.sentinel_slaves(sentinel.service)),
                  timeout=30, what="the sentinels to know the old primary as a replica")
