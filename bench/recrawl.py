@@ -139,12 +139,21 @@ class Web:
     def __init__(
         self, sites: int, pages: int, run_s: float, seed: int = 1,
         classes: Sequence[tuple[float, float | None]] = CLASSES, etag_share: float = 0.0, page_bytes: int = 0,
+        dated_share: float = 0.0,
     ) -> None:
         self.sites, self.pages, self.run_s, self.seed = sites, pages, run_s, seed
         self.classes = tuple(classes)
         #: pages whose server answers with an ETag and a Last-Modified, and 304 to a match:
         #: every page whose index in its site is below this share of the site's pages
         self.etag_pages = round(etag_share * pages)
+        #: pages whose server sends a Last-Modified (their last change's date): those with
+        #: an ETag, and every page whose index is below this share of the site's pages
+        self.dated_pages = max(self.etag_pages, round(dated_share * pages))
+        #: page index -> bench seconds (<= 0) of its last change before the run: a page
+        #: that changes had its Poisson clock running before the run, so its age at the
+        #: start is exponential of its mean (memoryless); one that never changes was last
+        #: changed (published) 1 to 365 days before
+        self.born_s: list[float] = [0.0] * (sites * pages)
         #: a page's body is padded to this size (a real page's HTML, not a few links)
         self.padding = "<!-- " + "x" * max(0, page_bytes - 200) + " -->" if page_bytes > 200 else ""
         #: page index (site * pages + page) -> mean change interval (None: never)
@@ -164,6 +173,8 @@ class Web:
     def _clock(self, site: int, page: int, mean: float | None) -> None:
         i = site * self.pages + page
         self.mean_s[i] = mean
+        before = random.Random(f"{self.seed}/{site}/{page}/before")
+        self.born_s[i] = -(before.expovariate(1.0 / mean) if mean is not None else before.uniform(86400.0, 365 * 86400.0))
         if mean is None:
             return
         rng = random.Random(f"{self.seed}/{site}/{page}")
@@ -194,8 +205,13 @@ class Web:
         return f'"{site}-{page}-{version}"' if page < self.etag_pages else None
 
     def modified_s(self, site: int, page: int, version: int) -> float:
-        """Bench seconds of the change that made ``version`` (0 for the first)."""
-        return self.changes[site * self.pages + page][version - 1] if version else 0.0
+        """Bench seconds of the change that made ``version`` (before 0 for the first)."""
+        i = site * self.pages + page
+        return self.changes[i][version - 1] if version else self.born_s[i]
+
+    def dated(self, page: int) -> bool:
+        """Whether the page's server sends a Last-Modified."""
+        return page < self.dated_pages
 
     def rates(self, site: int) -> list[float]:
         """The true change rates (per bench second) of the site's pages."""
@@ -489,10 +505,13 @@ def simulate(
             if page == 0 and 0 not in state:
                 for other in web.links(0):
                     heapq.heappush(due, (t, other))
+            modified = web.modified_s(site, page, version) if web.dated(page) else None
             visit = next_visit(spec, state.get(page, {}), 200, str(version), config, 2 * rng.random() - 1,
-                               mu=mu, at_s=t)
+                               mu=mu, at_s=t, age_s=None if modified is None else t - modified)
             assert visit is not None
             state[page] = visit.state
+            if modified is not None:
+                state[page]["m"] = modified  # what the worker keeps of the answer's validators
             delay = visit.delay_s
             if kind == "freshness":
                 # ack.lua's part: the site's demand, its multiplier and the stretch
@@ -520,7 +539,7 @@ FIXED_GRID = (300.0, 450.0, 600.0, 750.0, 900.0, 1200.0)
 def fresh_grid() -> Iterator[Fresh]:
     """The freshness specs the search tries (bench seconds, share of the site's rate)."""
     for every in (300.0, 600.0):
-        for share in (0.03, 0.04, 0.05, 0.06, 0.07, 0.08):
+        for share in (0.03, 0.04, 0.045, 0.05, 0.055, 0.06, 0.07, 0.08):
             yield Fresh(every, 10.0, 3600.0, share)
 
 
@@ -635,11 +654,14 @@ class RecrawlServer:
             version = web.version(site, page, max(t, 0.0))
             self.log.append(Fetch(site, page, t, version))  # list.append holds the GIL: no lock
             etag = web.etag(site, page, version)
-            if etag is None:
-                return 200, {"Content-Type": "text/html"}, web.body(site, page, version)
-            # the change's time on the wall clock, as an HTTP date (whole seconds, as HTTP has)
+            # the change's time on the wall clock, as an HTTP date (whole seconds, as HTTP
+            # has); the answer's Date is on the same clock
             modified = formatdate(time.time() - (time.monotonic() - self.t0)
                                   + web.modified_s(site, page, version) * self.time_scale, usegmt=True)
+            if etag is None:
+                # a page without an ETag may still be dated; its server ignores If-Modified-Since
+                dated = {"Last-Modified": modified} if web.dated(page) else {}
+                return 200, {"Content-Type": "text/html", **dated}, web.body(site, page, version)
             headers = {"ETag": etag, "Last-Modified": modified}
             if handler.headers.get("If-None-Match") == etag:
                 status, body = 304, b""
@@ -938,6 +960,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    " share of the site's rate (default: the simulation's choice)")
     p.add_argument("--classes", default=",".join(f"{s:g}:{'never' if m is None else f'{m:g}'}" for s, m in CLASSES),
                    help="the pages' change classes, SHARE:MEAN,... (MEAN bench seconds or never)")
+    p.add_argument("--dated-share", type=float, default=1.0,
+                   help="share of each site's pages whose server sends Last-Modified, the date of the page's last"
+                        " change (at least --etag-share; default 1.0)")
     p.add_argument("--etag-share", type=float, default=0.5,
                    help="share of each site's pages whose server sends ETag / Last-Modified and answers 304 (default 0.5)")
     p.add_argument("--page-bytes", type=int, default=16384,
@@ -1081,12 +1106,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = "python -m bench recrawl " + " ".join(shlex.quote(a) for a in argv)
     started = time.time()
-    web = Web(args.sites, args.pages, args.minutes * 60.0, args.seed, args.classes, args.etag_share, args.page_bytes)
+    web = Web(args.sites, args.pages, args.minutes * 60.0, args.seed, args.classes, args.etag_share, args.page_bytes,
+              args.dated_share)
     warm_s = args.warm_minutes * 60.0 if args.warm_minutes is not None else None
     say(f"{args.sites} sites x {args.pages} pages, {args.minutes:g} bench minutes, time scale {args.time_scale:g},"
         f" {args.workers} workers, rate {args.rate:g}/s burst {args.burst:g}, seed {args.seed}")
     sim_web = web if args.sim_sites >= args.sites else Web(args.sim_sites, args.pages, args.minutes * 60.0, args.seed,
-                                                           args.classes)
+                                                           args.classes, args.etag_share, 0, args.dated_share)
     found = search(sim_web, args.rate, args.burst)
     sim_text = render_search(found)
     print(sim_text + "\n", flush=True)

@@ -13,7 +13,10 @@ scripts:
   also holding its change-rate estimate (visits, changes, time spanned, the last visit's
   Redis time in ms);
 - ``validators``: as ``estimate``, with the ETag (a typical 22-character
-  ``"<hex>-<hex>"``, as nginx and Apache send) and Last-Modified (4 bytes) of its last answer.
+  ``"<hex>-<hex>"``, as nginx and Apache send) and Last-Modified (4 bytes) of its last answer;
+- ``dated``: as ``estimate``, with only the Last-Modified of its last answer (a server
+  that dates its pages but sends no ETag; the freshness rule estimates such a page from
+  its first answer).
 
 Bytes are the growth of ``used_memory`` over the empty crawl, divided by the pages;
 both include each page's fingerprint in its site's seen filter and the sites' stats.
@@ -98,10 +101,12 @@ def run(url: str, kind: str, sites: int, pages: int) -> tuple[float, dict[str, A
                     assert e.payload is not None
                     again = codec.decode(e.payload)
                     state: dict[str, Any] = {"i": 3600.0, "s": signature_of(b"<html>a product page</html>")}
-                    if kind in ("estimate", "validators"):
+                    if kind in ("estimate", "validators", "dated"):
                         state.update(n=12, x=3, o=12 * 3600.0 * 1.07, l=f.clock.now())
                     if kind == "validators":
                         state.update(e='"65f1a2b3-1c9e4d7a2b"', m=int(f.clock.now()) - 86400)
+                    if kind == "dated":
+                        state.update(m=int(f.clock.now()) - 86400)
                     again.meta["_rv"] = pack_state(state)
                     revisits.append((e.stream, e.id, HOUR_MS, "n", codec.encode(again)))
                 f.ack(site, [], revisits=revisits)

@@ -96,6 +96,23 @@ def test_the_freshness_schedule_skips_pages_it_cannot_follow_and_spends_on_the_o
     assert fresh["by_class"]["never"]["fetches"] < uniform["by_class"]["never"]["fetches"] / 2
 
 
+def test_dated_pages_let_the_freshness_rule_see_half_again_crons_changes_in_the_first_30_minutes() -> None:
+    """Pages dated before the run (a changing page's age exponential, a static one's 1-365 days): with Last-Modified the model's freshness rule sees >= 1.5x cron's changes in time within its fetches and >= 95% of the optimum; without, it does not."""
+    rc = recrawl()
+    web = rc.Web(20, 100, 1800.0, 1, rc.CLASSES, 0.5, 0, 1.0)
+    assert all(web.modified_s(0, p, 0) < 0 for p in range(100))
+    static = [web.modified_s(0, p, 0) for p in range(100) if web.mean_s[p] is None]
+    assert all(-365 * 86400.0 <= t <= -86400.0 for t in static)
+    cron = rc.score(web, rc.simulate(web, "cron", 2.0, 2.0), 2.0, 2.0)
+    spec = rc.Fresh(600.0, 10.0, 3600.0, 0.055)
+    dated = rc.score(web, rc.simulate(web, "freshness", 2.0, 2.0, fresh=spec), 2.0, 2.0)
+    assert dated["fetches"] <= cron["fetches"] and dated["in_time"] >= 1.5 * cron["in_time"]
+    assert dated["of_optimum"] >= 0.95
+    undated_web = rc.Web(20, 100, 1800.0, 1, rc.CLASSES, 0.0, 0, 0.0)
+    undated = rc.score(undated_web, rc.simulate(undated_web, "freshness", 2.0, 2.0, fresh=spec), 2.0, 2.0)
+    assert undated["in_time"] < 1.5 * cron["in_time"]
+
+
 @pytest.mark.e2e
 def test_tiny_run_reports_three_schedules_whose_numbers_match_the_servers_fetch_log(tmp_path: Path) -> None:
     """`python -m bench recrawl` at 3 sites x 10 pages and time scale 0.0025 prints the three rows and PASS/FAIL lines, and each row's fetches, waste, changes in time and fullest window agree with the server's fetch log."""

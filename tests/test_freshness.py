@@ -40,6 +40,18 @@ def test_the_estimate_is_cho_and_garcia_molinas_and_stays_finite_when_every_visi
     assert fr.estimate_rate(0, 0, 0.0) == 0.0
 
 
+def test_the_dated_estimate_is_changes_over_exposure_and_finds_the_true_rate_from_ages() -> None:
+    """With Last-Modified a visit's age is exposure: one age a gives 1/a, and pooled Poisson ages give back the true rate."""
+    import random
+
+    assert fr.estimate_rate_dated(1, 300.0) == pytest.approx(1 / 300)
+    assert fr.estimate_rate_dated(0, 300.0) == 0.0 and fr.estimate_rate_dated(1, 0.0) == 0.0
+    rng = random.Random(7)
+    for rate in (1 / 60, 1 / 600):
+        ages = [rng.expovariate(rate) for _ in range(4000)]  # a Poisson page's age at a random time
+        assert fr.estimate_rate_dated(len(ages), sum(ages)) == pytest.approx(rate, rel=0.05)
+
+
 def test_the_frequency_makes_the_marginal_freshness_equal_the_multiplier_or_is_zero() -> None:
     """dF/df = mu at the chosen frequency; a page with mu * r >= 1 or r = 0 gets no visits of its own."""
     for r in (0.001, 0.01, 0.1, 1.0):
@@ -120,6 +132,37 @@ def test_under_the_freshness_rule_a_page_counts_its_visits_and_takes_the_interva
     assert (second.state["n"], second.state["x"], second.state["o"]) == (1, 1, 30.0)
     want = fr.interval_for(fr.estimate_rate(1, 1, 30.0), 20.0, SPEC.min_s, SPEC.max_s, 40.0)
     assert second.interval_s == pytest.approx(want)
+
+
+def test_a_dated_first_visit_estimates_the_rate_from_the_pages_age_and_takes_the_optimums_interval() -> None:
+    """A first answer with the page's age counts one change over that age (found 'e'): an old page goes to its max at once, a young one takes interval_for's."""
+    old = next_visit(SPEC, {}, 200, 1, CONFIG, 0.0, mu=20.0, at_s=1000.0, age_s=86400.0 * 30)
+    assert old is not None and old.found == "e" and old.interval_s == SPEC.max_s
+    young = next_visit(SPEC, {}, 200, 1, CONFIG, 0.0, mu=20.0, at_s=1000.0, age_s=60.0)
+    assert young is not None and (young.state["n"], young.state["x"], young.state["o"]) == (1, 1, 60.0)
+    assert young.interval_s == pytest.approx(fr.interval_for(1 / 60, 20.0, SPEC.min_s, SPEC.max_s))
+    assert SPEC.min_s < young.interval_s < SPEC.max_s / 10  # neither bound: the optimum for its rate
+    unknown = next_visit(SPEC, {}, 200, 1, CONFIG, 0.0, mu=None, at_s=1000.0, age_s=60.0)
+    assert unknown is not None and unknown.found == "e" and unknown.interval_s == SPEC.every_s
+    undated = next_visit(SPEC, {}, 200, 1, CONFIG, 0.0, mu=20.0, at_s=1000.0)
+    assert undated is not None and undated.found == "" and "n" not in undated.state
+    nutch = StreamsConfig(redis_url="redis://x", crawl="c", revisit_jitter=0.0, revisit_rule="nutch")
+    plain = next_visit(SPEC, {}, 200, 1, nutch, 0.0, mu=20.0, at_s=1000.0, age_s=60.0)
+    assert plain is not None and plain.found == "" and plain.interval_s == SPEC.every_s
+
+
+def test_a_dated_change_adds_its_age_and_an_unchanged_visit_the_time_spanned() -> None:
+    """After a dated answer, a change seen 10 s old adds 10 s of exposure, not the 30 s spanned; an unchanged visit adds the span."""
+    first = next_visit(SPEC, {}, 200, 1, CONFIG, 0.0, mu=20.0, at_s=1000.0, age_s=100.0)
+    assert first is not None
+    state = {**first.state, "m": 900}
+    changed = next_visit(SPEC, state, 200, 2, CONFIG, 0.0, mu=20.0, at_s=1030.0, age_s=10.0)
+    assert changed is not None and changed.found == "c"
+    assert (changed.state["n"], changed.state["x"], changed.state["o"]) == (2, 2, 110.0)
+    want = fr.interval_for(fr.estimate_rate_dated(2, 110.0), 20.0, SPEC.min_s, SPEC.max_s, state["i"])
+    assert changed.interval_s == pytest.approx(want)
+    same = next_visit(SPEC, {**changed.state, "m": 1020}, 304, None, CONFIG, 0.0, mu=20.0, at_s=1060.0, age_s=40.0)
+    assert same is not None and same.found == "u" and (same.state["x"], same.state["o"]) == (2, 140.0)
 
 
 def test_a_page_never_seen_to_change_grows_at_most_twofold_a_visit_up_to_its_max() -> None:
@@ -225,6 +268,26 @@ def test_the_sites_multiplier_moves_in_ack_lua_and_the_lease_carries_it_to_the_p
     assert state is not None and (state["n"], state["x"]) == (2, 2)
     rate = fr.estimate_rate(2, 2, state["o"])
     assert state["i"] == pytest.approx(fr.interval_for(rate, float(leased.mu), 0.05, 60, before["i"]), abs=1e-3)
+
+
+def test_a_dated_first_answer_estimates_the_page_and_moves_the_sites_multiplier_at_once(
+    worker: InProcessWorker, r: redis.Redis, crawl: str
+) -> None:
+    """A first answer with Date and Last-Modified: the page's state holds one change over its age, ack.lua counts it tracked and writes rv_mu."""
+    f = Frontier(r, crawl)
+    set_policy(f, "dated.test", {"rate": 10})
+    spec = {"every": 0.2, "adaptive": True, "min": 0.05, "max": 60}
+    worker.scheduler.enqueue_request(scrapy.Request("http://dated.test/a", meta={"revisit": spec}))
+    first = worker.next_request()
+    headers = {"Date": "Wed, 02 Dec 2026 10:00:30 GMT", "Last-Modified": "Wed, 02 Dec 2026 10:00:00 GMT"}
+    answer(worker, first, HtmlResponse(first.url, body=b"one", headers=headers))
+    mu = float(r.hget(f.site("dated.test").policy, "rv_mu") or 0)
+    assert 0 < mu  # the first visit's estimate moved the multiplier
+    assert f.status("dated.test").stats.get("tracked") == 1
+    second = worker.next_request()
+    state = unpack_state(second.meta["_rv"])
+    assert state is not None and (state["n"], state["x"], state["o"]) == (1, 1, 30.0)
+    assert second.headers[b"If-Modified-Since"] == b"Wed, 02 Dec 2026 10:00:00 GMT"
 
 
 def test_a_revisit_asks_with_the_validators_and_a_304_produces_no_item_and_counts_unchanged(

@@ -56,6 +56,9 @@ REDIRECTED = 300
 NOT_MODIFIED = 304
 #: the meta key of a page's tracking state (short: it is in every waiting page)
 STATE = "_rv"
+#: the least age a dated answer counts (s): Date and Last-Modified are whole seconds, so
+#: a page changed in the second of the answer shows 0
+MIN_AGE_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,8 @@ class Spec:
 @dataclass(frozen=True, slots=True)
 class Visit:
     """The next visit of a page: seconds until it, the state it carries, what this visit
-    found ('c' changed, 'u' unchanged, '' neither), and the page's interval (s), which
+    found ('c' changed, 'u' unchanged, 'e' a first visit's estimate from the page's
+    Last-Modified, '' neither), and the page's interval (s), which
     the delay differs from by jitter and a temporary failure's back-off."""
 
     delay_s: float
@@ -156,7 +160,7 @@ def unpack_state(packed: Any) -> dict[str, Any] | None:
 
 def next_visit(
     spec: Spec, state: Mapping[str, Any], status: int | None, signature: int | str | None, config: StreamsConfig,
-    jitter: float, *, mu: float | None = None, at_s: float | None = None,
+    jitter: float, *, mu: float | None = None, at_s: float | None = None, age_s: float | None = None,
 ) -> Visit | None:
     """The page's next visit after an answer (``status`` None: no answer, a download error),
     or None when it is no longer tracked. ``jitter`` is drawn from [-1, 1]; ``mu`` is the
@@ -200,8 +204,17 @@ def next_visit(
             if last is not None:
                 changed = signature != last
                 found = "c" if changed else "u"
-                interval = _adapt(spec, state, out, changed, interval, config, mu, at_s)
+                interval = _adapt(spec, state, out, changed, interval, config, mu, at_s, age_s)
                 out["i"] = interval
+            elif config.revisit_rule == "freshness" and age_s is not None:
+                # a first visit whose server dates the page's last change: its age is the
+                # first estimate of its rate, so its first interval is the optimum's
+                age = max(MIN_AGE_S, age_s)
+                out.update(n=1, x=1, o=age)
+                found = "e"
+                if mu is not None:
+                    interval = freshness.interval_for(freshness.estimate_rate_dated(1, age), mu, spec.min_s, spec.max_s)
+                    out["i"] = interval
             last = signature
             if at_s is not None and config.revisit_rule == "freshness":
                 out["l"] = at_s
@@ -219,7 +232,7 @@ def next_visit(
 
 def _adapt(
     spec: Spec, state: Mapping[str, Any], out: dict[str, Any], changed: bool, interval: float, config: StreamsConfig,
-    mu: float | None, at_s: float | None,
+    mu: float | None, at_s: float | None, age_s: float | None = None,
 ) -> float:
     """An adaptive page's next interval after a compared visit: under the freshness rule
     the visit counts in the page's estimate (``out``'s n, x, o) first."""
@@ -230,12 +243,18 @@ def _adapt(
     spanned = interval
     if at_s is not None and since and interval < _WRAP_SAFE_S:
         spanned = ((round(at_s * 1000) - round(since * 1000)) % _WRAP_MS) / 1000.0 or interval
-    n, x, o = int(state.get("n") or 0) + 1, int(state.get("x") or 0) + int(changed), float(state.get("o") or 0) + spanned
+    # a page whose server dated this answer and the last one: a change is known to be
+    # ``age_s`` old, so the visit adds only that much exposure
+    dated = age_s is not None and bool(state.get("m"))
+    exposed = spanned
+    if dated and changed:
+        exposed = min(spanned, max(MIN_AGE_S, age_s))  # type: ignore[arg-type]
+    n, x, o = int(state.get("n") or 0) + 1, int(state.get("x") or 0) + int(changed), float(state.get("o") or 0) + exposed
     if n > freshness.WINDOW:
         n, x, o = n // 2, (x + 1) // 2 if x < n else n // 2, o * (n // 2) / n
     out.update(n=n, x=x, o=o)
     if mu is not None:
-        rate = freshness.estimate_rate(n, x, o)
+        rate = freshness.estimate_rate_dated(x, o) if dated else freshness.estimate_rate(n, x, o)
         return freshness.interval_for(rate, mu, spec.min_s, spec.max_s, interval)
     factor = config.revisit_changed_factor if changed else config.revisit_unchanged_factor
     return min(spec.max_s, max(spec.min_s, interval * factor))
@@ -323,7 +342,7 @@ class Revisits:
         #: whether the crawl's tracking was stopped (the frontier's, once the worker runs)
         self.crawl_stopped: Callable[[], bool] = lambda: False
         #: tracked request in flight -> (status, body signature, ETag, Last-Modified) of its answer
-        self.answers: dict[Request, tuple[int, int, str | None, int | None]] = {}
+        self.answers: dict[Request, tuple[int, int, str | None, int | None, int | None]] = {}
         #: URLs of tracked requests in flight that answered with a redirect
         self.redirected: set[str] = set()
         #: tracked requests in flight sent with the validators of their last answer
@@ -376,7 +395,10 @@ class Revisits:
         headers = response.headers
         etag = headers.get(b"ETag")
         modified = _epoch_s(headers.get(b"Last-Modified"))
-        self.answers[request] = (status, signature_of(response.body), etag.decode("latin-1") if etag else None, modified)
+        # the server's clock at the answer: its Date less the Last-Modified is the page's
+        # age, both on the server's clock
+        self.answers[request] = (status, signature_of(response.body), etag.decode("latin-1") if etag else None, modified,
+                                 _epoch_s(headers.get(b"Date")))
         if status == NOT_MODIFIED and request in self.conditional and not _handles_304(request, spider):
             request.callback = _unchanged
             meta = request.meta
@@ -419,7 +441,7 @@ class Revisits:
             self.live[url] = n - 1
         else:
             self.live.pop(url, None)
-        status, body_sig, etag, modified = self.answers.pop(request, (None, None, None, None))
+        status, body_sig, etag, modified, date = self.answers.pop(request, (None, None, None, None, None))
         self.conditional.discard(request)
         if url in self.redirected:
             self.redirected.discard(url)
@@ -448,10 +470,12 @@ class Revisits:
         flags_new = "n" if first else ""
         if spec is None:
             return Ack(entry) if first else Ack(entry, (-1, "", b"", 0, prev_ms))
+        dated = modified or (state or {}).get("m") if status == NOT_MODIFIED else modified
+        age = float(date - dated) if date and isinstance(dated, int) and date >= dated else None
         given = request.meta.get("revisit_signature")
         signature = signature_of(str(given).encode()) if given is not None else body_sig
         visit = next_visit(spec, state or {}, status, signature, self.config, 2 * self.rand() - 1,
-                           mu=entry.mu, at_s=_entry_s(entry.id))
+                           mu=entry.mu, at_s=_entry_s(entry.id), age_s=age)
         if visit is None:
             return Ack(entry, (-1, flags_new, b"", 0, prev_ms))
         if status is not None and 200 <= status < 300:
@@ -465,7 +489,8 @@ class Revisits:
         except SerializationError as exc:
             logger.warning("visiting %s again with its state as it was: %s", url, exc)
             again = payload
-        return Ack(entry, (int(visit.delay_s * 1000), flags_new or visit.found, again, _ms(visit.interval_s), prev_ms))
+        flags = ("e" if visit.found == "e" else flags_new) if first else visit.found
+        return Ack(entry, (int(visit.delay_s * 1000), flags, again, _ms(visit.interval_s), prev_ms))
 
     def clear(self) -> None:
         """The worker closed: forget the tracked requests in flight."""

@@ -21,7 +21,9 @@
 --              site's rate its revisits may need and the rule ('f' freshness, 'n' Nutch's);
 --              then r tracked pages, 7 values each:
 --              stream index (1-6), entry id, ms until the next visit (-1: no longer
---              tracked), flags ('n' first visit, 'c' changed, 'u' unchanged, '' neither),
+--              tracked), flags ('n' first visit, 'e' first visit whose server dated the
+--              page's last change, so its interval came from an estimate, 'c' changed,
+--              'u' unchanged, '' neither),
 --              payload (the request to visit again), the page's interval after and before
 --              this visit (ms, 0 = none)
 -- Returns per site the number of entries acked and deleted now (an entry another worker
@@ -123,21 +125,26 @@ local function revisit(site, streams, stats, policy, delayed, stops, first, r, c
         deleted = deleted + 1
         local delay, flags = tonumber(ARGV[i + 2]), ARGV[i + 3]
         local interval, prev = tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6])
+        local new = flags == 'n' or flags == 'e'
         if off then
           delay = -1
-        elseif any_stops and delay >= 0 and stopped_url(stops, ARGV[i + 4]) and flags ~= 'n' then
+        elseif any_stops and delay >= 0 and stopped_url(stops, ARGV[i + 4]) and not new then
           delay = -1
         end
-        if flags ~= 'n' then
+        if not new then
           change = change - demand_of(prev)
         end
         if delay < 0 then
-          if flags ~= 'n' then
+          if not new then
             tally(counts, 'tracked', -1)
           end
         else
-          if flags == 'n' then
+          if new then
             tally(counts, 'tracked', 1)
+          end
+          if flags == 'e' then
+            -- the first visit's estimate chose its interval: it moves the multiplier
+            compared = compared + 1
           end
           change = change + demand_of(interval)
           due_pages[#due_pages + 1] = { idx, delay, ARGV[i + 4] }

@@ -17,7 +17,8 @@ __all__ = ["Revisit", "SiteAcks", "args", "call", "keys", "parse"]
 _DEFAULT_RATE = DEFAULT_POLICY_FIELDS.index("rate")
 
 #: A tracked page's ack: stream index, entry id, ms until its next visit (-1: no longer
-#: tracked), flags ('n' first visit, 'c' changed, 'u' unchanged, '' neither), the
+#: tracked), flags ('n' first visit, 'e' first visit whose interval came from the
+#: Last-Modified estimate, 'c' changed, 'u' unchanged, '' neither), the
 #: payload to visit again, then optionally the page's interval after and before this
 #: visit (ms, 0 = none), which its site's revisit demand counts (a caller that leaves
 #: them out schedules the page without counting it in the demand).
