@@ -70,7 +70,6 @@ import argparse
 import bisect
 import heapq
 import json
-import math
 import os
 import random
 import re
@@ -344,17 +343,7 @@ def optimal_freshness(rates: Sequence[float], budget: float) -> float:
     if budget <= 0:
         return groups.get(0.0, 0) / n
 
-    def spend(mu: float) -> float:
-        return sum(c * fr.frequency(r, mu) for r, c in groups.items())
-
-    lo, hi = math.log(fr.MU_MIN), math.log(fr.MU_MAX)
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if spend(math.exp(mid)) > budget:
-            lo = mid
-        else:
-            hi = mid
-    mu = math.exp(hi)
+    mu = fr.optimal_mu(list(groups), budget, counts=list(groups.values()))
     return sum(c * fr.freshness(r, fr.frequency(r, mu)) for r, c in groups.items()) / n
 
 

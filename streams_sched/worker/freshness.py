@@ -156,16 +156,21 @@ def next_mu(mu: float | None, demand: float, budget: float, acked: int, tracked:
     return min(MU_MAX, max(MU_MIN, mu * math.exp(step)))
 
 
-def optimal_mu(rates: Sequence[float], budget: float, hi_s: float | None = None) -> float:
+def optimal_mu(rates: Sequence[float], budget: float, hi_s: float | None = None,
+               counts: Sequence[int] | None = None) -> float:
     """The multiplier at which the frequencies of ``rates`` sum to ``budget`` (bisection on
-    ``log mu``); pages without visits of their own count ``1 / hi_s`` when ``hi_s`` is given."""
+    ``log mu``); pages without visits of their own count ``1 / hi_s`` when ``hi_s`` is given.
+    ``counts``: how many pages have each rate (one each when not given), so that a caller
+    with many pages of few rates computes each rate's frequency once per step."""
+    weights = counts if counts is not None else [1] * len(rates)
+
     def spend(mu: float) -> float:
         total = 0.0
-        for r in rates:
+        for r, c in zip(rates, weights, strict=True):
             f = frequency(r, mu)
             if hi_s:
                 f = max(f, 1.0 / hi_s)
-            total += f
+            total += c * f
         return total
 
     lo, hi = math.log(MU_MIN), math.log(MU_MAX)
